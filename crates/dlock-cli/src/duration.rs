@@ -1,0 +1,61 @@
+//! Humane durations: `250ms`, `30s`, `5m`, `1h`, `1.5s`, `1m30s`.
+
+use std::time::Duration;
+
+/// Parses a humane duration. Every number needs a unit (`ms`, `s`, `m`, `h`).
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let hint = "use a number with a unit, e.g. 250ms, 30s, 5m, 1h or 1m30s";
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(format!("empty duration; {hint}"));
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let unit_len = rest[number_len..]
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len() - number_len);
+        let (number, unit) = (
+            &rest[..number_len],
+            &rest[number_len..number_len + unit_len],
+        );
+        let value: f64 = number
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration; {hint}"))?;
+        let seconds_per_unit = match unit {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(format!("{text:?} is not a duration; {hint}")),
+        };
+        total += Duration::try_from_secs_f64(value * seconds_per_unit)
+            .map_err(|_| format!("{text:?} is out of range; {hint}"))?;
+        rest = &rest[number_len + unit_len..];
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_humane_forms() {
+        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in ["", "10", "s", "10x", "1..2s", "-1s", "1e400h"] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Exit codes of `dlock` (sysexits.h values) and how library errors map to them.
+
+use dlock::Error;
+
+/// Success.
+pub const OK: i32 = 0;
+/// Invalid arguments (EX_USAGE).
+pub const USAGE: i32 = 64;
+/// The key holds a value that is not a lock (EX_DATAERR).
+pub const WRONG_TYPE: i32 = 65;
+/// Redis unreachable (EX_UNAVAILABLE).
+pub const UNAVAILABLE: i32 = 69;
+/// The lock was lost while the command ran (EX_SOFTWARE).
+pub const LOST: i32 = 70;
+/// Not acquired within the wait budget (EX_TEMPFAIL).
+pub const BUSY: i32 = 75;
+/// Redis refused the request: ACL, read-only replica, script error (EX_PROTOCOL).
+pub const REDIS_REFUSED: i32 = 76;
+/// Release/extend refused: the caller is not the owner (EX_NOPERM).
+pub const NOT_OWNER: i32 = 77;
+
+/// The table printed by `--help`.
+pub const HELP: &str = "\
+EXIT CODES:
+    0    success (for `run`: the command's own exit code is passed through,
+         128+N when signal N ended it)
+    64   invalid arguments
+    65   the key holds a value that is not a lock (wrong type)
+    69   Redis unreachable
+    70   the lock was lost while the command ran (`run`)
+    75   not acquired within the wait budget (busy)
+    76   Redis refused the request (ACL, read-only replica, script error)
+    77   release/extend refused: not the owner (expired or taken)";
+
+/// The exit code and a hint on what to do for a library error.
+pub fn classify(err: &Error) -> (i32, &'static str) {
+    match err {
+        Error::InvalidArgument(_) => (USAGE, "fix the argument and run again"),
+        Error::WrongType { .. } => (
+            WRONG_TYPE,
+            "the key is used by something else: choose another lock name or --prefix",
+        ),
+        Error::Connection(_) => (
+            UNAVAILABLE,
+            "check that Redis is running and that --redis / DLOCK_REDIS points at it",
+        ),
+        Error::Busy { .. } | Error::TimedOut { .. } => (
+            BUSY,
+            "another owner holds the lock; wait longer with --wait, or try again later",
+        ),
+        Error::Lost { .. } => (
+            NOT_OWNER,
+            "the token no longer owns the lock (its lease expired or another owner took it); acquire it again",
+        ),
+        Error::Redis(_) => (
+            REDIS_REFUSED,
+            "check the Redis user's permissions and that the server is a writable primary",
+        ),
+        _ => (REDIS_REFUSED, "see the message above"),
+    }
+}

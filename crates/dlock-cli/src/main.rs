@@ -1,0 +1,181 @@
+//! `dlock`: flock(1) for a fleet. A thin layer over the `dlock` library.
+
+mod duration;
+mod exit;
+mod run;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use dlock::{Client, MutexOptions, Wait};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dlock",
+    version,
+    about = "Distributed locks on Redis for shell scripts and cron jobs",
+    after_help = exit::HELP
+)]
+struct Cli {
+    /// Redis URL: redis://[user:password@]host[:port][/db]
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_REDIS",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    redis: String,
+
+    /// Prefix put in front of every lock name to form its Redis key
+    #[arg(long, global = true, env = "DLOCK_PREFIX", default_value = "")]
+    prefix: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a command while holding the lock; exit with the command's exit code
+    #[command(after_help = exit::HELP)]
+    Run(run::RunArgs),
+    /// Take the lock and leave it held for its lease; print "TOKEN FENCE"
+    #[command(after_help = exit::HELP)]
+    Acquire {
+        /// Lock name
+        name: String,
+        #[command(flatten)]
+        lease: LeaseArgs,
+        /// Print one JSON object: name, key, token, fence, ttl_ms
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release a lock held with TOKEN
+    #[command(after_help = exit::HELP)]
+    Release {
+        /// Lock name
+        name: String,
+        /// The token printed by `dlock acquire`
+        token: String,
+    },
+    /// Reset the lease of a lock held with TOKEN
+    #[command(after_help = exit::HELP)]
+    Extend {
+        /// Lock name
+        name: String,
+        /// The token printed by `dlock acquire`
+        token: String,
+        /// New lease, from now (e.g. 30s)
+        #[arg(long, value_parser = duration::parse)]
+        ttl: Duration,
+    },
+}
+
+/// Lease and wait options shared by `run` and `acquire`.
+#[derive(Args, Debug, Clone)]
+pub struct LeaseArgs {
+    /// Lease of the lock (e.g. 250ms, 30s, 5m)
+    #[arg(long, value_parser = duration::parse, default_value = "30s")]
+    pub ttl: Duration,
+    /// Wait at most this long for the lock (default: wait forever)
+    #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Fail at once (exit 75) if the lock is held
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+impl LeaseArgs {
+    pub fn options(&self) -> MutexOptions {
+        let wait = match (self.no_wait, self.wait) {
+            (true, _) => Wait::NoWait,
+            (false, Some(limit)) => Wait::Timeout(limit),
+            (false, None) => Wait::Forever,
+        };
+        MutexOptions::default().ttl(self.ttl).wait(wait)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = if err.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            let _ = err.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("dlock: cannot start the async runtime: {err}");
+            return ExitCode::from(exit::LOST as u8);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match execute(cli).await {
+            Ok(code) => code,
+            Err(err) => report(&err),
+        }
+    });
+    // Background releases get a moment to finish; nothing may hang the exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// Prints an error with what to do about it, and returns its exit code.
+pub fn report(err: &dlock::Error) -> i32 {
+    let (code, hint) = exit::classify(err);
+    eprintln!("dlock: {err}\n  hint: {hint}");
+    code
+}
+
+async fn connect(cli: &Cli) -> dlock::Result<Client> {
+    Client::builder(&cli.redis)
+        .prefix(cli.prefix.clone())
+        .connect()
+        .await
+}
+
+async fn execute(cli: Cli) -> dlock::Result<i32> {
+    let client = connect(&cli).await?;
+    match cli.command {
+        Command::Run(args) => run::run(&client, args).await,
+        Command::Acquire { name, lease, json } => {
+            let mutex = client.mutex_with(&name, lease.options())?;
+            let guard = mutex.lock().await?;
+            let fence = guard.fence();
+            let token = guard.into_token();
+            if json {
+                let object = serde_json::json!({
+                    "name": name,
+                    "key": mutex.key(),
+                    "token": token,
+                    "fence": fence,
+                    "ttl_ms": lease.ttl.as_millis() as u64,
+                });
+                println!("{object}");
+            } else {
+                println!("{token} {fence}");
+            }
+            Ok(exit::OK)
+        }
+        Command::Release { name, token } => {
+            client.mutex(&name)?.release_token(&token).await?;
+            Ok(exit::OK)
+        }
+        Command::Extend { name, token, ttl } => {
+            client.mutex(&name)?.extend_token(&token, ttl).await?;
+            Ok(exit::OK)
+        }
+    }
+}

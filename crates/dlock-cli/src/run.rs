@@ -1,0 +1,185 @@
+//! `dlock run NAME -- CMD`: hold a lock while a child command runs.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use clap::Args;
+use dlock::{Client, Error, MutexGuard};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use crate::{duration, exit, LeaseArgs};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Lock name
+    name: String,
+    #[command(flatten)]
+    lease: LeaseArgs,
+    /// When the lock is lost, how long the command gets after SIGTERM before SIGKILL
+    #[arg(long, value_parser = duration::parse, default_value = "10s")]
+    kill_after: Duration,
+    /// The command and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
+    let mutex = client.mutex_with(&args.name, args.lease.options())?;
+    let mut guard = mutex.lock().await?;
+    // Installed before the child starts, so no signal slips through unforwarded.
+    let mut signals = match Forwarded::install() {
+        Ok(signals) => signals,
+        Err(err) => {
+            let _ = guard.unlock().await;
+            eprintln!("dlock: cannot install signal handlers: {err}");
+            return Ok(exit::LOST);
+        }
+    };
+    let mut child = match spawn_child(&args, &guard) {
+        Ok(child) => child,
+        Err(err) => {
+            let _ = guard.unlock().await;
+            let code = if err.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!("dlock: cannot start {:?}: {err}\n  hint: check the command name and that it is executable", args.command[0]);
+            return Ok(code);
+        }
+    };
+    match supervise(&mut child, &mut guard, &args, &mut signals).await {
+        Supervised::Exited(status) => {
+            match guard.unlock().await {
+                Ok(()) => Ok(exit_code(status)),
+                Err(Error::Lost { .. }) => {
+                    eprintln!(
+                    "dlock: the command finished, but the lock {:?} had been lost before it was released\n  hint: use a longer --ttl",
+                    args.name
+                );
+                    Ok(exit::LOST)
+                }
+                Err(err) => {
+                    // The command is done; its lock will expire by itself.
+                    eprintln!("dlock: warning: could not release {:?}: {err}; it frees when its lease ends", args.name);
+                    Ok(exit_code(status))
+                }
+            }
+        }
+        Supervised::LockLost(reason) => {
+            eprintln!(
+                "dlock: lost the lock {:?} ({reason}); the command was stopped\n  hint: check Redis availability, or use a longer --ttl",
+                args.name
+            );
+            terminate(&mut child, args.kill_after).await;
+            Ok(exit::LOST)
+        }
+    }
+}
+
+fn spawn_child(args: &RunArgs, guard: &MutexGuard) -> std::io::Result<Child> {
+    let mut command = Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("DLOCK_NAME", &args.name)
+        .env("DLOCK_TOKEN", guard.token())
+        .env("DLOCK_FENCE", guard.fence().to_string());
+    // SAFETY: the closure only calls async-signal-safe functions (prctl, getppid, raise).
+    let parent = std::process::id() as libc::pid_t;
+    unsafe {
+        command.pre_exec(move || {
+            // If dlock dies (even by SIGKILL) the command must not go on without the lock.
+            // The signal is tied to the forking thread: this runs on the main thread, which
+            // lives as long as dlock does.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+    command.kill_on_drop(true).spawn()
+}
+
+/// The signals dlock passes on to the command instead of dying from them.
+struct Forwarded {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+    quit: Signal,
+}
+
+impl Forwarded {
+    fn install() -> std::io::Result<Forwarded> {
+        Ok(Forwarded {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+        })
+    }
+}
+
+enum Supervised {
+    Exited(ExitStatus),
+    LockLost(String),
+}
+
+/// Waits for the child, keeping the lease alive and forwarding signals.
+async fn supervise(
+    child: &mut Child,
+    guard: &mut MutexGuard,
+    args: &RunArgs,
+    signals: &mut Forwarded,
+) -> Supervised {
+    let ttl = args.lease.ttl;
+    let mut renew = tokio::time::interval(ttl / 3);
+    renew.tick().await; // the first tick is immediate; the lease is fresh
+    loop {
+        let expiry = tokio::time::Instant::from_std(guard.valid_until());
+        tokio::select! {
+            status = child.wait() => {
+                return Supervised::Exited(status.unwrap_or_else(|_| ExitStatus::from_raw(1 << 8)));
+            }
+            _ = renew.tick() => match guard.extend(ttl).await {
+                Ok(()) => {}
+                Err(Error::Lost { .. }) => return Supervised::LockLost("another owner holds it now, or it expired".into()),
+                Err(err) => tracing::warn!(error = %err, "renewal failed; retrying until the lease ends"),
+            },
+            _ = tokio::time::sleep_until(expiry) => {
+                return Supervised::LockLost("the lease ran out without a successful renewal".into());
+            }
+            _ = signals.interrupt.recv() => forward(child, libc::SIGINT),
+            _ = signals.terminate.recv() => forward(child, libc::SIGTERM),
+            _ = signals.hangup.recv() => forward(child, libc::SIGHUP),
+            _ = signals.quit.recv() => forward(child, libc::SIGQUIT),
+        }
+    }
+}
+
+fn forward(child: &Child, sig: libc::c_int) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) on our own, not yet reaped child.
+        unsafe {
+            libc::kill(pid as libc::pid_t, sig);
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after `grace` if the child is still running.
+async fn terminate(child: &mut Child, grace: Duration) {
+    forward(child, libc::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = child.kill().await;
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 1,
+    }
+}

@@ -1,0 +1,342 @@
+//! Real `redis-server` processes for dlock's tests and benchmarks.
+//!
+//! [`RedisServer::start`] launches `redis-server` on a free loopback port in its own
+//! temporary directory and waits until it answers. The handle can stop, `kill -9`, restart
+//! (same port, same data directory), pause (`SIGSTOP`) and resume the server; on drop it
+//! kills exactly the process it started. A missing `redis-server` binary is a clear panic
+//! naming the Debian package, never a skipped test.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How a server is started.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Turn on the append-only file (persistence across restarts).
+    pub aof: bool,
+    /// `appendfsync` policy when `aof` is on (`always` when `None`).
+    pub appendfsync: Option<String>,
+    /// Extra `--name value` arguments, e.g. `["--requirepass", "pw"]`.
+    pub extra_args: Vec<String>,
+}
+
+impl ServerOptions {
+    /// AOF on with `appendfsync always`: every acknowledged write survives a crash.
+    pub fn durable() -> Self {
+        ServerOptions {
+            aof: true,
+            appendfsync: Some("always".into()),
+            extra_args: vec![],
+        }
+    }
+}
+
+/// One `redis-server` process owned by a test.
+pub struct RedisServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    options: ServerOptions,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server without persistence.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(ServerOptions::default())
+    }
+
+    /// Starts a server with the given options.
+    pub fn start_with(options: ServerOptions) -> RedisServer {
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            let mut server = RedisServer {
+                port: free_port(),
+                dir: tempfile::Builder::new()
+                    .prefix("dlock-redis-")
+                    .tempdir()
+                    .expect("create a temp dir for redis-server"),
+                options: options.clone(),
+                child: None,
+            };
+            match server.launch() {
+                Ok(()) => return server,
+                // Another process took the port between our probe and the bind: try another.
+                Err(err) => last_error = err,
+            }
+        }
+        panic!("could not start redis-server: {last_error}");
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The process id while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// A new synchronous connection, for test set-up and inspection.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+            .unwrap_or_else(|e| panic!("connect to test redis-server at {}: {e}", self.url()))
+    }
+
+    /// Runs one command and returns its reply.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut self.connection())
+            .unwrap_or_else(|e| panic!("{args:?} on {}: {e}", self.url()))
+    }
+
+    /// Calls per command since start or the last `CONFIG RESETSTAT`, from
+    /// `INFO commandstats` (e.g. `"evalsha" → 12`).
+    pub fn command_calls(&self) -> HashMap<String, u64> {
+        let info: String = self.cmd(&["INFO", "commandstats"]);
+        parse_command_calls(&info)
+    }
+
+    /// Total calls of all commands except the `INFO` used to read them.
+    pub fn total_calls(&self) -> u64 {
+        self.command_calls()
+            .iter()
+            .filter(|(name, _)| name.as_str() != "info")
+            .map(|(_, calls)| calls)
+            .sum()
+    }
+
+    /// Sends SIGKILL and waits for the process to end (no chance to save anything).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for a clean shutdown.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), libc::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and data directory.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.launch() {
+                Ok(()) => return,
+                Err(err) if Instant::now() > deadline => panic!("restart redis-server: {err}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Freezes the process (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        if let Some(pid) = self.pid() {
+            signal(pid, libc::SIGSTOP);
+        }
+    }
+
+    /// Resumes a paused process (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(pid) = self.pid() {
+            signal(pid, libc::SIGCONT);
+        }
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        let dir = self.dir.path().to_path_buf();
+        let log = dir.join("redis.log");
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            dir.display().to_string(),
+            "--logfile".into(),
+            log.display().to_string(),
+            "--save".into(),
+            "".into(),
+            "--daemonize".into(),
+            "no".into(),
+            "--appendonly".into(),
+            if self.options.aof { "yes" } else { "no" }.into(),
+        ];
+        if self.options.aof {
+            args.push("--appendfsync".into());
+            args.push(
+                self.options
+                    .appendfsync
+                    .clone()
+                    .unwrap_or_else(|| "always".into()),
+            );
+        }
+        args.extend(self.options.extra_args.iter().cloned());
+        let child = Command::new(redis_server_binary())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn redis-server: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!("redis-server exited with {status}: {}", tail(&log)));
+            }
+            if self.answers() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.kill9();
+                return Err(format!(
+                    "redis-server on port {} did not answer within 10 s",
+                    self.port
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// True when the server accepts a data command (not only PING: after a restart with
+    /// AOF, it must have finished loading).
+    fn answers(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("EXISTS")
+            .arg("dlock-testkit-probe")
+            .query::<i64>(&mut conn)
+            .is_ok()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            // A paused server would not die from SIGTERM; SIGKILL works regardless.
+            signal(pid, libc::SIGCONT);
+        }
+        self.kill9();
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) with a pid of a child we spawned and have not reaped yet.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("find a free loopback port")
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+/// Path of `redis-server`, or a panic that says how to install it.
+pub fn redis_server_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("REDIS_SERVER") {
+        return PathBuf::from(path);
+    }
+    for dir in std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
+    {
+        let candidate = dir.join("redis-server");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "redis-server was not found on PATH. dlock's tests run against a real Redis: install the \
+         Debian package `redis-server` (sudo apt-get install redis-server), or run \
+         ./scripts/test.sh which installs it, or set REDIS_SERVER to the binary's path."
+    );
+}
+
+fn parse_command_calls(info: &str) -> HashMap<String, u64> {
+    // Lines look like: cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,...
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_commandstats() {
+        let info = "# Commandstats\r\ncmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,rejected_calls=0,failed_calls=0\r\ncmdstat_info:calls=1,usec=1\r\n";
+        let calls = parse_command_calls(info);
+        assert_eq!(calls["evalsha"], 12);
+        assert_eq!(calls["info"], 1);
+    }
+
+    #[test]
+    fn starts_restarts_and_kills_its_own_server() {
+        let mut server = RedisServer::start_with(ServerOptions::durable());
+        let _: () = server.cmd(&["SET", "k", "v"]);
+        let pid = server.pid().unwrap();
+        server.restart();
+        assert_ne!(server.pid().unwrap(), pid);
+        let value: String = server.cmd(&["GET", "k"]);
+        assert_eq!(value, "v", "AOF keeps data across kill -9");
+        let pid = server.pid().unwrap();
+        drop(server);
+        // SAFETY: probing (signal 0) a pid we just reaped; ESRCH means it is gone.
+        let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
+        assert!(!alive, "redis-server {pid} still alive after drop");
+    }
+}

@@ -1,0 +1,216 @@
+//! The [`Client`]: one shared Redis connection, options, and the shared release notifier.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::{Error, Result};
+use crate::mutex::{Mutex, MutexOptions};
+use crate::wait::Notifier;
+
+/// Default time allowed to open a connection to Redis.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time allowed for Redis to answer one request.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A handle to one Redis deployment, shared by every lock made from it.
+///
+/// Holds a single multiplexed connection that reconnects by itself, and (from the first
+/// wait on) a single subscriber connection that delivers release notifications to every
+/// waiter of this client. Cloning is cheap: clones share both connections.
+///
+/// ```no_run
+/// # async fn demo() -> dlock::Result<()> {
+/// let client = dlock::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.mutex("nightly-report")?.lock().await?;
+/// println!("fencing token {}", guard.fence());
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) conn: ConnectionManager,
+    redis: redis::Client,
+    pub(crate) prefix: String,
+    connect_timeout: Duration,
+    /// Where background work (releases on drop, the notifier) runs, even when a guard is
+    /// dropped on a thread outside the runtime.
+    pub(crate) runtime: tokio::runtime::Handle,
+    notifier: OnceLock<Notifier>,
+}
+
+/// Configures and opens a [`Client`]. Made by [`Client::builder`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    url: String,
+    prefix: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl ClientBuilder {
+    /// A prefix put in front of every lock name to form its Redis key (default: none).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long opening a connection may take before failing (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request may wait for Redis to answer (default 3 s). Keep it well
+    /// below your lock leases: a request that outlives the lease is useless.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Opens the connection. Fails with [`Error::Connection`] when Redis cannot be reached
+    /// and [`Error::InvalidArgument`] for a malformed URL or zero timeouts.
+    ///
+    /// Must be called inside a tokio runtime; that runtime runs the client's background work.
+    pub async fn connect(self) -> Result<Client> {
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "connect and response timeouts must be greater than zero".into(),
+            ));
+        }
+        let redis = redis::Client::open(self.url.as_str()).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "Redis URL {:?} is not valid ({e}); expected redis://[user:password@]host[:port][/db] or rediss://...",
+                redact(&self.url)
+            ))
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            // Reconnection happens on the next request; a caller waiting on a lock retries by
+            // itself, so one quick retry here keeps failures prompt.
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let connect = ConnectionManager::new_with_config(redis.clone(), config);
+        let conn = match tokio::time::timeout(self.connect_timeout * 2, connect).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(Error::Connection(redis::RedisError::from(
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "no connection to {} within {:?}",
+                            redact(&self.url),
+                            self.connect_timeout * 2
+                        ),
+                    ),
+                )))
+            }
+        };
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                conn,
+                redis,
+                prefix: self.prefix,
+                connect_timeout: self.connect_timeout,
+                runtime: tokio::runtime::Handle::current(),
+                notifier: OnceLock::new(),
+            }),
+        })
+    }
+}
+
+impl Client {
+    /// Connects with default options. See [`Client::builder`] for the URL forms.
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::builder(url).connect().await
+    }
+
+    /// Starts configuring a client for `url`: `redis://host:port/db`, `rediss://` for TLS
+    /// (when built with a TLS feature of the `redis` crate), and `redis://user:password@host`
+    /// for ACL users.
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_string(),
+            prefix: String::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// A mutex named `name` with default options (30 s lease, wait forever).
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        Mutex::new(self.clone(), name, MutexOptions::default())
+    }
+
+    /// A mutex named `name` with the given options.
+    pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
+        Mutex::new(self.clone(), name, options)
+    }
+
+    /// The key prefix in use.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// A clone of the shared connection, for commands the locks need.
+    pub(crate) fn conn(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    /// The shared release notifier, started on first use.
+    pub(crate) fn notifier(&self) -> &Notifier {
+        self.inner.notifier.get_or_init(|| {
+            Notifier::start(
+                self.inner.redis.clone(),
+                self.inner.connect_timeout,
+                &self.inner.runtime,
+            )
+        })
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The URL with any password replaced, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redact_hides_passwords_only() {
+        assert_eq!(
+            super::redact("redis://u:secret@h:1/0"),
+            "redis://u:***@h:1/0"
+        );
+        assert_eq!(super::redact("redis://h:1"), "redis://h:1");
+        assert_eq!(super::redact("redis://:pw@h"), "redis://:***@h");
+    }
+}

@@ -1,0 +1,162 @@
+//! How lock names map to Redis keys.
+//!
+//! A lock named `N` (after the optional client prefix `P`) lives in the key `PN` itself, so
+//! other Redis lock clients using the same name see the same key. Every companion key of
+//! the lock (the fencing counter, queues, ...) is built with [`LockKeys::companion`], which
+//! keeps it in the same Redis Cluster hash slot as the lock key, so one script may touch
+//! them all.
+
+use crate::error::{Error, Result};
+
+/// Longest accepted lock name, in bytes (prefix excluded).
+pub const MAX_NAME_LEN: usize = 512;
+
+/// The keys and channel of one named lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The user-facing lock name (without prefix).
+    pub name: String,
+    /// The main key: prefix + name.
+    pub key: String,
+}
+
+impl LockKeys {
+    pub fn new(prefix: &str, name: &str) -> Result<Self> {
+        validate_name(name)?;
+        let key = format!("{prefix}{name}");
+        if !has_hash_tag(&key) && key.contains('}') {
+            return Err(Error::InvalidArgument(format!(
+                "lock key {key:?} contains '}}' outside a Redis hash tag; remove it or use a tag like \"{{tenant}}-job\""
+            )));
+        }
+        Ok(LockKeys {
+            name: name.to_string(),
+            key,
+        })
+    }
+
+    /// A key in the same hash slot as the lock key, e.g. `{orders}:fence` for `orders`.
+    pub fn companion(&self, suffix: &str) -> String {
+        if has_hash_tag(&self.key) {
+            // The existing tag already decides the slot; any suffix keeps it.
+            format!("{}:{suffix}", self.key)
+        } else {
+            // Whole-key hashing: wrapping the key in braces hashes exactly the same bytes.
+            // Keys without a tag and with a '}' cannot be wrapped; validate_name forbids them.
+            format!("{{{}}}:{suffix}", self.key)
+        }
+    }
+
+    /// The never-expiring fencing counter of this lock.
+    pub fn fence(&self) -> String {
+        self.companion("fence")
+    }
+
+    /// The pub/sub channel on which releases of this lock are announced.
+    pub fn channel(&self) -> String {
+        format!("dlock:released:{}", self.key)
+    }
+}
+
+/// True when Redis Cluster would hash only part of `key` (a non-empty `{...}` section).
+fn has_hash_tag(key: &str) -> bool {
+    let bytes = key.as_bytes();
+    match bytes.iter().position(|&b| b == b'{') {
+        Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) => len > 0,
+            None => false,
+        },
+        None => false,
+    }
+}
+
+fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidArgument(
+            "lock name is empty; give the lock a name such as \"nightly-report\"".into(),
+        ));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "lock name is {} bytes long; the maximum is {MAX_NAME_LEN}",
+            name.len()
+        )));
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err(Error::InvalidArgument(
+            "lock name contains control characters; use printable characters only".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Redis Cluster slot of a key (CRC16/XMODEM of the hashed part, mod 16384).
+    fn slot(key: &str) -> u16 {
+        let b = key.as_bytes();
+        let part = match b.iter().position(|&c| c == b'{') {
+            Some(o) => match b[o + 1..].iter().position(|&c| c == b'}') {
+                Some(l) if l > 0 => &b[o + 1..o + 1 + l],
+                _ => b,
+            },
+            None => b,
+        };
+        let mut crc: u16 = 0;
+        for &byte in part {
+            crc ^= (byte as u16) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc % 16384
+    }
+
+    #[test]
+    fn crc16_matches_redis_reference_value() {
+        // From the Redis Cluster specification: CRC16("123456789") = 0x31C3.
+        assert_eq!(slot("123456789"), 0x31C3 % 16384);
+    }
+
+    #[test]
+    fn companion_keys_share_the_lock_slot() {
+        for name in ["orders", "a{b}c", "{tenant}", "a{", "job:42", "é"] {
+            let keys = LockKeys::new("app:", name).unwrap();
+            assert_eq!(slot(&keys.key), slot(&keys.fence()), "name {name:?}");
+            assert_eq!(
+                slot(&keys.key),
+                slot(&keys.companion("queue")),
+                "name {name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn default_key_is_the_name_itself() {
+        let keys = LockKeys::new("", "nightly").unwrap();
+        assert_eq!(keys.key, "nightly");
+        assert_eq!(keys.fence(), "{nightly}:fence");
+    }
+
+    #[test]
+    fn invalid_names_are_rejected() {
+        for bad in ["", "a}b", "{}x", "x{}", "line\nbreak"] {
+            assert!(
+                matches!(LockKeys::new("", bad), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(matches!(
+            LockKeys::new("", &long),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(LockKeys::new("", &"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+}
