@@ -1,0 +1,281 @@
+//! The `dlock` binary against real redis-server processes: exit codes, the child's
+//! environment, signals, and mutual exclusion across OS processes.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock_testkit::RedisServer;
+
+fn dlock(server: &RedisServer) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    command
+        .env("DLOCK_REDIS", server.url())
+        .env_remove("DLOCK_PREFIX");
+    command
+}
+
+fn output(command: &mut Command) -> Output {
+    command.stdin(Stdio::null()).output().expect("run dlock")
+}
+
+fn code(command: &mut Command) -> i32 {
+    output(command).status.code().expect("exited normally")
+}
+
+/// Four shell loops, each doing `rounds` read-sleep-write increments of a counter file,
+/// through `dlock run` when `locked`. Returns the final count.
+fn increment_from_processes(server: &RedisServer, dir: &Path, locked: bool, rounds: usize) -> u64 {
+    let counter = dir.join("counter");
+    std::fs::write(&counter, "0").unwrap();
+    let rmw = format!(
+        "v=$(cat {c}); sleep 0.01; echo $((v+1)) > {c}.$$ && mv {c}.$$ {c}",
+        c = counter.display()
+    );
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let mut command = if locked {
+                let mut c = dlock(server);
+                c.args(["run", "counter", "--ttl", "5s", "--", "sh", "-c", &rmw]);
+                c
+            } else {
+                let mut c = Command::new("sh");
+                c.args(["-c", &rmw]);
+                c
+            };
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    assert_eq!(command.status().unwrap().code(), Some(0));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    std::fs::read_to_string(&counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn processes_running_under_the_lock_never_lose_an_update() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(increment_from_processes(&server, dir.path(), true, 12), 48);
+}
+
+#[test]
+fn negative_control_processes_without_the_lock_lose_updates() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    assert!(increment_from_processes(&server, dir.path(), false, 12) < 48);
+}
+
+#[test]
+fn run_passes_the_lock_to_the_child_and_its_exit_code_back() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("env");
+    let script = format!(
+        "echo \"$DLOCK_NAME $DLOCK_TOKEN $DLOCK_FENCE\" > {}; sleep 1; exit 7",
+        env_file.display()
+    );
+    let mut child = dlock(&server)
+        .args(["run", "job", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&env_file).is_ok_and(|s| s.ends_with('\n')) {
+        assert!(
+            Instant::now() < deadline,
+            "child never wrote its environment"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    let fields: Vec<&str> = env.split_whitespace().collect();
+    assert_eq!(fields[0], "job");
+    let holder: String = server.cmd(&["GET", "job"]);
+    assert_eq!(
+        fields[1], holder,
+        "DLOCK_TOKEN is the token in Redis while the child runs"
+    );
+    let fence: String = server.cmd(&["GET", "{job}:fence"]);
+    assert_eq!(fields[2], fence);
+    assert_eq!(child.wait().unwrap().code(), Some(7));
+    let after: Option<String> = server.cmd(&["GET", "job"]);
+    assert_eq!(after, None, "released when the child exited");
+}
+
+#[test]
+fn run_reports_a_signal_death_as_128_plus_the_signal() {
+    let server = RedisServer::start();
+    assert_eq!(
+        code(dlock(&server).args(["run", "job", "--", "sh", "-c", "kill -9 $$"])),
+        137
+    );
+    assert_eq!(code(dlock(&server).args(["run", "job", "--", "true"])), 0);
+    assert_eq!(
+        code(dlock(&server).args(["run", "job", "--", "/no/such/command"])),
+        127
+    );
+}
+
+#[test]
+fn run_forwards_sigterm_to_the_child() {
+    let server = RedisServer::start();
+    let mut child = dlock(&server)
+        .args([
+            "run",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 42' TERM; while :; do sleep 0.05; done",
+        ])
+        .spawn()
+        .unwrap();
+    // Wait until the lock is held (the child is then running).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.cmd::<Option<String>>(&["GET", "job"]).is_none() {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: signalling the dlock process this test spawned.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(42),
+        "the child's trap ran and its code came back"
+    );
+    let after: Option<String> = server.cmd(&["GET", "job"]);
+    assert_eq!(after, None);
+}
+
+#[test]
+fn run_keeps_extending_a_short_lease_while_the_child_runs() {
+    let server = RedisServer::start();
+    let mut child = dlock(&server)
+        .args(["run", "job", "--ttl", "300ms", "--", "sleep", "1.5"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--no-wait"])),
+        75,
+        "still held after three leases"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn acquire_release_and_extend_from_a_shell() {
+    let server = RedisServer::start();
+    let out = output(dlock(&server).args(["acquire", "job", "--ttl", "10s", "--json"]));
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["name"], "job");
+    assert_eq!(json["ttl_ms"], 10_000);
+    assert_eq!(json["fence"], 1);
+    let token = json["token"].as_str().unwrap().to_string();
+    let stored: String = server.cmd(&["GET", "job"]);
+    assert_eq!(stored, token, "left held after dlock exited");
+
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--no-wait"])),
+        75
+    );
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--wait", "200ms"])),
+        75
+    );
+    assert_eq!(
+        code(dlock(&server).args(["extend", "job", &token, "--ttl", "60s"])),
+        0
+    );
+    let pttl: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(pttl > 50_000);
+    assert_eq!(
+        code(dlock(&server).args(["release", "job", "not-the-token"])),
+        77
+    );
+    assert_eq!(code(dlock(&server).args(["release", "job", &token])), 0);
+    assert_eq!(
+        code(dlock(&server).args(["release", "job", &token])),
+        77,
+        "second release"
+    );
+    assert_eq!(
+        code(dlock(&server).args(["extend", "job", &token, "--ttl", "5s"])),
+        77
+    );
+
+    let plain = output(dlock(&server).args(["acquire", "job"]));
+    let text = String::from_utf8(plain.stdout).unwrap();
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(parts.len(), 2, "TOKEN FENCE");
+    assert_eq!(parts[1], "2");
+}
+
+#[test]
+fn an_abandoned_cli_lock_frees_after_its_lease() {
+    let server = RedisServer::start();
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--ttl", "700ms"])),
+        0
+    );
+    let started = Instant::now();
+    assert_eq!(
+        code(dlock(&server).args(["run", "job", "--wait", "10s", "--", "true"])),
+        0
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn exit_codes_for_bad_input_and_bad_state() {
+    let server = RedisServer::start();
+    // 64: invalid arguments.
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--ttl", "0s"])),
+        64
+    );
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--ttl", "soon"])),
+        64
+    );
+    assert_eq!(code(dlock(&server).args(["acquire", ""])), 64);
+    assert_eq!(code(dlock(&server).args(["run", "job"])), 64, "no command");
+    assert_eq!(code(dlock(&server).args(["frobnicate"])), 64);
+    assert_eq!(
+        code(dlock(&server).args(["--redis", "nonsense", "acquire", "job"])),
+        64
+    );
+    // 65: the key is not a lock.
+    let _: i64 = server.cmd(&["LPUSH", "listkey", "x"]);
+    let out = output(dlock(&server).args(["run", "listkey", "--", "true"]));
+    assert_eq!(out.status.code(), Some(65));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("listkey") && stderr.contains("hint:"),
+        "{stderr}"
+    );
+    // 69: Redis unreachable.
+    let mut gone = RedisServer::start();
+    let url = gone.url();
+    gone.kill9();
+    let out = output(dlock(&server).args(["--redis", &url, "acquire", "job"]));
+    assert_eq!(out.status.code(), Some(69));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DLOCK_REDIS"));
+    // --help documents the codes and exits 0.
+    let help = output(dlock(&server).args(["--help"]));
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for code in ["64", "65", "69", "70", "75", "77"] {
+        assert!(text.contains(code), "--help lists exit code {code}");
+    }
+}

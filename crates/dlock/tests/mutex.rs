@@ -1,0 +1,555 @@
+//! Mutex behaviour against real redis-server processes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{Client, Error, MutexOptions, Wait};
+use dlock_testkit::{RedisServer, ServerOptions};
+
+fn opts(ttl_ms: u64, wait: Wait) -> MutexOptions {
+    MutexOptions::default()
+        .ttl(Duration::from_millis(ttl_ms))
+        .wait(wait)
+}
+
+/// A deliberately non-atomic read-modify-write on a Redis counter, with a yield between
+/// read and write so that concurrent holders would lose updates.
+async fn unsafe_increment(conn: &mut redis::aio::MultiplexedConnection, key: &str) {
+    let value: i64 = redis::cmd("GET")
+        .arg(key)
+        .query_async::<Option<i64>>(conn)
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_micros(200)).await;
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value + 1)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+async fn raw_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// 32 tasks over 4 clients; returns the final counter.
+async fn hammer(server: &RedisServer, locked: bool) -> i64 {
+    const TASKS: usize = 32;
+    const ITERATIONS: usize = 15;
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(Client::connect(&server.url()).await.unwrap());
+    }
+    let mut handles = Vec::new();
+    for task in 0..TASKS {
+        let client = clients[task % clients.len()].clone();
+        let mut conn = raw_conn(server).await;
+        handles.push(tokio::spawn(async move {
+            let mutex = client.mutex("counter-lock").unwrap();
+            for _ in 0..ITERATIONS {
+                if locked {
+                    let guard = mutex.lock().await.unwrap();
+                    unsafe_increment(&mut conn, "counter").await;
+                    guard.unlock().await.unwrap();
+                } else {
+                    unsafe_increment(&mut conn, "counter").await;
+                }
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    let total: i64 = server.cmd(&["GET", "counter"]);
+    assert!(total <= (TASKS * ITERATIONS) as i64);
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_under_the_lock_never_lose_an_update() {
+    let server = RedisServer::start();
+    assert_eq!(hammer(&server, true).await, 32 * 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn negative_control_without_the_lock_updates_are_lost() {
+    // Proves the counter check above can fail: the same work unlocked loses updates.
+    let server = RedisServer::start();
+    assert!(hammer(&server, false).await < 32 * 15);
+}
+
+#[tokio::test]
+async fn try_lock_reports_busy_with_the_holders_remaining_lease() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .mutex_with("job", opts(10_000, Wait::NoWait))
+        .unwrap();
+    let guard = mutex.try_lock().await.unwrap();
+    match mutex.try_lock().await {
+        Err(Error::Busy { name, remaining }) => {
+            assert_eq!(name, "job");
+            let remaining = remaining.expect("the lock has an expiry");
+            assert!(remaining > Duration::from_secs(5) && remaining <= Duration::from_secs(10));
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert!(
+        matches!(mutex.lock().await, Err(Error::Busy { .. })),
+        "NoWait lock() is one attempt"
+    );
+    assert!(guard.is_held().await.unwrap());
+    assert!(guard.valid_until() <= Instant::now() + Duration::from_secs(10));
+    assert_eq!(guard.token().len(), 32);
+    guard.unlock().await.unwrap();
+    let stored: Option<String> = server.cmd(&["GET", "job"]);
+    assert_eq!(stored, None);
+}
+
+#[tokio::test]
+async fn lock_times_out_with_a_distinct_error() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let holder = client
+        .mutex_with("job", opts(10_000, Wait::NoWait))
+        .unwrap();
+    let _guard = holder.try_lock().await.unwrap();
+    let waiter = client
+        .mutex_with(
+            "job",
+            opts(10_000, Wait::Timeout(Duration::from_millis(300))),
+        )
+        .unwrap();
+    let started = Instant::now();
+    match waiter.lock().await {
+        Err(Error::TimedOut { waited, .. }) => assert!(waited >= Duration::from_millis(300)),
+        other => panic!("expected TimedOut, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn release_wakes_a_waiter_without_polling() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let holder = client
+        .mutex_with("job", opts(30_000, Wait::NoWait))
+        .unwrap();
+    let guard = holder.try_lock().await.unwrap();
+    // Polling every 20 s and a 30 s lease: only the release notification can get the
+    // waiter in within its 10 s budget.
+    let waiter = client
+        .mutex_with(
+            "job",
+            opts(30_000, Wait::Timeout(Duration::from_secs(10)))
+                .backoff(Duration::from_secs(20), Duration::from_secs(20)),
+        )
+        .unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fence = guard.fence();
+    guard.unlock().await.unwrap();
+    let next = waiting.await.unwrap().expect("woken by the release");
+    assert_eq!(next.fence(), fence + 1);
+}
+
+#[tokio::test]
+async fn an_abandoned_lock_is_taken_when_its_lease_ends() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let holder = client.mutex_with("job", opts(800, Wait::NoWait)).unwrap();
+    // A holder that vanished without releasing: its token is forgotten, nothing releases.
+    let _token = holder.try_lock().await.unwrap().into_token();
+    let waiter = client
+        .mutex_with(
+            "job",
+            opts(5_000, Wait::Timeout(Duration::from_secs(8)))
+                .backoff(Duration::from_secs(20), Duration::from_secs(20)),
+        )
+        .unwrap();
+    // With 20 s polling, getting the lock within 8 s shows the sleep was capped by the
+    // holder's remaining lease.
+    let guard = waiter.lock().await.expect("taken after the lease ran out");
+    assert!(guard.is_held().await.unwrap());
+}
+
+#[tokio::test]
+async fn waiters_fall_back_to_polling_when_notifications_break() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let holder = client
+        .mutex_with("job", opts(30_000, Wait::NoWait))
+        .unwrap();
+    let guard = holder.try_lock().await.unwrap();
+    let waiter = client
+        .mutex_with(
+            "job",
+            opts(30_000, Wait::Timeout(Duration::from_secs(10)))
+                .backoff(Duration::from_millis(20), Duration::from_millis(200)),
+        )
+        .unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cut the subscriber connection, then delete the key without any announcement.
+    let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    let _: i64 = server.cmd(&["DEL", "job"]);
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("found by polling or on resubscribe");
+    assert!(next.fence() > guard.fence());
+}
+
+#[tokio::test]
+async fn only_the_owner_releases_or_extends() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .mutex_with("job", opts(10_000, Wait::NoWait))
+        .unwrap();
+    let mut guard = mutex.try_lock().await.unwrap();
+    let stranger = "0".repeat(32);
+    assert!(matches!(
+        mutex.release_token(&stranger).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(matches!(
+        mutex.extend_token(&stranger, Duration::from_secs(60)).await,
+        Err(Error::Lost { .. })
+    ));
+    let stored: String = server.cmd(&["GET", "job"]);
+    assert_eq!(stored, guard.token(), "the key is intact");
+    let pttl: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(
+        pttl <= 10_000,
+        "a stranger's extend did not touch the lease"
+    );
+
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    let pttl: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(pttl > 50_000, "the owner's extend did");
+    assert!(guard.remaining() > Duration::from_secs(50));
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_late_release_reports_lost_and_leaves_the_new_holder_alone() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let short = client.mutex_with("job", opts(100, Wait::NoWait)).unwrap();
+    let mut late = short.try_lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(late.remaining(), Duration::ZERO);
+    let new_holder = client
+        .mutex_with("job", opts(10_000, Wait::NoWait))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    assert!(!late.is_held().await.unwrap());
+    assert!(matches!(
+        late.extend(Duration::from_secs(5)).await,
+        Err(Error::Lost { .. })
+    ));
+    assert!(matches!(late.unlock().await, Err(Error::Lost { .. })));
+    let stored: String = server.cmd(&["GET", "job"]);
+    assert_eq!(stored, new_holder.token());
+    assert!(new_holder.fence() > 1);
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_in_the_background() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .mutex_with("job", opts(30_000, Wait::NoWait))
+        .unwrap();
+    drop(mutex.try_lock().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cmd::<Option<String>>(&["GET", "job"]).is_some() {
+        assert!(Instant::now() < deadline, "drop did not release");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[test]
+fn dropping_a_guard_after_its_runtime_shut_down_does_not_panic() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let guard = runtime.block_on(async {
+        let client = Client::connect(&server.url()).await.unwrap();
+        client
+            .mutex_with("job", opts(1_000, Wait::NoWait))
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+    });
+    drop(runtime);
+    drop(guard); // nothing to run the release on: the lease frees the lock
+    std::thread::sleep(Duration::from_millis(1_100));
+    let stored: Option<String> = server.cmd(&["GET", "job"]);
+    assert_eq!(stored, None);
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_across_grants_and_expiry() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .mutex_with("job", opts(50, Wait::Timeout(Duration::from_secs(5))))
+        .unwrap();
+    let mut last = 0;
+    for round in 0..20 {
+        let guard = mutex.lock().await.unwrap();
+        assert!(
+            guard.fence() > last,
+            "round {round}: {} after {last}",
+            guard.fence()
+        );
+        last = guard.fence();
+        if round % 2 == 0 {
+            guard.unlock().await.unwrap();
+        } else {
+            let _ = guard.into_token(); // left to expire
+        }
+    }
+    assert_eq!(mutex.last_fence().await.unwrap(), last);
+}
+
+async fn fence_after_restart(options: ServerOptions) -> (u64, u64) {
+    let mut server = RedisServer::start_with(options);
+    let before = {
+        let client = Client::connect(&server.url()).await.unwrap();
+        let mutex = client.mutex_with("job", opts(1_000, Wait::NoWait)).unwrap();
+        let mut fence = 0;
+        for _ in 0..5 {
+            let guard = mutex.try_lock().await.unwrap();
+            fence = guard.fence();
+            guard.unlock().await.unwrap();
+        }
+        fence
+    };
+    server.restart();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let after = client
+        .mutex_with("job", opts(1_000, Wait::NoWait))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .fence();
+    (before, after)
+}
+
+#[tokio::test]
+async fn fencing_tokens_survive_a_kill_9_restart_with_aof_always() {
+    let (before, after) = fence_after_restart(ServerOptions::durable()).await;
+    assert!(after > before, "fence went from {before} to {after}");
+}
+
+#[tokio::test]
+async fn negative_control_without_persistence_fencing_restarts() {
+    // Proves the check above can fail: without persistence the counter is gone.
+    let (before, after) = fence_after_restart(ServerOptions::default()).await;
+    assert!(after <= before, "fence went from {before} to {after}");
+}
+
+#[tokio::test]
+async fn scripts_recover_from_script_flush_and_server_restart() {
+    let mut server = RedisServer::start_with(ServerOptions::durable());
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .mutex_with("job", opts(10_000, Wait::Timeout(Duration::from_secs(10))))
+        .unwrap();
+    let guard = mutex.lock().await.unwrap();
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    guard.unlock().await.expect("release reloads its script");
+    let guard = mutex.lock().await.expect("acquire reloads its script");
+    let fence = guard.fence();
+    guard.unlock().await.unwrap();
+
+    server.restart();
+    // The first request may meet the dropped connection; lock() retries within its budget.
+    let guard = mutex.lock().await.expect("client recovers after restart");
+    assert!(guard.fence() > fence);
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn interoperates_with_plain_set_nx_px_locks() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .mutex_with("shared", opts(10_000, Wait::NoWait))
+        .unwrap();
+
+    let _: () = server.cmd(&["SET", "shared", "other-client-token", "NX", "PX", "10000"]);
+    assert!(matches!(mutex.try_lock().await, Err(Error::Busy { .. })));
+    let _: i64 = server.cmd(&["DEL", "shared"]);
+
+    let guard = mutex.try_lock().await.unwrap();
+    let taken: Option<String> =
+        server.cmd(&["SET", "shared", "other-client-token", "NX", "PX", "10000"]);
+    assert_eq!(taken, None, "SET NX fails while dlock holds the key");
+    let stored: String = server.cmd(&["GET", "shared"]);
+    assert_eq!(
+        stored,
+        guard.token(),
+        "the key holds the bare token, as other clients expect"
+    );
+    guard.unlock().await.unwrap();
+
+    // A foreign lock without expiry reports Busy with no remaining time.
+    let _: () = server.cmd(&["SET", "shared", "forever"]);
+    assert!(matches!(
+        mutex.try_lock().await,
+        Err(Error::Busy {
+            remaining: None,
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn a_resent_acquire_with_the_same_token_is_granted_once() {
+    let server = RedisServer::start();
+    let mut conn = raw_conn(&server).await;
+    let acquire = redis::Script::new(include_str!("../src/mutex/acquire.lua"));
+    let invoke = |conn: &mut redis::aio::MultiplexedConnection, token: &'static str| {
+        let mut conn = conn.clone();
+        let acquire = acquire.clone();
+        async move {
+            acquire
+                .key("job")
+                .key("{job}:fence")
+                .arg(token)
+                .arg(10_000)
+                .invoke_async::<Vec<i64>>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(invoke(&mut conn, "tok-a").await, vec![1, 1]);
+    assert_eq!(
+        invoke(&mut conn, "tok-a").await,
+        vec![1, 1],
+        "a resend is granted with the same fence"
+    );
+    assert_eq!(
+        invoke(&mut conn, "tok-b").await[0],
+        0,
+        "another token is busy"
+    );
+    let fence: i64 = server.cmd(&["GET", "{job}:fence"]);
+    assert_eq!(fence, 1, "the resend did not count twice");
+}
+
+#[tokio::test]
+async fn invalid_input_gets_typed_errors() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let invalid = |r: dlock::Result<dlock::Mutex>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(invalid(client.mutex("")));
+    assert!(invalid(client.mutex(&"x".repeat(dlock::MAX_NAME_LEN + 1))));
+    assert!(invalid(client.mutex_with("job", opts(0, Wait::NoWait))));
+    assert!(invalid(client.mutex_with(
+        "job",
+        MutexOptions::default().ttl(dlock::MAX_TTL * 2)
+    )));
+    assert!(invalid(client.mutex_with(
+        "job",
+        MutexOptions::default().backoff(Duration::from_secs(2), Duration::from_secs(1))
+    )));
+    let mutex = client.mutex("job").unwrap();
+    assert!(matches!(
+        mutex.extend_token("t", Duration::ZERO).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::connect("not a url").await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_gets_the_wrong_type_error_and_is_left_alone() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let _: i64 = server.cmd(&["HSET", "job", "field", "value"]);
+    let mutex = client
+        .mutex_with("job", opts(1_000, Wait::Timeout(Duration::from_secs(1))))
+        .unwrap();
+    assert!(
+        matches!(mutex.try_lock().await, Err(Error::WrongType { ref key, .. }) if key == "job")
+    );
+    assert!(matches!(mutex.lock().await, Err(Error::WrongType { .. })));
+    assert!(matches!(
+        mutex.release_token("t").await,
+        Err(Error::WrongType { .. })
+    ));
+    let kind: String = server.cmd(&["TYPE", "job"]);
+    assert_eq!(kind, "hash");
+
+    let _: () = server.cmd(&["SET", "{other}:fence", "not-a-number"]);
+    let other = client
+        .mutex_with("other", opts(1_000, Wait::NoWait))
+        .unwrap();
+    assert!(
+        matches!(other.try_lock().await, Err(Error::WrongType { ref key, .. }) if key == "{other}:fence")
+    );
+    let held: Option<String> = server.cmd(&["GET", "other"]);
+    assert_eq!(held, None, "nothing granted when the fence cannot count");
+}
+
+#[tokio::test]
+async fn unreachable_redis_is_a_connection_error() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill9();
+    let started = Instant::now();
+    let result = Client::builder(&url)
+        .connect_timeout(Duration::from_millis(500))
+        .connect()
+        .await;
+    assert!(matches!(result, Err(Error::Connection(_))), "{result:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "fails promptly rather than hanging"
+    );
+}
+
+#[tokio::test]
+async fn a_server_gone_mid_life_is_a_connection_error_for_one_attempt() {
+    let mut server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.mutex_with("job", opts(1_000, Wait::NoWait)).unwrap();
+    mutex.try_lock().await.unwrap().unlock().await.unwrap();
+    server.kill9();
+    let error = mutex.try_lock().await.unwrap_err();
+    assert!(matches!(error, Error::Connection(_)), "{error:?}");
+    assert!(error.is_transient());
+}
+
+#[tokio::test]
+async fn keys_use_the_configured_prefix() {
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .prefix("app:")
+        .connect()
+        .await
+        .unwrap();
+    let guard = client.mutex("job").unwrap().try_lock().await.unwrap();
+    let stored: String = server.cmd(&["GET", "app:job"]);
+    assert_eq!(stored, guard.token());
+    let fence: u64 = server.cmd(&["GET", "{app:job}:fence"]);
+    assert_eq!(fence, guard.fence());
+    let shared = Arc::new(guard);
+    assert!(shared.is_held().await.unwrap());
+}
