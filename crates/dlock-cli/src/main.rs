@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use dlock::{Client, MutexOptions, Wait};
+use dlock::{Client, LockOptions, Wait};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -87,13 +87,13 @@ pub struct LeaseArgs {
 }
 
 impl LeaseArgs {
-    pub fn options(&self) -> MutexOptions {
+    pub fn options(&self) -> LockOptions {
         let wait = match (self.no_wait, self.wait) {
             (true, _) => Wait::NoWait,
             (false, Some(limit)) => Wait::Timeout(limit),
             (false, None) => Wait::Forever,
         };
-        MutexOptions::default().ttl(self.ttl).wait(wait)
+        LockOptions::default().ttl(self.ttl).wait(wait)
     }
 }
 

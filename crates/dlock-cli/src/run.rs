@@ -5,7 +5,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{Client, Error, MutexGuard};
+use dlock::{Client, Error, LostReason, MutexGuard};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -26,8 +26,10 @@ pub struct RunArgs {
 }
 
 pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
-    let mutex = client.mutex_with(&args.name, args.lease.options())?;
-    let mut guard = mutex.lock().await?;
+    // The client's watchdog renews the lease every third of --ttl while the command runs.
+    let options = args.lease.options().renewed(args.lease.ttl);
+    let mutex = client.mutex_with(&args.name, options)?;
+    let guard = mutex.lock().await?;
     // Installed before the child starts, so no signal slips through unforwarded.
     let mut signals = match Forwarded::install() {
         Ok(signals) => signals,
@@ -50,7 +52,7 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
             return Ok(code);
         }
     };
-    match supervise(&mut child, &mut guard, &args, &mut signals).await {
+    match supervise(&mut child, &guard, &mut signals).await {
         Supervised::Exited(status) => {
             match guard.unlock().await {
                 Ok(()) => Ok(exit_code(status)),
@@ -124,33 +126,18 @@ impl Forwarded {
 
 enum Supervised {
     Exited(ExitStatus),
-    LockLost(String),
+    LockLost(LostReason),
 }
 
-/// Waits for the child, keeping the lease alive and forwarding signals.
-async fn supervise(
-    child: &mut Child,
-    guard: &mut MutexGuard,
-    args: &RunArgs,
-    signals: &mut Forwarded,
-) -> Supervised {
-    let ttl = args.lease.ttl;
-    let mut renew = tokio::time::interval(ttl / 3);
-    renew.tick().await; // the first tick is immediate; the lease is fresh
+/// Waits for the child while the watchdog keeps the lease alive, forwarding signals.
+async fn supervise(child: &mut Child, guard: &MutexGuard, signals: &mut Forwarded) -> Supervised {
+    let mut lost = guard.lost_signal();
     loop {
-        let expiry = tokio::time::Instant::from_std(guard.valid_until());
         tokio::select! {
             status = child.wait() => {
                 return Supervised::Exited(status.unwrap_or_else(|_| ExitStatus::from_raw(1 << 8)));
             }
-            _ = renew.tick() => match guard.extend(ttl).await {
-                Ok(()) => {}
-                Err(Error::Lost { .. }) => return Supervised::LockLost("another owner holds it now, or it expired".into()),
-                Err(err) => tracing::warn!(error = %err, "renewal failed; retrying until the lease ends"),
-            },
-            _ = tokio::time::sleep_until(expiry) => {
-                return Supervised::LockLost("the lease ran out without a successful renewal".into());
-            }
+            reason = lost.wait() => return Supervised::LockLost(reason),
             _ = signals.interrupt.recv() => forward(child, libc::SIGINT),
             _ = signals.terminate.recv() => forward(child, libc::SIGTERM),
             _ = signals.hangup.recv() => forward(child, libc::SIGHUP),

@@ -6,7 +6,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::error::{Error, Result};
-use crate::mutex::{Mutex, MutexOptions};
+use crate::mutex::Mutex;
+use crate::options::LockOptions;
+use crate::reentrant::ReentrantMutex;
+use crate::renew::Renewer;
 use crate::wait::Notifier;
 
 /// Default time allowed to open a connection to Redis.
@@ -42,6 +45,7 @@ pub(crate) struct ClientInner {
     /// dropped on a thread outside the runtime.
     pub(crate) runtime: tokio::runtime::Handle,
     notifier: OnceLock<Notifier>,
+    renewer: OnceLock<Renewer>,
 }
 
 /// Configures and opens a [`Client`]. Made by [`Client::builder`].
@@ -120,6 +124,7 @@ impl ClientBuilder {
                 connect_timeout: self.connect_timeout,
                 runtime: tokio::runtime::Handle::current(),
                 notifier: OnceLock::new(),
+                renewer: OnceLock::new(),
             }),
         })
     }
@@ -143,14 +148,26 @@ impl Client {
         }
     }
 
-    /// A mutex named `name` with default options (30 s lease, wait forever).
+    /// A mutex named `name` with default options (30 s lease renewed automatically,
+    /// wait forever).
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        Mutex::new(self.clone(), name, MutexOptions::default())
+        Mutex::new(self.clone(), name, LockOptions::default())
     }
 
     /// A mutex named `name` with the given options.
-    pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
+    pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
         Mutex::new(self.clone(), name, options)
+    }
+
+    /// A reentrant mutex named `name` with default options (30 s lease renewed
+    /// automatically, wait forever).
+    pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
+        ReentrantMutex::new(self.clone(), name, LockOptions::default())
+    }
+
+    /// A reentrant mutex named `name` with the given options.
+    pub fn reentrant_mutex_with(&self, name: &str, options: LockOptions) -> Result<ReentrantMutex> {
+        ReentrantMutex::new(self.clone(), name, options)
     }
 
     /// The key prefix in use.
@@ -161,6 +178,13 @@ impl Client {
     /// A clone of the shared connection, for commands the locks need.
     pub(crate) fn conn(&self) -> ConnectionManager {
         self.inner.conn.clone()
+    }
+
+    /// The shared renewal scheduler, started on first use.
+    pub(crate) fn renewer(&self) -> &Renewer {
+        self.inner
+            .renewer
+            .get_or_init(|| Renewer::start(self.inner.conn.clone(), &self.inner.runtime))
     }
 
     /// The shared release notifier, started on first use.

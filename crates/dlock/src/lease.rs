@@ -1,8 +1,15 @@
-//! The core every guard shares: token, fencing token and the local validity deadline.
+//! The core every guard shares: token, fencing token, the local validity deadline and the
+//! lost-lock signal.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
+use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::options::Renewal;
+use crate::renew::{OwnerField, Registration, RenewalSpec};
 
 /// Shortest lease dlock accepts.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -36,13 +43,210 @@ pub(crate) fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// What a granted lock carries: the owner's token, the fencing token of the grant, and
-/// the local deadline until which the holder may assume it owns the lock.
+/// What a grant returned: the owner's token, the fencing token of the grant, and when the
+/// granting request was sent (the start of the lease, by the local clock).
 #[derive(Debug, Clone)]
-pub(crate) struct Lease {
+pub(crate) struct Grant {
     pub token: String,
     pub fence: u64,
+    pub sent: Instant,
+}
+
+/// The state of a held lock that every guard shares: the grant, the live lease state, and
+/// its place in the client's renewal scheduler.
+pub(crate) struct Held {
+    pub token: String,
+    pub fence: u64,
+    pub cell: LeaseCell,
+    registration: Option<Registration>,
+}
+
+impl Held {
+    /// Starts holding `grant` of a lease `ttl` at `key`, renewed per `renewal`.
+    pub fn start(
+        client: &Client,
+        grant: Grant,
+        key: &str,
+        owner: OwnerField,
+        ttl: Duration,
+        renewal: Renewal,
+    ) -> Held {
+        let cell = new_cell(valid_until(grant.sent, ttl));
+        let registration = match renewal {
+            Renewal::Manual => None,
+            Renewal::Auto { max_hold } => Some(client.renewer().register(
+                RenewalSpec {
+                    key: key.to_string(),
+                    owner,
+                    token: grant.token.clone(),
+                    ttl,
+                    hold_until: max_hold.map(|cap| grant.sent + cap),
+                    cell: cell.clone(),
+                },
+                grant.sent,
+            )),
+        };
+        Held {
+            token: grant.token,
+            fence: grant.fence,
+            cell,
+            registration,
+        }
+    }
+
+    pub fn valid_until(&self) -> Instant {
+        self.cell.borrow().valid_until
+    }
+
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal::new(&self.cell)
+    }
+
+    /// Records a successful manual extension sent at `sent`.
+    pub fn extended(&self, sent: Instant, ttl: Duration) {
+        renewed(&self.cell, valid_until(sent, ttl));
+    }
+
+    /// Stops renewal; when this returns no renewal of this lease is on the wire.
+    pub async fn stop_renewal(&mut self) {
+        if let Some(registration) = self.registration.take() {
+            registration.cancel().await;
+        }
+    }
+
+    /// Stops renewal without waiting and hands out what a background release needs.
+    pub fn detach(&mut self) -> (String, Option<Registration>) {
+        (std::mem::take(&mut self.token), self.registration.take())
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("fence", &self.fence)
+            .field("state", &*self.cell.borrow())
+            .field("renewed", &self.registration.is_some())
+            .finish()
+    }
+}
+
+/// Why a holder must assume it no longer owns its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The local validity deadline passed without a successful renewal (Redis unreachable,
+    /// paused or slow, renewal capped, or renewal not enabled). Another client may acquire
+    /// the lock from now on.
+    Expired,
+    /// A renewal found the lock gone or held by another token.
+    Taken,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "the lease ran out without a successful renewal",
+            LostReason::Taken => "the lock is gone or held by another owner",
+        })
+    }
+}
+
+/// The live state of a held lease, shared by its guard and the renewer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseState {
     pub valid_until: Instant,
+    pub lost: Option<LostReason>,
+}
+
+/// Writer side of a lease's state: the guard and the renewer update it.
+pub(crate) type LeaseCell = Arc<watch::Sender<LeaseState>>;
+
+pub(crate) fn new_cell(valid_until: Instant) -> LeaseCell {
+    Arc::new(watch::Sender::new(LeaseState {
+        valid_until,
+        lost: None,
+    }))
+}
+
+/// Moves the deadline forward (never backward, never after the lease was declared lost).
+pub(crate) fn renewed(cell: &LeaseCell, valid_until: Instant) {
+    cell.send_if_modified(|state| {
+        if state.lost.is_none() && valid_until > state.valid_until {
+            state.valid_until = valid_until;
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Declares the lease lost (the first reason sticks).
+pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) {
+    cell.send_if_modified(|state| {
+        if state.lost.is_none() {
+            state.lost = Some(reason);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Tells a holder that it may have lost its lock.
+///
+/// Fires when a renewal finds the token gone or replaced ([`LostReason::Taken`]), or when
+/// the local validity deadline passes without a successful renewal
+/// ([`LostReason::Expired`]) — by a local timer, so it fires on time even when Redis does
+/// not answer at all. Cheap to clone; every clone fires.
+#[derive(Debug, Clone)]
+pub struct LostSignal {
+    state: watch::Receiver<LeaseState>,
+}
+
+impl LostSignal {
+    pub(crate) fn new(cell: &LeaseCell) -> LostSignal {
+        LostSignal {
+            state: cell.subscribe(),
+        }
+    }
+
+    /// Resolves when the lock may have been lost, with the reason.
+    pub async fn wait(&mut self) -> LostReason {
+        loop {
+            let state = *self.state.borrow_and_update();
+            if let Some(reason) = state.lost {
+                return reason;
+            }
+            let deadline = tokio::time::Instant::from_std(state.valid_until);
+            tokio::select! {
+                changed = self.state.changed() => {
+                    if changed.is_err() {
+                        // Every writer is gone: no renewal can come any more.
+                        tokio::time::sleep_until(deadline).await;
+                        return LostReason::Expired;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if self.state.borrow().valid_until <= state.valid_until {
+                        return self.state.borrow().lost.unwrap_or(LostReason::Expired);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The reason, if the lock may have been lost by now.
+    pub fn lost(&self) -> Option<LostReason> {
+        let state = *self.state.borrow();
+        state
+            .lost
+            .or((Instant::now() >= state.valid_until).then_some(LostReason::Expired))
+    }
+
+    /// The current local validity deadline.
+    pub fn valid_until(&self) -> Instant {
+        self.state.borrow().valid_until
+    }
 }
 
 #[cfg(test)]

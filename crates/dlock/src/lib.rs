@@ -8,16 +8,17 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use dlock::{Client, MutexOptions, Wait};
+//! use dlock::{Client, LockOptions, Wait};
 //!
 //! # async fn demo() -> dlock::Result<()> {
 //! let client = Client::connect("redis://127.0.0.1:6379").await?;
 //! let mutex = client.mutex_with(
 //!     "nightly-report",
-//!     MutexOptions::default().ttl(Duration::from_secs(30)).wait(Wait::Timeout(Duration::from_secs(10))),
+//!     LockOptions::default().wait(Wait::Timeout(Duration::from_secs(10))),
 //! )?;
 //! match mutex.lock().await {
 //!     Ok(guard) => {
+//!         // The lease is renewed while we work; guard.lost() resolves if it is lost.
 //!         println!("running the report with fencing token {}", guard.fence());
 //!         guard.unlock().await?;
 //!     }
@@ -32,16 +33,22 @@
 
 #![warn(missing_docs)]
 
+pub mod blocking;
 mod client;
 mod error;
 mod keys;
 mod lease;
 pub mod mutex;
+mod options;
+pub mod reentrant;
+mod renew;
 mod wait;
 
 pub use client::{Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 pub use error::{Error, Result};
 pub use keys::MAX_NAME_LEN;
-pub use lease::{drift_allowance, MAX_TTL, MIN_TTL};
-pub use mutex::{Mutex, MutexGuard, MutexOptions, Wait, DEFAULT_TTL};
-pub use wait::Backoff;
+pub use lease::{drift_allowance, LostReason, LostSignal, MAX_TTL, MIN_TTL};
+pub use mutex::{Mutex, MutexGuard};
+pub use options::{LockOptions, Renewal, DEFAULT_TTL};
+pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
+pub use wait::{Backoff, Wait};

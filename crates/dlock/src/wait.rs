@@ -13,6 +13,7 @@
 //! [`Client`]: crate::Client
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -20,6 +21,9 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use rand::Rng;
 use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
 
 /// How long a waiter waits for Redis to confirm its subscription before polling instead.
 const SUBSCRIBE_ACK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -284,4 +288,92 @@ pub(crate) fn next_sleep(
         sleep = sleep.min(deadline.saturating_duration_since(Instant::now()));
     }
     sleep
+}
+
+/// How long a lock call waits for a lock held by someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// Fail at once with [`Error::Busy`].
+    NoWait,
+    /// Wait up to this long, then fail with [`Error::TimedOut`].
+    Timeout(Duration),
+    /// Wait until the lock is acquired.
+    #[default]
+    Forever,
+}
+
+/// What one acquire attempt found.
+pub(crate) enum Attempt<T> {
+    Granted(T),
+    Busy { remaining: Option<Duration> },
+}
+
+/// Repeats `attempt` until it grants, waiting between attempts for a release notification
+/// on `channel` or the holder's expiry, within the `wait` budget.
+///
+/// Transient connection errors are retried within the budget; other errors end the wait.
+pub(crate) async fn acquire_waiting<T, F, Fut>(
+    client: &Client,
+    name: &str,
+    channel: &str,
+    wait: Wait,
+    backoff: Backoff,
+    mut attempt: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    let started = Instant::now();
+    let deadline = match wait {
+        Wait::NoWait => None,
+        Wait::Timeout(timeout) => Some(started + timeout),
+        Wait::Forever => None,
+    };
+    let mut poll = backoff.min;
+    let mut watch: Option<Watch> = None;
+    loop {
+        if let Some(watch) = watch.as_mut() {
+            watch.mark_seen();
+        }
+        let (remaining, failed) = match attempt().await {
+            Ok(Attempt::Granted(value)) => return Ok(value),
+            Ok(Attempt::Busy { remaining }) => (remaining, false),
+            Err(err) if err.is_transient() && wait != Wait::NoWait => {
+                tracing::debug!(lock = %name, error = %err, "acquire attempt failed; retrying");
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(err);
+                }
+                (None, true)
+            }
+            Err(err) => return Err(err),
+        };
+        if wait == Wait::NoWait {
+            return Err(Error::Busy {
+                name: name.to_string(),
+                remaining,
+            });
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::TimedOut {
+                name: name.to_string(),
+                waited: started.elapsed(),
+            });
+        }
+        let Some(active) = watch.as_mut() else {
+            // Subscribe, then re-check at once: a release between the failed attempt and
+            // the subscription would otherwise go unnoticed.
+            watch = Some(client.notifier().watch(channel).await);
+            continue;
+        };
+        let live = active.is_live() && !failed;
+        let sleep = next_sleep(remaining, live, poll, backoff.max, deadline);
+        if !live {
+            poll = (poll * 2).min(backoff.max);
+        }
+        tokio::select! {
+            _ = active.notified() => {}
+            _ = tokio::time::sleep(sleep) => {}
+        }
+    }
 }

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::{Client, Error, MutexOptions, Wait};
+use dlock::{Client, Error, LockOptions, Wait};
 use dlock_testkit::{RedisServer, ServerOptions};
 
-fn opts(ttl_ms: u64, wait: Wait) -> MutexOptions {
-    MutexOptions::default()
+fn opts(ttl_ms: u64, wait: Wait) -> LockOptions {
+    LockOptions::default()
         .ttl(Duration::from_millis(ttl_ms))
         .wait(wait)
 }
@@ -461,11 +461,11 @@ async fn invalid_input_gets_typed_errors() {
     assert!(invalid(client.mutex_with("job", opts(0, Wait::NoWait))));
     assert!(invalid(client.mutex_with(
         "job",
-        MutexOptions::default().ttl(dlock::MAX_TTL * 2)
+        LockOptions::default().ttl(dlock::MAX_TTL * 2)
     )));
     assert!(invalid(client.mutex_with(
         "job",
-        MutexOptions::default().backoff(Duration::from_secs(2), Duration::from_secs(1))
+        LockOptions::default().backoff(Duration::from_secs(2), Duration::from_secs(1))
     )));
     let mutex = client.mutex("job").unwrap();
     assert!(matches!(

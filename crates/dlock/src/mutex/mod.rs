@@ -5,6 +5,7 @@
 //! each other on the same key. The fencing counter lives beside it (same hash slot), never
 //! expires and only grows.
 
+use std::future::Future;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
@@ -13,107 +14,29 @@ use redis::Script;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::lease::{self, Lease};
-use crate::wait::{next_sleep, Backoff};
+use crate::lease::{self, Grant, Held, LostReason, LostSignal};
+use crate::options::LockOptions;
+use crate::renew::OwnerField;
+use crate::wait::{acquire_waiting, Attempt};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
-
-/// Default lease of a lock.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-
-/// How long [`Mutex::lock`] waits for a lock held by someone else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Wait {
-    /// Fail at once with [`Error::Busy`].
-    NoWait,
-    /// Wait up to this long, then fail with [`Error::TimedOut`].
-    Timeout(Duration),
-    /// Wait until the lock is acquired.
-    #[default]
-    Forever,
-}
-
-/// Options of a [`Mutex`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MutexOptions {
-    /// The lease: how long the lock stays held unless extended or released (default 30 s).
-    pub ttl: Duration,
-    /// How long [`Mutex::lock`] waits (default: forever).
-    pub wait: Wait,
-    /// Polling bounds used when release notifications are unavailable.
-    pub backoff: Backoff,
-}
-
-impl Default for MutexOptions {
-    fn default() -> Self {
-        MutexOptions {
-            ttl: DEFAULT_TTL,
-            wait: Wait::Forever,
-            backoff: Backoff::default(),
-        }
-    }
-}
-
-impl MutexOptions {
-    /// Sets the lease.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// Sets the wait policy.
-    pub fn wait(mut self, wait: Wait) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// Sets the polling bounds.
-    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.backoff = Backoff { min, max };
-        self
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        lease::validate_ttl(self.ttl)?;
-        if self.backoff.min.is_zero() || self.backoff.min > self.backoff.max {
-            return Err(Error::InvalidArgument(format!(
-                "backoff bounds {:?}..{:?} are invalid; the minimum must be above zero and at most the maximum",
-                self.backoff.min, self.backoff.max
-            )));
-        }
-        if let Wait::Timeout(timeout) = self.wait {
-            if timeout > lease::MAX_TTL * 365 {
-                return Err(Error::InvalidArgument(format!(
-                    "wait timeout {timeout:?} is absurdly long; use Wait::Forever to wait without limit"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// What one acquire attempt found.
-enum Attempt {
-    Granted(Lease),
-    Busy { remaining: Option<Duration> },
-}
 
 /// A named distributed mutex. Cheap to clone; made by [`Client::mutex`].
 ///
 /// ```no_run
 /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
 /// use std::time::Duration;
-/// use dlock::{MutexOptions, Wait};
+/// use dlock::{LockOptions, Wait};
 ///
 /// let mutex = client.mutex_with(
 ///     "accounts:42:migrate",
-///     MutexOptions::default().ttl(Duration::from_secs(10)).wait(Wait::Timeout(Duration::from_secs(5))),
+///     LockOptions::default().renewed(Duration::from_secs(10)).wait(Wait::Timeout(Duration::from_secs(5))),
 /// )?;
-/// let mut guard = mutex.lock().await?;
-/// // ... work, passing guard.fence() to the storage you write to ...
-/// guard.extend(Duration::from_secs(10)).await?;
+/// let guard = mutex.lock().await?;
+/// // ... work, passing guard.fence() to the storage you write to; the lease is renewed
+/// // meanwhile and guard.lost() resolves if the lock is lost ...
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
@@ -121,11 +44,11 @@ enum Attempt {
 pub struct Mutex {
     client: Client,
     keys: LockKeys,
-    options: MutexOptions,
+    options: LockOptions,
 }
 
 impl Mutex {
-    pub(crate) fn new(client: Client, name: &str, options: MutexOptions) -> Result<Mutex> {
+    pub(crate) fn new(client: Client, name: &str, options: LockOptions) -> Result<Mutex> {
         options.validate()?;
         let keys = LockKeys::new(client.prefix(), name)?;
         Ok(Mutex {
@@ -146,7 +69,7 @@ impl Mutex {
     }
 
     /// The options in force.
-    pub fn options(&self) -> &MutexOptions {
+    pub fn options(&self) -> &LockOptions {
         &self.options
     }
 
@@ -155,7 +78,7 @@ impl Mutex {
     pub async fn try_lock(&self) -> Result<MutexGuard> {
         let token = lease::new_token();
         match self.attempt(&token).await? {
-            Attempt::Granted(lease) => Ok(self.guard(lease)),
+            Attempt::Granted(grant) => Ok(self.guard(grant)),
             Attempt::Busy { remaining } => Err(Error::Busy {
                 name: self.keys.name.clone(),
                 remaining,
@@ -163,64 +86,58 @@ impl Mutex {
         }
     }
 
-    /// Takes the lock, waiting according to the [`Wait`] policy.
+    /// Takes the lock, waiting according to the [`Wait`](crate::Wait) policy.
     ///
     /// Waiting is notified: a release wakes the waiter at once; an abandoned lock is taken
     /// as soon as its lease runs out. Transient connection errors are retried within the
     /// wait budget. Fails with [`Error::TimedOut`] when the budget is used up
-    /// ([`Error::Busy`] for [`Wait::NoWait`]).
+    /// ([`Error::Busy`] for [`Wait::NoWait`](crate::Wait::NoWait)).
     pub async fn lock(&self) -> Result<MutexGuard> {
-        let started = Instant::now();
-        let deadline = match self.options.wait {
-            Wait::NoWait => return self.try_lock().await,
-            Wait::Timeout(timeout) => Some(started + timeout),
-            Wait::Forever => None,
-        };
         // One token for the whole wait: an attempt whose reply was lost but that succeeded
         // is recognised by the next attempt as ours.
         let token = lease::new_token();
-        let backoff = self.options.backoff;
-        let mut poll = backoff.min;
-        let mut watch = None;
-        loop {
-            if let Some(watch) = watch.as_mut() {
-                crate::wait::Watch::mark_seen(watch);
+        let grant = acquire_waiting(
+            &self.client,
+            &self.keys.name,
+            &self.keys.channel(),
+            self.options.wait,
+            self.options.backoff,
+            || self.attempt(&token),
+        )
+        .await?;
+        Ok(self.guard(grant))
+    }
+
+    /// Runs `work` while holding the lock (renewed meanwhile) and returns its value.
+    ///
+    /// `work` receives the fencing token of the grant. If the lock is lost before `work`
+    /// finishes, its future is dropped at its next await point and the result is
+    /// [`Error::Lost`]; otherwise the lock is released and the value returned.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
+    /// let report = client
+    ///     .mutex("nightly-report")?
+    ///     .with_lock(|fence| async move { format!("built under fence {fence}") })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock().await?;
+        let mut lost = guard.lost_signal();
+        tokio::select! {
+            value = work(guard.fence()) => {
+                guard.unlock().await?;
+                Ok(value)
             }
-            let remaining = match self.attempt(&token).await {
-                Ok(Attempt::Granted(lease)) => return Ok(self.guard(lease)),
-                Ok(Attempt::Busy { remaining }) => remaining,
-                Err(err) if err.is_transient() => {
-                    tracing::debug!(lock = %self.keys.name, error = %err, "acquire attempt failed; retrying");
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(err);
-                    }
-                    Some(Duration::ZERO)
-                }
-                Err(err) => return Err(err),
-            };
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Error::TimedOut {
-                    name: self.keys.name.clone(),
-                    waited: started.elapsed(),
-                });
-            }
-            let Some(active) = watch.as_mut() else {
-                // Subscribe, then re-check at once: a release between the failed attempt
-                // and the subscription would otherwise go unnoticed.
-                watch = Some(self.client.notifier().watch(&self.keys.channel()).await);
-                continue;
-            };
-            let live = active.is_live();
-            let sleep = match remaining {
-                Some(Duration::ZERO) => crate::wait::jitter(poll),
-                _ => next_sleep(remaining, live, poll, backoff.max, deadline),
-            };
-            if !live || remaining == Some(Duration::ZERO) {
-                poll = (poll * 2).min(backoff.max);
-            }
-            tokio::select! {
-                _ = active.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
+            reason = lost.wait() => {
+                tracing::warn!(lock = %self.keys.name, %reason, "lock lost; work cancelled");
+                drop(guard);
+                Err(Error::Lost { name: self.keys.name.clone() })
             }
         }
     }
@@ -272,7 +189,7 @@ impl Mutex {
         Ok(value.unwrap_or(0))
     }
 
-    async fn attempt(&self, token: &str) -> Result<Attempt> {
+    async fn attempt(&self, token: &str) -> Result<Attempt<Grant>> {
         let sent = Instant::now();
         let reply: Result<Vec<i64>> = ACQUIRE
             .key(&self.keys.key)
@@ -288,16 +205,16 @@ impl Mutex {
                 if err.is_transient() {
                     // The grant may have happened with the reply lost: give it back so it
                     // does not block others for a whole lease.
-                    self.release_in_background(token.to_string());
+                    self.release_in_background(token.to_string(), None);
                 }
                 return Err(err);
             }
         };
         match reply.as_slice() {
-            [1, fence] => Ok(Attempt::Granted(Lease {
+            [1, fence] => Ok(Attempt::Granted(Grant {
                 token: token.to_string(),
                 fence: *fence as u64,
-                valid_until: lease::valid_until(sent, self.options.ttl),
+                sent,
             })),
             [0, pttl] => Ok(Attempt::Busy {
                 remaining: (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64)),
@@ -308,10 +225,18 @@ impl Mutex {
         }
     }
 
-    fn guard(&self, lease: Lease) -> MutexGuard {
+    fn guard(&self, grant: Grant) -> MutexGuard {
+        let held = Held::start(
+            &self.client,
+            grant,
+            &self.keys.key,
+            OwnerField::StringValue,
+            self.options.ttl,
+            self.options.renewal,
+        );
         MutexGuard {
             mutex: self.clone(),
-            lease,
+            held,
             released: false,
         }
     }
@@ -346,12 +271,16 @@ impl Mutex {
         }
     }
 
-    /// Releases `token` on the client's runtime without waiting (used on drop).
-    fn release_in_background(&self, token: String) {
+    /// Releases `token` on the client's runtime without waiting (used on drop). Renewal,
+    /// if any, is stopped first.
+    fn release_in_background(&self, token: String, renewal: Option<crate::renew::Registration>) {
         let mutex = self.clone();
         // Handle::spawn never panics: after runtime shutdown the task is simply dropped and
         // the lease frees the lock.
         self.client.inner.runtime.spawn(async move {
+            if let Some(renewal) = renewal {
+                renewal.cancel().await;
+            }
             if let Err(err) = mutex.release_token(&token).await {
                 tracing::debug!(lock = %mutex.keys.name, error = %err, "background release failed; the lease will expire");
             }
@@ -372,7 +301,7 @@ fn unexpected_reply(reply: &str) -> Error {
 #[derive(Debug)]
 pub struct MutexGuard {
     mutex: Mutex,
-    lease: Lease,
+    held: Held,
     released: bool,
 }
 
@@ -384,62 +313,72 @@ impl MutexGuard {
 
     /// The random token that identifies this holder in Redis.
     pub fn token(&self) -> &str {
-        &self.lease.token
+        &self.held.token
     }
 
     /// The fencing token of this grant: larger than that of every earlier grant of the same
     /// lock. Pass it to storage that rejects writes with a smaller one than it has seen.
     pub fn fence(&self) -> u64 {
-        self.lease.fence
+        self.held.fence
     }
 
     /// Until when this holder may assume it owns the lock, by the local monotonic clock:
-    /// the request's send time plus the lease minus [`drift_allowance`](crate::drift_allowance).
+    /// the send time of the last successful grant, extension or renewal, plus the lease,
+    /// minus [`drift_allowance`](crate::drift_allowance).
     pub fn valid_until(&self) -> Instant {
-        self.lease.valid_until
+        self.held.valid_until()
     }
 
     /// How much of the validity is left (zero once it passed).
     pub fn remaining(&self) -> Duration {
-        self.lease
-            .valid_until
-            .saturating_duration_since(Instant::now())
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// A signal that fires when this holder may have lost the lock. See [`LostSignal`].
+    pub fn lost_signal(&self) -> LostSignal {
+        self.held.lost_signal()
+    }
+
+    /// Resolves when this holder may have lost the lock, with the reason.
+    pub async fn lost(&self) -> LostReason {
+        self.held.lost_signal().wait().await
     }
 
     /// Resets the lease to `ttl` from now, if this holder still owns the lock.
     /// Fails with [`Error::Lost`] when it does not.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         let sent = Instant::now();
-        self.mutex.extend_token(&self.lease.token, ttl).await?;
-        self.lease.valid_until = lease::valid_until(sent, ttl);
+        self.mutex.extend_token(&self.held.token, ttl).await?;
+        self.held.extended(sent, ttl);
         Ok(())
     }
 
     /// Asks Redis whether this holder's token still holds the lock.
     pub async fn is_held(&self) -> Result<bool> {
-        Ok(self.mutex.holder().await?.as_deref() == Some(self.lease.token.as_str()))
+        Ok(self.mutex.holder().await?.as_deref() == Some(self.held.token.as_str()))
     }
 
-    /// Releases the lock. Fails with [`Error::Lost`] when the lease had already expired or
-    /// another owner holds the lock now (which is left untouched).
+    /// Stops renewal, then releases the lock. Fails with [`Error::Lost`] when the lease had
+    /// already expired or another owner holds the lock now (which is left untouched).
     pub async fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.mutex.release_token(&self.lease.token).await
+        self.held.stop_renewal().await;
+        self.mutex.release_token(&self.held.token).await
     }
 
-    /// Gives up the guard without releasing: the lock stays held until its lease ends or
-    /// someone releases it with the returned token.
+    /// Gives up the guard without releasing: renewal stops and the lock stays held until
+    /// its lease ends or someone releases it with the returned token.
     pub fn into_token(mut self) -> String {
         self.released = true;
-        std::mem::take(&mut self.lease.token)
+        self.held.detach().0
     }
 }
 
 impl Drop for MutexGuard {
     fn drop(&mut self) {
         if !self.released {
-            self.mutex
-                .release_in_background(std::mem::take(&mut self.lease.token));
+            let (token, renewal) = self.held.detach();
+            self.mutex.release_in_background(token, renewal);
         }
     }
 }

@@ -1,0 +1,118 @@
+//! Options shared by the lock primitives.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::lease;
+pub use crate::wait::{Backoff, Wait};
+
+/// Default lease of a lock (renewed automatically unless a fixed lease is chosen).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// Whether a held lock's lease is renewed for the holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease is not renewed: it ends after its TTL unless the holder extends it.
+    Manual,
+    /// The client's watchdog renews the lease every third of its TTL until unlock, drop
+    /// or loss. With `max_hold`, renewal stops after that long in total and the lease then
+    /// runs out (the lost signal fires).
+    Auto {
+        /// Cap on the total hold time.
+        max_hold: Option<Duration>,
+    },
+}
+
+/// Options of a lock: lease, renewal, wait policy, polling bounds.
+///
+/// The default holds a 30 s lease renewed automatically and waits forever.
+/// [`LockOptions::ttl`] chooses a *fixed* lease instead (no renewal), like Redisson's
+/// `leaseTime`; [`LockOptions::renewed`] chooses the lease of an auto-renewed lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    /// The lease: how long the lock stays held without renewal.
+    pub ttl: Duration,
+    /// Whether the lease is renewed automatically.
+    pub renewal: Renewal,
+    /// How long a lock call waits.
+    pub wait: Wait,
+    /// Polling bounds used when release notifications are unavailable.
+    pub backoff: Backoff,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: DEFAULT_TTL,
+            renewal: Renewal::Auto { max_hold: None },
+            wait: Wait::Forever,
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+impl LockOptions {
+    /// A fixed lease of `ttl`, not renewed: the lock frees after `ttl` unless extended.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self.renewal = Renewal::Manual;
+        self
+    }
+
+    /// A lease of `ttl`, renewed every `ttl / 3` by the client until unlock.
+    pub fn renewed(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        if self.renewal == Renewal::Manual {
+            self.renewal = Renewal::Auto { max_hold: None };
+        }
+        self
+    }
+
+    /// Renew automatically, but hold for at most `max_hold` in total.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.renewal = Renewal::Auto {
+            max_hold: Some(max_hold),
+        };
+        self
+    }
+
+    /// Sets the wait policy.
+    pub fn wait(mut self, wait: Wait) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets the polling bounds.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff = Backoff { min, max };
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        lease::validate_ttl(self.ttl)?;
+        if self.backoff.min.is_zero() || self.backoff.min > self.backoff.max {
+            return Err(Error::InvalidArgument(format!(
+                "backoff bounds {:?}..{:?} are invalid; the minimum must be above zero and at most the maximum",
+                self.backoff.min, self.backoff.max
+            )));
+        }
+        if let Renewal::Auto {
+            max_hold: Some(cap),
+        } = self.renewal
+        {
+            if cap.is_zero() {
+                return Err(Error::InvalidArgument(
+                    "max_hold must be greater than zero".into(),
+                ));
+            }
+        }
+        if let Wait::Timeout(timeout) = self.wait {
+            if timeout > lease::MAX_TTL * 365 {
+                return Err(Error::InvalidArgument(format!(
+                    "wait timeout {timeout:?} is absurdly long; use Wait::Forever to wait without limit"
+                )));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! The watchdog: one renewal scheduler per [`Client`](crate::Client), batching every held
+//! auto-renewed lease into few script calls.
+//!
+//! A lease is due for renewal a third of its TTL after its last successful renewal. When
+//! the scheduler wakes for the earliest due lease it also renews every lease due within the
+//! next sixth of its TTL, so leases drift into a few groups and one round costs a handful of
+//! calls (at most [`BATCH`] leases per call), not one per lock. Failed renewals are retried
+//! until the lease's local deadline; the lost signal fires by its own timer.
+//!
+//! Unregistering removes the lease and then waits for any round already in flight, so no
+//! renewal is ever sent after [`Registration::cancel`] returns — unlock calls it before
+//! releasing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use redis::Script;
+use tokio::sync::mpsc;
+
+use crate::lease::{self, LeaseCell, LostReason};
+
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
+
+/// Most leases renewed by one script call (keeps each call short on the server).
+pub const BATCH: usize = 200;
+
+/// How an owner is recorded at the lock key (see renew.lua).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OwnerField {
+    /// The key is a string holding the token.
+    StringValue,
+    /// The key is a hash whose `owner` field holds the token.
+    HashOwner,
+}
+
+impl OwnerField {
+    fn code(self) -> &'static str {
+        match self {
+            OwnerField::StringValue => "s",
+            OwnerField::HashOwner => "h",
+        }
+    }
+}
+
+/// What the scheduler needs to renew one lease.
+pub(crate) struct RenewalSpec {
+    pub key: String,
+    pub owner: OwnerField,
+    pub token: String,
+    pub ttl: Duration,
+    /// Stop renewing after this instant (a cap on the total hold time).
+    pub hold_until: Option<Instant>,
+    pub cell: LeaseCell,
+}
+
+struct Entry {
+    spec: RenewalSpec,
+    next_due: Instant,
+    /// The last attempt failed: renew exactly at `next_due`, not earlier with the group.
+    retrying: bool,
+}
+
+struct Shared {
+    entries: StdMutex<HashMap<u64, Entry>>,
+    /// Held while a round is on the wire; `cancel` takes it to wait out such a round.
+    in_flight: tokio::sync::Mutex<()>,
+    next_id: AtomicU64,
+}
+
+/// The renewal scheduler of one client.
+pub(crate) struct Renewer {
+    shared: Arc<Shared>,
+    wake: mpsc::UnboundedSender<()>,
+}
+
+impl Renewer {
+    pub(crate) fn start(conn: ConnectionManager, runtime: &tokio::runtime::Handle) -> Renewer {
+        let shared = Arc::new(Shared {
+            entries: StdMutex::new(HashMap::new()),
+            in_flight: tokio::sync::Mutex::new(()),
+            next_id: AtomicU64::new(1),
+        });
+        let (wake, wakeups) = mpsc::unbounded_channel();
+        runtime.spawn(run(conn, shared.clone(), wakeups));
+        Renewer { shared, wake }
+    }
+
+    /// Starts renewing a lease that was just granted or renewed at `renewed_at`.
+    pub(crate) fn register(&self, spec: RenewalSpec, renewed_at: Instant) -> Registration {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let next_due = renewed_at + spec.ttl / 3;
+        self.shared.entries.lock().unwrap().insert(
+            id,
+            Entry {
+                spec,
+                next_due,
+                retrying: false,
+            },
+        );
+        let _ = self.wake.send(());
+        Registration {
+            id,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// One lease's place in the scheduler. Dropping it stops renewal (without waiting).
+pub(crate) struct Registration {
+    id: u64,
+    shared: Arc<Shared>,
+}
+
+impl Registration {
+    /// Stops renewal and waits until no renewal of this lease can be on the wire.
+    pub(crate) async fn cancel(self) {
+        self.shared.entries.lock().unwrap().remove(&self.id);
+        drop(self.shared.in_flight.lock().await);
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.shared.entries.lock().unwrap().remove(&self.id);
+    }
+}
+
+async fn run(
+    conn: ConnectionManager,
+    shared: Arc<Shared>,
+    mut wakeups: mpsc::UnboundedReceiver<()>,
+) {
+    loop {
+        let next_wake = {
+            let entries = shared.entries.lock().unwrap();
+            entries.values().map(|e| e.next_due).min()
+        };
+        let sleep = async {
+            match next_wake {
+                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            woken = wakeups.recv() => {
+                if woken.is_none() {
+                    return; // the client is gone
+                }
+                continue; // a new lease may be due earlier
+            }
+            _ = sleep => {}
+        }
+        round(&conn, &shared).await;
+    }
+}
+
+/// Renews every lease that is due now or within the next sixth of its TTL.
+async fn round(conn: &ConnectionManager, shared: &Shared) {
+    let in_flight = shared.in_flight.lock().await;
+    let now = Instant::now();
+    let due: Vec<(u64, String, OwnerField, String, Duration)> = {
+        let mut entries = shared.entries.lock().unwrap();
+        entries.retain(|_, entry| {
+            let state = *entry.spec.cell.borrow();
+            if state.lost.is_some() || now >= state.valid_until {
+                lease::declare_lost(&entry.spec.cell, LostReason::Expired);
+                return false;
+            }
+            // A capped lease is left to run out; its lost signal fires at the deadline.
+            !entry.spec.hold_until.is_some_and(|cap| now >= cap)
+        });
+        entries
+            .iter()
+            .filter(|(_, e)| {
+                let early = if e.retrying {
+                    Duration::ZERO
+                } else {
+                    e.spec.ttl / 6
+                };
+                e.next_due <= now + early
+            })
+            .map(|(id, e)| {
+                (
+                    *id,
+                    e.spec.key.clone(),
+                    e.spec.owner,
+                    e.spec.token.clone(),
+                    e.spec.ttl,
+                )
+            })
+            .collect()
+    };
+    for chunk in due.chunks(BATCH) {
+        let mut invocation = RENEW.prepare_invoke();
+        for (_, key, owner, token, ttl) in chunk {
+            invocation
+                .key(key)
+                .arg(owner.code())
+                .arg(token)
+                .arg(ttl.as_millis() as u64);
+        }
+        let sent = Instant::now();
+        let reply: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn.clone()).await;
+        let mut entries = shared.entries.lock().unwrap();
+        for (index, (id, _, _, _, ttl)) in chunk.iter().enumerate() {
+            let Some(entry) = entries.get_mut(id) else {
+                continue; // unregistered meanwhile
+            };
+            match reply.as_ref().map(|r| r.get(index).copied()) {
+                Ok(Some(1)) => {
+                    lease::renewed(&entry.spec.cell, lease::valid_until(sent, *ttl));
+                    entry.next_due = sent + *ttl / 3;
+                    entry.retrying = false;
+                }
+                Ok(_) => {
+                    lease::declare_lost(&entry.spec.cell, LostReason::Taken);
+                    entries.remove(id);
+                }
+                Err(err) => {
+                    tracing::debug!(key = %entry.spec.key, error = %err, "renewal failed; retrying");
+                    // Retry soon, but not in a tight loop.
+                    entry.next_due = Instant::now()
+                        + (*ttl / 10).clamp(Duration::from_millis(5), Duration::from_millis(250));
+                    entry.retrying = true;
+                }
+            }
+        }
+    }
+    drop(in_flight);
+}
