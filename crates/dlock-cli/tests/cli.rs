@@ -157,19 +157,129 @@ fn run_forwards_sigterm_to_the_child() {
 }
 
 #[test]
-fn run_keeps_extending_a_short_lease_while_the_child_runs() {
+fn run_keeps_a_short_lease_for_the_whole_command() {
     let server = RedisServer::start();
     let mut child = dlock(&server)
-        .args(["run", "job", "--ttl", "300ms", "--", "sleep", "1.5"])
+        .args(["run", "job", "--ttl", "1s", "--", "sleep", "3"])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1_000));
-    assert_eq!(
-        code(dlock(&server).args(["acquire", "job", "--no-wait"])),
-        75,
-        "still held after three leases"
-    );
+    for checkpoint in [1_500, 2_500] {
+        std::thread::sleep(Duration::from_millis(if checkpoint == 1_500 {
+            1_500
+        } else {
+            1_000
+        }));
+        assert_eq!(
+            code(dlock(&server).args(["acquire", "job", "--no-wait"])),
+            75,
+            "still held at {checkpoint} ms, past the 1 s lease"
+        );
+    }
     assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// Waits for a pid file written by a child command and returns the pid.
+fn wait_for_pid(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// True while `pid` exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+fn wait_until_dead(pid: i32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while alive(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn a_lost_lock_stops_the_command_and_exits_70() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    // The command ignores SIGTERM, so only the SIGKILL after --kill-after ends it.
+    let script = format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pid_file.display()
+    );
+    let child = dlock(&server)
+        .args([
+            "run",
+            "job",
+            "--ttl",
+            "600ms",
+            "--kill-after",
+            "300ms",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid(&pid_file);
+    assert!(alive(pid));
+    let _: () = server.cmd(&["SET", "job", "someone-else", "PX", "60000"]);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(70));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lost the lock"));
+    assert!(
+        wait_until_dead(pid, Duration::from_secs(2)),
+        "the command kept running without the lock"
+    );
+    let value: String = server.cmd(&["GET", "job"]);
+    assert_eq!(value, "someone-else", "the new holder was left alone");
+}
+
+#[test]
+fn killing_dlock_kills_the_command_and_the_lock_frees_within_its_lease() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let mut child = dlock(&server)
+        .args(["run", "job", "--ttl", "1s", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid(&pid_file);
+    assert!(alive(pid), "control: the command runs while dlock does");
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    assert!(
+        wait_until_dead(pid, Duration::from_secs(2)),
+        "the command outlived dlock"
+    );
+    // Freed by the lease (1 s), not by a release.
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--wait", "3s"])),
+        0
+    );
 }
 
 #[test]

@@ -47,12 +47,19 @@ async fn no_renewal_is_sent_after_unlock() {
     let guard = mutex.try_lock().await.unwrap();
     let before = script_calls(&server);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(script_calls(&server) >= before + 2, "renewals are visible while held");
+    assert!(
+        script_calls(&server) >= before + 2,
+        "renewals are visible while held"
+    );
 
     guard.unlock().await.unwrap();
     let after_unlock = script_calls(&server);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(script_calls(&server), after_unlock, "nothing sent after unlock");
+    assert_eq!(
+        script_calls(&server),
+        after_unlock,
+        "nothing sent after unlock"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,14 +75,23 @@ async fn unlock_racing_a_renewal_tick_still_ends_renewal() {
     }
     let settled = script_calls(&server);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(script_calls(&server), settled, "a renewal outlived its unlock");
+    assert_eq!(
+        script_calls(&server),
+        settled,
+        "a renewal outlived its unlock"
+    );
 }
 
 #[tokio::test]
 async fn lost_fires_when_the_key_is_deleted() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let guard = client.mutex_with("job", renewed(600)).unwrap().try_lock().await.unwrap();
+    let guard = client
+        .mutex_with("job", renewed(600))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
     let _: i64 = server.cmd(&["DEL", "job"]);
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
     assert_eq!(reason.expect("lost fired"), LostReason::Taken);
@@ -86,13 +102,21 @@ async fn lost_fires_when_the_key_is_deleted() {
 async fn lost_fires_when_the_key_is_overwritten_and_the_new_holder_is_left_alone() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let guard = client.mutex_with("job", renewed(600)).unwrap().try_lock().await.unwrap();
+    let guard = client
+        .mutex_with("job", renewed(600))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
     let _: () = server.cmd(&["SET", "job", "someone-else", "PX", "60000"]);
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
     assert_eq!(reason.expect("lost fired"), LostReason::Taken);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pttl: i64 = server.cmd(&["PTTL", "job"]);
-    assert!(pttl > 55_000, "the new holder's lease was not renewed by us");
+    assert!(
+        pttl > 55_000,
+        "the new holder's lease was not renewed by us"
+    );
     let value: String = server.cmd(&["GET", "job"]);
     assert_eq!(value, "someone-else");
 }
@@ -118,12 +142,18 @@ async fn lost_fires_by_the_local_deadline_when_redis_is_paused() {
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
     let fired_at = Instant::now();
     server.resume();
-    assert_eq!(reason.expect("lost fired while Redis was frozen"), LostReason::Expired);
+    assert_eq!(
+        reason.expect("lost fired while Redis was frozen"),
+        LostReason::Expired
+    );
     // The last successful renewal was sent before the pause, so the server-side lease ends
     // no earlier than paused_at - (time since that renewal) + ttl; the local deadline must
     // not be later than paused_at + ttl, and the signal must not fire before it.
     let deadline = guard.valid_until();
-    assert!(deadline <= paused_at + ttl, "validity reached past what Redis granted");
+    assert!(
+        deadline <= paused_at + ttl,
+        "validity reached past what Redis granted"
+    );
     assert!(fired_at >= deadline, "fired before the deadline");
 }
 
@@ -164,7 +194,12 @@ async fn with_lock_cancels_the_work_when_the_lock_is_lost() {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let client = redis::Client::open(url).unwrap();
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            let _: () = redis::cmd("SET").arg("job").arg("thief").query_async(&mut conn).await.unwrap();
+            let _: () = redis::cmd("SET")
+                .arg("job")
+                .arg("thief")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
         })
     };
     let result = mutex
@@ -176,7 +211,10 @@ async fn with_lock_cancels_the_work_when_the_lock_is_lost() {
         .await;
     thief.await.unwrap();
     assert!(matches!(result, Err(Error::Lost { .. })), "{result:?}");
-    assert!(dropped.load(Ordering::SeqCst), "the work's future was dropped");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the work's future was dropped"
+    );
     assert!(!finished.load(Ordering::SeqCst));
     let value: String = server.cmd(&["GET", "job"]);
     assert_eq!(value, "thief", "the thief's lock was not touched");
@@ -187,11 +225,21 @@ async fn max_hold_caps_renewal() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let options = renewed(300).max_hold(Duration::from_millis(600));
-    let guard = client.mutex_with("job", options).unwrap().try_lock().await.unwrap();
+    let guard = client
+        .mutex_with("job", options)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
     let started = Instant::now();
-    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .unwrap();
     assert_eq!(reason, LostReason::Expired);
-    assert!(started.elapsed() >= Duration::from_millis(500), "renewed until the cap");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "renewed until the cap"
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
     let held: Option<String> = server.cmd(&["GET", "job"]);
     assert_eq!(held, None, "the lease ran out after the cap");
@@ -216,7 +264,10 @@ async fn a_thousand_held_locks_are_renewed_in_a_few_calls_per_round() {
     let calls = script_calls(&server);
     println!("{LOCKS} held locks: {calls} renewal calls in 3 rounds");
     assert!(calls >= 3, "renewal ran ({calls} calls)");
-    assert!(calls <= 60, "{calls} calls for 3 rounds of {LOCKS} locks is not batched");
+    assert!(
+        calls <= 60,
+        "{calls} calls for 3 rounds of {LOCKS} locks is not batched"
+    );
     for guard in &guards {
         assert_eq!(guard.lost_signal().lost(), None);
     }

@@ -1,0 +1,86 @@
+//! The blocking API: threads instead of tasks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock::blocking::Client;
+use dlock::{Error, LockOptions, Owner, Wait};
+use dlock_testkit::RedisServer;
+
+fn run_threads(server: &RedisServer, locked: bool) -> u64 {
+    let client = Client::connect(&server.url()).unwrap();
+    let counter = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let mutex = client.mutex("counter").unwrap();
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let guard = locked.then(|| mutex.lock().unwrap());
+                    // A non-atomic read-modify-write with a pause in the middle.
+                    let value = counter.load(Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(1));
+                    counter.store(value + 1, Ordering::SeqCst);
+                    drop(guard); // releases synchronously
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    counter.load(Ordering::SeqCst)
+}
+
+#[test]
+fn threads_are_mutually_excluded() {
+    let server = RedisServer::start();
+    assert_eq!(run_threads(&server, true), 80);
+}
+
+#[test]
+fn negative_control_unlocked_threads_lose_updates() {
+    let server = RedisServer::start();
+    assert!(run_threads(&server, false) < 80);
+}
+
+#[test]
+fn timeouts_busy_and_release_on_drop() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).unwrap();
+    let holder = client.mutex("job").unwrap().lock().unwrap();
+    let waiter = client
+        .mutex_with(
+            "job",
+            LockOptions::default().wait(Wait::Timeout(Duration::from_millis(300))),
+        )
+        .unwrap();
+    assert!(matches!(waiter.lock(), Err(Error::TimedOut { .. })));
+    assert!(matches!(waiter.try_lock(), Err(Error::Busy { .. })));
+    assert!(holder.is_held().unwrap());
+    assert_eq!(holder.lost(), None);
+    drop(holder);
+    let held: Option<String> = server.cmd(&["GET", "job"]);
+    assert_eq!(held, None, "drop released before returning");
+    let value = waiter.with_lock(|guard| guard.fence()).unwrap();
+    assert_eq!(value, 2);
+}
+
+#[test]
+fn blocking_reentrant_mutex() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).unwrap();
+    let mutex = client.reentrant_mutex("ledger").unwrap();
+    let owner = Owner::new();
+    let outer = mutex.lock(&owner).unwrap();
+    let inner = mutex.lock(&owner).unwrap();
+    assert_eq!(inner.holds_at_grant(), 2);
+    assert_eq!(inner.unlock().unwrap(), 1);
+    assert!(matches!(
+        mutex.try_lock(&Owner::new()),
+        Err(Error::Busy { .. })
+    ));
+    drop(outer);
+    assert_eq!(mutex.hold_count(&owner).unwrap(), 0);
+}

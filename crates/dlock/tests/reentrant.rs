@@ -1,0 +1,176 @@
+//! The reentrant mutex against a real redis-server.
+
+use std::time::Duration;
+
+use dlock::{Client, Error, LockOptions, LostReason, Owner, Wait};
+use dlock_testkit::RedisServer;
+
+fn options() -> LockOptions {
+    LockOptions::default()
+        .renewed(Duration::from_secs(5))
+        .wait(Wait::NoWait)
+}
+
+#[tokio::test]
+async fn the_same_owner_reenters_and_the_lock_frees_at_zero() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.reentrant_mutex_with("ledger", options()).unwrap();
+    let owner = Owner::new();
+    let first = mutex.try_lock(&owner).await.unwrap();
+    let second = mutex.try_lock(&owner).await.unwrap();
+    let third = mutex.lock(&owner).await.unwrap();
+    assert_eq!(
+        (
+            first.holds_at_grant(),
+            second.holds_at_grant(),
+            third.holds_at_grant()
+        ),
+        (1, 2, 3)
+    );
+    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 3);
+    assert_eq!(third.unlock().await.unwrap(), 2);
+    assert_eq!(second.unlock().await.unwrap(), 1);
+    let exists: i64 = server.cmd(&["EXISTS", "ledger"]);
+    assert_eq!(exists, 1, "still held with one hold left");
+    assert_eq!(first.unlock().await.unwrap(), 0);
+    let exists: i64 = server.cmd(&["EXISTS", "ledger"]);
+    assert_eq!(exists, 0, "released at zero");
+}
+
+#[tokio::test]
+async fn other_owners_are_excluded_and_wrong_owner_releases_refused() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.reentrant_mutex_with("ledger", options()).unwrap();
+    let (alice, bob) = (Owner::new(), Owner::new());
+    let held = mutex.try_lock(&alice).await.unwrap();
+    assert!(matches!(
+        mutex.try_lock(&bob).await,
+        Err(Error::Busy { .. })
+    ));
+    assert!(matches!(
+        mutex.release_as(&bob).await,
+        Err(Error::Lost { .. })
+    ));
+    assert_eq!(
+        mutex.hold_count(&alice).await.unwrap(),
+        1,
+        "intact after bob's refusal"
+    );
+    assert_eq!(mutex.hold_count(&bob).await.unwrap(), 0);
+
+    // Bob waits; Alice's release wakes him.
+    let waiting = {
+        let mutex = client
+            .reentrant_mutex_with(
+                "ledger",
+                options().wait(Wait::Timeout(Duration::from_secs(10))),
+            )
+            .unwrap();
+        let bob = bob.clone();
+        tokio::spawn(async move { mutex.lock(&bob).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fence = held.fence();
+    held.unlock().await.unwrap();
+    let bobs = waiting.await.unwrap().unwrap();
+    assert_eq!(bobs.fence(), fence + 1);
+    bobs.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_is_drawn_once_per_outermost_grant() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.reentrant_mutex_with("ledger", options()).unwrap();
+    let owner = Owner::new();
+    let outer = mutex.try_lock(&owner).await.unwrap();
+    let inner = mutex.try_lock(&owner).await.unwrap();
+    assert_eq!(inner.fence(), outer.fence());
+    let first_fence = outer.fence();
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    let again = mutex.try_lock(&owner).await.unwrap();
+    assert_eq!(again.fence(), first_fence + 1);
+    let counter: u64 = server.cmd(&["GET", "{ledger}:fence"]);
+    assert_eq!(counter, again.fence());
+}
+
+#[tokio::test]
+async fn a_resent_acquire_request_counts_once() {
+    let server = RedisServer::start();
+    let conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let acquire = redis::Script::new(include_str!("../src/reentrant/acquire.lua"));
+    let call = |request: &'static str| {
+        let mut invocation = acquire.prepare_invoke();
+        invocation
+            .key("ledger")
+            .key("{ledger}:fence")
+            .arg("owner-a")
+            .arg(10_000)
+            .arg(request);
+        let mut conn = conn.clone();
+        async move {
+            invocation
+                .invoke_async::<Vec<i64>>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(call("req-1").await, vec![1, 1, 1]);
+    assert_eq!(
+        call("req-1").await,
+        vec![1, 1, 1],
+        "the resend is not a second hold"
+    );
+    assert_eq!(
+        call("req-2").await,
+        vec![1, 1, 2],
+        "a new request re-enters"
+    );
+}
+
+#[tokio::test]
+async fn renewal_and_lost_signal_work_for_reentrant_holds() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .reentrant_mutex_with("ledger", options().renewed(Duration::from_millis(300)))
+        .unwrap();
+    let owner = Owner::new();
+    let guard = mutex.try_lock(&owner).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        mutex.hold_count(&owner).await.unwrap(),
+        1,
+        "renewed past three leases"
+    );
+    let _: i64 = server.cmd(&["DEL", "ledger"]);
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, LostReason::Taken);
+}
+
+#[tokio::test]
+async fn foreign_values_at_the_key_are_wrong_type() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let owner = Owner::new();
+    let _: () = server.cmd(&["SET", "plain", "value"]);
+    let _: i64 = server.cmd(&["HSET", "foreign", "field", "value"]);
+    for name in ["plain", "foreign"] {
+        let mutex = client.reentrant_mutex_with(name, options()).unwrap();
+        assert!(
+            matches!(mutex.try_lock(&owner).await, Err(Error::WrongType { .. })),
+            "{name}"
+        );
+    }
+    let fields: Vec<String> = server.cmd(&["HKEYS", "foreign"]);
+    assert_eq!(fields, vec!["field"], "the foreign hash was not written to");
+}
