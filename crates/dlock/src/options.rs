@@ -38,7 +38,14 @@ pub struct LockOptions {
     pub wait: Wait,
     /// Polling bounds used when release notifications are unavailable.
     pub backoff: Backoff,
+    /// For queued primitives (fair mutex, semaphore, writers of a read-write lock): the
+    /// lease on a waiter's place in the queue. A crashed waiter blocks the queue at most
+    /// this long; a live one refreshes it every third.
+    pub waiter_lease: Duration,
 }
+
+/// Default lease on a waiter's place in a queue.
+pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(10);
 
 impl Default for LockOptions {
     fn default() -> Self {
@@ -47,6 +54,7 @@ impl Default for LockOptions {
             renewal: Renewal::Auto { max_hold: None },
             wait: Wait::Forever,
             backoff: Backoff::default(),
+            waiter_lease: DEFAULT_WAITER_LEASE,
         }
     }
 }
@@ -82,6 +90,12 @@ impl LockOptions {
         self
     }
 
+    /// Sets the lease on a waiter's place in a queue (queued primitives only).
+    pub fn waiter_lease(mut self, lease: Duration) -> Self {
+        self.waiter_lease = lease;
+        self
+    }
+
     /// Sets the polling bounds.
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff = Backoff { min, max };
@@ -90,6 +104,7 @@ impl LockOptions {
 
     pub(crate) fn validate(&self) -> Result<()> {
         lease::validate_ttl(self.ttl)?;
+        lease::validate_ttl(self.waiter_lease)?;
         if self.backoff.min.is_zero() || self.backoff.min > self.backoff.max {
             return Err(Error::InvalidArgument(format!(
                 "backoff bounds {:?}..{:?} are invalid; the minimum must be above zero and at most the maximum",

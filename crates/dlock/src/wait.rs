@@ -263,25 +263,26 @@ fn expiry_slack() -> Duration {
 
 /// How long a waiter should sleep before its next attempt.
 ///
-/// * `holder_remaining`: the holder's remaining lease from the last attempt (`None` when
-///   the key has no expiry);
-/// * `live`: whether release notifications are being delivered;
+/// * `holder_remaining`: the blocking lease's remaining time from the last attempt (`None`
+///   when unknown: a key without expiry, or a queued waiter that will be woken);
+/// * `live`: whether notifications are being delivered;
 /// * `poll`: the current polling interval, used when not live;
+/// * `idle_recheck`: the longest sleep when live (a queued waiter must also refresh its
+///   place in the queue);
 /// * `deadline`: the end of the wait budget.
 pub(crate) fn next_sleep(
     holder_remaining: Option<Duration>,
     live: bool,
     poll: Duration,
-    max_poll: Duration,
+    idle_recheck: Duration,
     deadline: Option<Instant>,
 ) -> Duration {
-    // Notifications cover releases; the holder's lease covers abandonment. Without
-    // notifications we also poll. A key without expiry can only end by release, so with
-    // notifications we still re-check at the slowest poll rate in case one is missed.
+    // Notifications cover releases; the lease covers abandonment. Without notifications we
+    // also poll.
     let mut sleep = match (holder_remaining, live) {
-        (Some(remaining), true) => remaining + expiry_slack(),
+        (Some(remaining), true) => (remaining + expiry_slack()).min(idle_recheck),
         (Some(remaining), false) => jitter(poll).min(remaining + expiry_slack()),
-        (None, true) => max_poll,
+        (None, true) => idle_recheck,
         (None, false) => jitter(poll),
     };
     if let Some(deadline) = deadline {
@@ -318,6 +319,7 @@ pub(crate) async fn acquire_waiting<T, F, Fut>(
     channel: &str,
     wait: Wait,
     backoff: Backoff,
+    idle_recheck: Duration,
     mut attempt: F,
 ) -> Result<T>
 where
@@ -367,7 +369,7 @@ where
             continue;
         };
         let live = active.is_live() && !failed;
-        let sleep = next_sleep(remaining, live, poll, backoff.max, deadline);
+        let sleep = next_sleep(remaining, live, poll, idle_recheck, deadline);
         if !live {
             poll = (poll * 2).min(backoff.max);
         }

@@ -6,22 +6,36 @@
 //! expires and only grows.
 
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use redis::Script;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::guard::{GuardCore, ReleaseFn};
 use crate::keys::LockKeys;
 use crate::lease::{self, Grant, Held, LostReason, LostSignal};
 use crate::options::LockOptions;
+use crate::queue::{busy_remaining, QueueKeys, Seat};
 use crate::renew::OwnerField;
 use crate::wait::{acquire_waiting, Attempt};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
+static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../queue/queue.lua"),
+        include_str!("../fair/acquire.lua")
+    ))
+});
+static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../queue/queue.lua"),
+        include_str!("../fair/release.lua")
+    ))
+});
 
 /// A named distributed mutex. Cheap to clone; made by [`Client::mutex`].
 ///
@@ -45,6 +59,8 @@ pub struct Mutex {
     client: Client,
     keys: LockKeys,
     options: LockOptions,
+    /// The waiter queue of a fair mutex; `None` for the plain one.
+    queue: Option<QueueKeys>,
 }
 
 impl Mutex {
@@ -55,7 +71,20 @@ impl Mutex {
             client,
             keys,
             options,
+            queue: None,
         })
+    }
+
+    /// A fair mutex: granted strictly in arrival order (see [`Client::fair_mutex`]).
+    pub(crate) fn new_fair(client: Client, name: &str, options: LockOptions) -> Result<Mutex> {
+        let mut mutex = Mutex::new(client, name, options)?;
+        mutex.queue = Some(QueueKeys::new(&mutex.keys));
+        Ok(mutex)
+    }
+
+    /// True for a fair (FIFO) mutex.
+    pub fn is_fair(&self) -> bool {
+        self.queue.is_some()
     }
 
     /// The lock name (without the client prefix).
@@ -75,9 +104,16 @@ impl Mutex {
 
     /// One attempt to take the lock. Fails with [`Error::Busy`] (telling the holder's
     /// remaining lease) when someone else holds it.
+    ///
+    /// A fair mutex grants a single attempt only when nobody is queued ahead.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
         let token = lease::new_token();
-        match self.attempt(&token).await? {
+        let outcome = self.attempt(&token).await;
+        if let (Some(queue), Ok(Attempt::Busy { .. })) = (&self.queue, &outcome) {
+            // The attempt took a place in the queue; a single attempt does not keep it.
+            queue.leave(&self.client, &token).await?;
+        }
+        match outcome? {
             Attempt::Granted(grant) => Ok(self.guard(grant)),
             Attempt::Busy { remaining } => Err(Error::Busy {
                 name: self.keys.name.clone(),
@@ -92,19 +128,46 @@ impl Mutex {
     /// as soon as its lease runs out. Transient connection errors are retried within the
     /// wait budget. Fails with [`Error::TimedOut`] when the budget is used up
     /// ([`Error::Busy`] for [`Wait::NoWait`](crate::Wait::NoWait)).
+    ///
+    /// A fair mutex grants in arrival order: each waiter has a leased place in a queue and
+    /// is woken alone when it is its turn. Dropping the future or timing out gives the
+    /// place up.
     pub async fn lock(&self) -> Result<MutexGuard> {
+        if self.options.wait == crate::Wait::NoWait {
+            return self.try_lock().await;
+        }
         // One token for the whole wait: an attempt whose reply was lost but that succeeded
         // is recognised by the next attempt as ours.
         let token = lease::new_token();
-        let grant = acquire_waiting(
-            &self.client,
-            &self.keys.name,
-            &self.keys.channel(),
-            self.options.wait,
-            self.options.backoff,
-            || self.attempt(&token),
-        )
-        .await?;
+        let grant = match &self.queue {
+            None => {
+                acquire_waiting(
+                    &self.client,
+                    &self.keys.name,
+                    &self.keys.channel(),
+                    self.options.wait,
+                    self.options.backoff,
+                    self.options.backoff.max,
+                    || self.attempt(&token),
+                )
+                .await?
+            }
+            Some(queue) => {
+                let seat = Seat::new(&self.client, queue, &token);
+                let outcome = acquire_waiting(
+                    &self.client,
+                    &self.keys.name,
+                    &queue.wake_channel(&token),
+                    self.options.wait,
+                    self.options.backoff,
+                    Seat::refresh_interval(self.options.waiter_lease),
+                    || self.attempt(&token),
+                )
+                .await;
+                seat.finish(&outcome).await;
+                outcome?
+            }
+        };
         Ok(self.guard(grant))
     }
 
@@ -146,12 +209,26 @@ impl Mutex {
     /// Fails with [`Error::Lost`] when that token no longer holds it; the current holder,
     /// if any, is untouched.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        let outcome: i64 = RELEASE
-            .key(&self.keys.key)
-            .arg(token)
-            .arg(self.keys.channel())
-            .invoke_async(&mut self.client.conn())
-            .await?;
+        let outcome: i64 = match &self.queue {
+            None => {
+                RELEASE
+                    .key(&self.keys.key)
+                    .arg(token)
+                    .arg(self.keys.channel())
+                    .invoke_async(&mut self.client.conn())
+                    .await?
+            }
+            Some(queue) => {
+                FAIR_RELEASE
+                    .key(&self.keys.key)
+                    .key(&queue.queue)
+                    .key(&queue.leases)
+                    .arg(token)
+                    .arg(&queue.wake_prefix)
+                    .invoke_async(&mut self.client.conn())
+                    .await?
+            }
+        };
         self.check_owner_outcome(outcome)
     }
 
@@ -191,11 +268,23 @@ impl Mutex {
 
     async fn attempt(&self, token: &str) -> Result<Attempt<Grant>> {
         let sent = Instant::now();
-        let reply: Result<Vec<i64>> = ACQUIRE
+        let mut invocation = match &self.queue {
+            None => ACQUIRE.prepare_invoke(),
+            Some(_) => FAIR_ACQUIRE.prepare_invoke(),
+        };
+        invocation
             .key(&self.keys.key)
             .key(self.keys.fence())
             .arg(token)
-            .arg(self.options.ttl.as_millis() as u64)
+            .arg(self.options.ttl.as_millis() as u64);
+        if let Some(queue) = &self.queue {
+            invocation
+                .key(&queue.queue)
+                .key(&queue.leases)
+                .arg(self.options.waiter_lease.as_millis() as u64)
+                .arg(&queue.wake_prefix);
+        }
+        let reply: Result<Vec<i64>> = invocation
             .invoke_async(&mut self.client.conn())
             .await
             .map_err(Error::from);
@@ -205,7 +294,7 @@ impl Mutex {
                 if err.is_transient() {
                     // The grant may have happened with the reply lost: give it back so it
                     // does not block others for a whole lease.
-                    self.release_in_background(token.to_string(), None);
+                    self.release_in_background(token.to_string());
                 }
                 return Err(err);
             }
@@ -216,8 +305,8 @@ impl Mutex {
                 fence: *fence as u64,
                 sent,
             })),
-            [0, pttl] => Ok(Attempt::Busy {
-                remaining: (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64)),
+            [0, ..] => Ok(Attempt::Busy {
+                remaining: busy_remaining(&reply),
             }),
             [-1, 1] => Err(self.wrong_type(&self.keys.key)),
             [-1, _] => Err(self.wrong_type(&self.keys.fence())),
@@ -234,10 +323,14 @@ impl Mutex {
             self.options.ttl,
             self.options.renewal,
         );
+        let mutex = self.clone();
+        let release: ReleaseFn = Arc::new(move |token: String| {
+            let mutex = mutex.clone();
+            Box::pin(async move { mutex.release_token(&token).await })
+        });
         MutexGuard {
             mutex: self.clone(),
-            held,
-            released: false,
+            core: GuardCore::new(held, release, self.client.inner.runtime.clone()),
         }
     }
 
@@ -271,16 +364,11 @@ impl Mutex {
         }
     }
 
-    /// Releases `token` on the client's runtime without waiting (used on drop). Renewal,
-    /// if any, is stopped first.
-    fn release_in_background(&self, token: String, renewal: Option<crate::renew::Registration>) {
+    /// Releases `token` on the client's runtime without waiting (after an acquire whose
+    /// reply was lost).
+    fn release_in_background(&self, token: String) {
         let mutex = self.clone();
-        // Handle::spawn never panics: after runtime shutdown the task is simply dropped and
-        // the lease frees the lock.
         self.client.inner.runtime.spawn(async move {
-            if let Some(renewal) = renewal {
-                renewal.cancel().await;
-            }
             if let Err(err) = mutex.release_token(&token).await {
                 tracing::debug!(lock = %mutex.keys.name, error = %err, "background release failed; the lease will expire");
             }
@@ -296,13 +384,12 @@ fn unexpected_reply(reply: &str) -> Error {
     )))
 }
 
-/// Proof of holding a [`Mutex`]. Dropping it without [`MutexGuard::unlock`] releases the
-/// lock in the background.
+/// Proof of holding a [`Mutex`] (plain or fair). Dropping it without
+/// [`MutexGuard::unlock`] stops renewal and releases the lock in the background.
 #[derive(Debug)]
 pub struct MutexGuard {
     mutex: Mutex,
-    held: Held,
-    released: bool,
+    core: GuardCore,
 }
 
 impl MutexGuard {
@@ -313,72 +400,60 @@ impl MutexGuard {
 
     /// The random token that identifies this holder in Redis.
     pub fn token(&self) -> &str {
-        &self.held.token
+        self.core.token()
     }
 
     /// The fencing token of this grant: larger than that of every earlier grant of the same
     /// lock. Pass it to storage that rejects writes with a smaller one than it has seen.
     pub fn fence(&self) -> u64 {
-        self.held.fence
+        self.core.fence()
     }
 
     /// Until when this holder may assume it owns the lock, by the local monotonic clock:
     /// the send time of the last successful grant, extension or renewal, plus the lease,
     /// minus [`drift_allowance`](crate::drift_allowance).
     pub fn valid_until(&self) -> Instant {
-        self.held.valid_until()
+        self.core.valid_until()
     }
 
     /// How much of the validity is left (zero once it passed).
     pub fn remaining(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
+        self.core.remaining()
     }
 
     /// A signal that fires when this holder may have lost the lock. See [`LostSignal`].
     pub fn lost_signal(&self) -> LostSignal {
-        self.held.lost_signal()
+        self.core.lost_signal()
     }
 
     /// Resolves when this holder may have lost the lock, with the reason.
     pub async fn lost(&self) -> LostReason {
-        self.held.lost_signal().wait().await
+        self.core.lost().await
     }
 
     /// Resets the lease to `ttl` from now, if this holder still owns the lock.
     /// Fails with [`Error::Lost`] when it does not.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         let sent = Instant::now();
-        self.mutex.extend_token(&self.held.token, ttl).await?;
-        self.held.extended(sent, ttl);
+        self.mutex.extend_token(self.core.token(), ttl).await?;
+        self.core.held.extended(sent, ttl);
         Ok(())
     }
 
     /// Asks Redis whether this holder's token still holds the lock.
     pub async fn is_held(&self) -> Result<bool> {
-        Ok(self.mutex.holder().await?.as_deref() == Some(self.held.token.as_str()))
+        Ok(self.mutex.holder().await?.as_deref() == Some(self.core.token()))
     }
 
     /// Stops renewal, then releases the lock. Fails with [`Error::Lost`] when the lease had
     /// already expired or another owner holds the lock now (which is left untouched).
-    pub async fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        self.held.stop_renewal().await;
-        self.mutex.release_token(&self.held.token).await
+    pub async fn unlock(self) -> Result<()> {
+        self.core.unlock().await
     }
 
     /// Gives up the guard without releasing: renewal stops and the lock stays held until
     /// its lease ends or someone releases it with the returned token.
-    pub fn into_token(mut self) -> String {
-        self.released = true;
-        self.held.detach().0
-    }
-}
-
-impl Drop for MutexGuard {
-    fn drop(&mut self) {
-        if !self.released {
-            let (token, renewal) = self.held.detach();
-            self.mutex.release_in_background(token, renewal);
-        }
+    pub fn into_token(self) -> String {
+        self.core.into_token()
     }
 }

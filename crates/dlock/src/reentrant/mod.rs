@@ -115,6 +115,7 @@ impl ReentrantMutex {
             &self.keys.channel(),
             self.options.wait,
             self.options.backoff,
+            self.options.backoff.max,
             || self.attempt(owner, &request),
         )
         .await?;

@@ -34,6 +34,8 @@ pub(crate) enum OwnerField {
     StringValue,
     /// The key is a hash whose `owner` field holds the token.
     HashOwner,
+    /// The key is a sorted set: member = token, score = end of its lease (server ms).
+    SortedSetMember,
 }
 
 impl OwnerField {
@@ -41,6 +43,7 @@ impl OwnerField {
         match self {
             OwnerField::StringValue => "s",
             OwnerField::HashOwner => "h",
+            OwnerField::SortedSetMember => "z",
         }
     }
 }

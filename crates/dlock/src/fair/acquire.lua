@@ -1,0 +1,43 @@
+-- Grants the fair mutex strictly in arrival order.
+-- KEYS[1] lock key (string holding the owner's token, PX expiry: the Mutex format)
+-- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter lease ms, ARGV[4] wake channel prefix
+-- Returns {1, fence}           granted (also for a resend by the holder)
+--         {0, pttl, 0}         first in line; the holder's lease ends in pttl ms (-1: never)
+--         {0, -3, rank}        queued behind others; woken when first in line
+--         {-1, n}              KEYS[n] holds a value that is not ours to interpret
+local current = redis.pcall('GET', KEYS[1])
+if type(current) == 'table' and current.err then
+  return {-1, 1}
+end
+if current == ARGV[1] then
+  local fence = tonumber(redis.pcall('GET', KEYS[2]))
+  if fence == nil then
+    return {-1, 2}
+  end
+  return {1, fence}
+end
+local now = now_ms()
+if queue_purge(KEYS[3], KEYS[4], now) > 0 and not current then
+  -- Crashed waiters were ahead: make sure the new head knows the lock is free.
+  local head = queue_head(KEYS[3])
+  if head ~= ARGV[1] then
+    wake(ARGV[4], head)
+  end
+end
+if not current and queue_rank(KEYS[3], ARGV[1]) == 0 then
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' and fence.err then
+    return {-1, 2}
+  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  queue_leave(KEYS[3], KEYS[4], ARGV[1])
+  -- The next in line now watches this holder's lease.
+  wake(ARGV[4], queue_head(KEYS[3]))
+  return {1, fence}
+end
+local rank = queue_join(KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[3]))
+if rank == 0 and current then
+  return {0, redis.call('PTTL', KEYS[1]), 0}
+end
+return {0, -3, rank}

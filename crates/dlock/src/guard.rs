@@ -1,0 +1,95 @@
+//! What every single-hold guard does the same way: expose the grant, stop renewal before
+//! releasing, and release in the background when dropped.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::lease::{Held, LostReason, LostSignal};
+
+/// Releases the hold identified by a token; built by each primitive.
+pub(crate) type ReleaseFn =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
+
+pub(crate) struct GuardCore {
+    pub held: Held,
+    release: ReleaseFn,
+    runtime: tokio::runtime::Handle,
+    released: bool,
+}
+
+impl GuardCore {
+    pub fn new(held: Held, release: ReleaseFn, runtime: tokio::runtime::Handle) -> GuardCore {
+        GuardCore {
+            held,
+            release,
+            runtime,
+            released: false,
+        }
+    }
+
+    pub fn token(&self) -> &str {
+        &self.held.token
+    }
+
+    pub fn fence(&self) -> u64 {
+        self.held.fence
+    }
+
+    pub fn valid_until(&self) -> Instant {
+        self.held.valid_until()
+    }
+
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    pub fn lost_signal(&self) -> LostSignal {
+        self.held.lost_signal()
+    }
+
+    pub async fn lost(&self) -> LostReason {
+        self.held.lost_signal().wait().await
+    }
+
+    /// Stops renewal (waiting out an in-flight round), then releases.
+    pub async fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.held.stop_renewal().await;
+        (self.release)(self.held.token.clone()).await
+    }
+
+    /// Gives up the guard without releasing; renewal stops.
+    pub fn into_token(mut self) -> String {
+        self.released = true;
+        self.held.detach().0
+    }
+}
+
+impl std::fmt::Debug for GuardCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard").field("held", &self.held).finish()
+    }
+}
+
+impl Drop for GuardCore {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (token, renewal) = self.held.detach();
+        let release = (self.release)(token);
+        // Handle::spawn never panics: after runtime shutdown the task is dropped and the
+        // lease frees the lock.
+        self.runtime.spawn(async move {
+            if let Some(renewal) = renewal {
+                renewal.cancel().await;
+            }
+            if let Err(err) = release.await {
+                tracing::debug!(error = %err, "background release failed; the lease will expire");
+            }
+        });
+    }
+}

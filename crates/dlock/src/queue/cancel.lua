@@ -1,0 +1,9 @@
+-- Removes a waiter that stopped waiting (cancelled, timed out) from a queue.
+-- KEYS[1] queue, KEYS[2] leases; ARGV[1] waiter token, ARGV[2] wake channel prefix
+-- If it was first in line, the next waiter is woken to take its place. Returns 1.
+local was_head = queue_head(KEYS[1]) == ARGV[1]
+queue_leave(KEYS[1], KEYS[2], ARGV[1])
+if was_head then
+  wake(ARGV[2], queue_head(KEYS[1]))
+end
+return 1

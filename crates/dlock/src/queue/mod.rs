@@ -1,0 +1,116 @@
+//! Waiter queues for the primitives that grant in order (fair mutex, semaphore, writers of
+//! the read-write lock).
+//!
+//! A waiter holds a leased place in a queue kept in Redis (see `queue.lua`) and listens on
+//! a channel of its own, so a release wakes exactly the next waiter instead of every
+//! waiter. Leaving the wait any way other than being granted removes the place: awaited on
+//! a timeout or error, in the background when the waiting future is dropped.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::client::Client;
+use crate::error::Result;
+use crate::keys::LockKeys;
+
+static CANCEL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("queue.lua"),
+        include_str!("cancel.lua")
+    ))
+});
+
+/// Keys and channels of one lock's waiter queue.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueKeys {
+    pub queue: String,
+    pub leases: String,
+    /// Prefix of the per-waiter wake channels (the waiter's token follows).
+    pub wake_prefix: String,
+}
+
+impl QueueKeys {
+    pub fn new(keys: &LockKeys) -> QueueKeys {
+        QueueKeys {
+            queue: keys.companion("queue"),
+            leases: keys.companion("queue-leases"),
+            wake_prefix: format!("dlock:wake:{}:", keys.key),
+        }
+    }
+
+    pub fn wake_channel(&self, token: &str) -> String {
+        format!("{}{token}", self.wake_prefix)
+    }
+
+    /// Removes `token` from the queue, waking the next waiter if it was first.
+    pub async fn leave(&self, client: &Client, token: &str) -> Result<()> {
+        let _: i64 = CANCEL
+            .key(&self.queue)
+            .key(&self.leases)
+            .arg(token)
+            .arg(&self.wake_prefix)
+            .invoke_async(&mut client.conn())
+            .await?;
+        Ok(())
+    }
+}
+
+/// A waiter's place in a queue for the duration of one wait; removes the place when the
+/// wait ends without a grant.
+pub(crate) struct Seat {
+    client: Client,
+    keys: QueueKeys,
+    token: String,
+    armed: bool,
+}
+
+impl Seat {
+    pub fn new(client: &Client, keys: &QueueKeys, token: &str) -> Seat {
+        Seat {
+            client: client.clone(),
+            keys: keys.clone(),
+            token: token.to_string(),
+            armed: true,
+        }
+    }
+
+    /// Ends the wait: a grant already removed the place; otherwise remove it now.
+    pub async fn finish<T>(mut self, outcome: &Result<T>) {
+        self.armed = false;
+        if outcome.is_err() {
+            if let Err(err) = self.keys.leave(&self.client, &self.token).await {
+                tracing::debug!(error = %err, "leaving the queue failed; the waiter lease will expire");
+            }
+        }
+    }
+
+    /// How often a live waiter re-checks (and so refreshes its place).
+    pub fn refresh_interval(waiter_lease: Duration) -> Duration {
+        waiter_lease / 3
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if self.armed {
+            let (client, keys, token) =
+                (self.client.clone(), self.keys.clone(), self.token.clone());
+            self.client.inner.runtime.spawn(async move {
+                if let Err(err) = keys.leave(&client, &token).await {
+                    tracing::debug!(error = %err, "leaving the queue failed; the waiter lease will expire");
+                }
+            });
+        }
+    }
+}
+
+/// Interprets the "busy" reply of a queued acquire script: `{0, ms, rank}`.
+/// Only the first in line watches a lease; the others wait to be woken.
+pub(crate) fn busy_remaining(reply: &[i64]) -> Option<Duration> {
+    match reply {
+        [0, ms, 0] | [0, ms] if *ms >= 0 => Some(Duration::from_millis(*ms as u64)),
+        _ => None,
+    }
+}

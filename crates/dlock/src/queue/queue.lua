@@ -1,0 +1,78 @@
+-- Prelude shared by the queued primitives (fair mutex, semaphore, rwlock writers).
+-- A queue is two sorted sets in the lock's hash slot:
+--   queue  : member = waiter token, score = arrival (server microseconds, strictly increasing)
+--   leases : member = waiter token, score = end of the waiter's lease (server milliseconds)
+-- A waiter whose lease ends (crashed, cancelled without cleanup) is dropped by the next
+-- script that touches the queue. Numbers are formatted by hand: Lua would print large
+-- ones in exponent notation, which Redis does not parse as exact integers.
+
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- Removes waiters whose lease ended; returns how many.
+local function queue_purge(queue, leases, now)
+  local dead = redis.call('ZRANGEBYSCORE', leases, '-inf', fmt(now))
+  for _, waiter in ipairs(dead) do
+    redis.call('ZREM', queue, waiter)
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', leases, '-inf', fmt(now))
+  end
+  return #dead
+end
+
+-- Puts a waiter at the end of the queue (if not queued yet) and refreshes its lease.
+-- Returns its rank (0 = head).
+local function queue_join(queue, leases, waiter, now, lease_ms)
+  if not redis.call('ZSCORE', queue, waiter) then
+    local arrival = now_us()
+    local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    if tail[2] and tonumber(tail[2]) >= arrival then
+      arrival = tonumber(tail[2]) + 1
+    end
+    redis.call('ZADD', queue, fmt(arrival), waiter)
+  end
+  redis.call('ZADD', leases, fmt(now + lease_ms), waiter)
+  -- An abandoned queue disappears by itself.
+  for _, key in ipairs({queue, leases}) do
+    if redis.call('PTTL', key) < lease_ms then
+      redis.call('PEXPIRE', key, lease_ms)
+    end
+  end
+  return redis.call('ZRANK', queue, waiter)
+end
+
+local function queue_leave(queue, leases, waiter)
+  redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', leases, waiter)
+end
+
+-- The rank a waiter has, or would have if it joined now.
+local function queue_rank(queue, waiter)
+  local rank = redis.call('ZRANK', queue, waiter)
+  if rank then
+    return rank
+  end
+  return redis.call('ZCARD', queue)
+end
+
+local function queue_head(queue)
+  return redis.call('ZRANGE', queue, 0, 0)[1]
+end
+
+-- Wakes exactly one waiter on its own channel.
+local function wake(prefix, waiter)
+  if waiter then
+    redis.call('PUBLISH', prefix .. waiter, 'wake')
+  end
+end
