@@ -10,6 +10,7 @@ use crate::mutex::Mutex;
 use crate::options::LockOptions;
 use crate::reentrant::ReentrantMutex;
 use crate::renew::Renewer;
+use crate::semaphore::Semaphore;
 use crate::wait::Notifier;
 
 /// Default time allowed to open a connection to Redis.
@@ -168,6 +169,22 @@ impl Client {
     /// A fair mutex named `name` with the given options.
     pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
         Mutex::new_fair(self.clone(), name, options)
+    }
+
+    /// A semaphore named `name` allowing `permits` holders at once, with default options
+    /// (30 s permit leases renewed automatically, wait forever).
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Semaphore::new(self.clone(), name, permits, LockOptions::default())
+    }
+
+    /// A semaphore with the given options.
+    pub fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        options: LockOptions,
+    ) -> Result<Semaphore> {
+        Semaphore::new(self.clone(), name, permits, options)
     }
 
     /// A reentrant mutex named `name` with default options (30 s lease renewed

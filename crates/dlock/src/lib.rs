@@ -44,6 +44,7 @@ mod options;
 mod queue;
 pub mod reentrant;
 mod renew;
+pub mod semaphore;
 mod wait;
 
 pub use client::{Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
@@ -53,4 +54,5 @@ pub use lease::{drift_allowance, LostReason, LostSignal, MAX_TTL, MIN_TTL};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{LockOptions, Renewal, DEFAULT_TTL, DEFAULT_WAITER_LEASE};
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
+pub use semaphore::{Semaphore, SemaphorePermit};
 pub use wait::{Backoff, Wait};

@@ -1,0 +1,168 @@
+//! The semaphore against a real redis-server.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{Client, Error, LockOptions, LostReason, Wait};
+use dlock_testkit::RedisServer;
+
+fn options(wait: Wait) -> LockOptions {
+    LockOptions::default()
+        .renewed(Duration::from_secs(5))
+        .wait(wait)
+        .waiter_lease(Duration::from_secs(2))
+}
+
+/// 16 tasks over 4 clients take turns; returns the most holders seen at once.
+async fn most_concurrent(server: &RedisServer, limited: bool) -> usize {
+    let holding = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let client = Client::connect(&server.url()).await.unwrap();
+        let semaphore = client
+            .semaphore_with("pool", 3, options(Wait::Timeout(Duration::from_secs(30))))
+            .unwrap();
+        let (holding, most) = (holding.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let permit = if limited {
+                    Some(semaphore.acquire().await.unwrap())
+                } else {
+                    None
+                };
+                let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(3 + task % 3)).await;
+                holding.fetch_sub(1, Ordering::SeqCst);
+                if let Some(permit) = permit {
+                    permit.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    most.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn never_more_than_n_holders_and_n_is_reached() {
+    let server = RedisServer::start();
+    assert_eq!(most_concurrent(&server, true).await, 3);
+    let left: i64 = server.cmd(&["EXISTS", "pool", "{pool}:queue", "{pool}:permit-fences"]);
+    assert_eq!(left, 0, "nothing left once every permit is back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn negative_control_without_the_semaphore_more_hold_at_once() {
+    let server = RedisServer::start();
+    assert!(most_concurrent(&server, false).await > 3);
+}
+
+#[tokio::test]
+async fn expired_permits_are_reclaimed_by_the_next_acquirer() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let fixed = LockOptions::default()
+        .ttl(Duration::from_millis(300))
+        .wait(Wait::NoWait);
+    let semaphore = client.semaphore_with("pool", 2, fixed).unwrap();
+    // Two holders vanish without giving their permits back.
+    std::mem::forget(semaphore.try_acquire().await.unwrap());
+    std::mem::forget(semaphore.try_acquire().await.unwrap());
+    assert!(matches!(
+        semaphore.try_acquire().await,
+        Err(Error::Busy { .. })
+    ));
+    assert_eq!(semaphore.held().await.unwrap(), 2);
+    let waiter = client
+        .semaphore_with("pool", 2, options(Wait::Timeout(Duration::from_secs(5))))
+        .unwrap();
+    let permit = waiter
+        .acquire()
+        .await
+        .expect("an expired permit was reclaimed");
+    let members: i64 = server.cmd(&["ZCARD", "pool"]);
+    assert_eq!(members, 1, "both expired permits were removed");
+    assert_eq!(waiter.held().await.unwrap(), 1);
+    permit.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_permit_has_its_own_token_fence_and_lost_signal() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let semaphore = client
+        .semaphore_with("pool", 3, options(Wait::NoWait))
+        .unwrap();
+    let a = semaphore.try_acquire().await.unwrap();
+    let b = semaphore.try_acquire().await.unwrap();
+    assert_ne!(a.token(), b.token());
+    assert_eq!(b.fence(), a.fence() + 1);
+    let _: i64 = server.cmd(&["ZREM", "pool", a.token()]);
+    let reason = tokio::time::timeout(Duration::from_secs(5), a.lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, LostReason::Taken);
+    assert!(matches!(a.release().await, Err(Error::Lost { .. })));
+    assert_eq!(
+        b.lost_signal().lost(),
+        None,
+        "the other permit is unaffected"
+    );
+    b.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_freed_permit_wakes_a_waiter() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let long = |wait| {
+        options(wait)
+            .renewed(Duration::from_secs(30))
+            .waiter_lease(Duration::from_secs(60))
+            .backoff(Duration::from_secs(20), Duration::from_secs(20))
+    };
+    let semaphore = client
+        .semaphore_with("pool", 1, long(Wait::NoWait))
+        .unwrap();
+    let held = semaphore.try_acquire().await.unwrap();
+    let waiter = client
+        .semaphore_with("pool", 1, long(Wait::Timeout(Duration::from_secs(8))))
+        .unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cmd::<i64>(&["ZCARD", "{pool}:queue"]) != 1 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    held.release().await.unwrap();
+    // 30 s permit leases, re-checks every 20 s: only the wake-up gets it within 8 s.
+    let permit = waiting.await.unwrap().unwrap();
+    permit.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn invalid_permits_and_wrong_types_are_typed_errors() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    assert!(matches!(
+        client.semaphore("pool", 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        client.semaphore("pool", dlock::semaphore::MAX_PERMITS + 1),
+        Err(Error::InvalidArgument(_))
+    ));
+    let _: () = server.cmd(&["SET", "pool", "x"]);
+    let semaphore = client
+        .semaphore_with("pool", 2, options(Wait::NoWait))
+        .unwrap();
+    assert!(matches!(
+        semaphore.try_acquire().await,
+        Err(Error::WrongType { .. })
+    ));
+}
