@@ -10,6 +10,7 @@ use crate::mutex::Mutex;
 use crate::options::LockOptions;
 use crate::reentrant::ReentrantMutex;
 use crate::renew::Renewer;
+use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::wait::Notifier;
 
@@ -185,6 +186,17 @@ impl Client {
         options: LockOptions,
     ) -> Result<Semaphore> {
         Semaphore::new(self.clone(), name, permits, options)
+    }
+
+    /// A read-write lock named `name` with default options (30 s leases renewed
+    /// automatically, wait forever).
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        RwLock::new(self.clone(), name, LockOptions::default())
+    }
+
+    /// A read-write lock with the given options.
+    pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
+        RwLock::new(self.clone(), name, options)
     }
 
     /// A reentrant mutex named `name` with default options (30 s lease renewed

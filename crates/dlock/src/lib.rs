@@ -44,6 +44,7 @@ mod options;
 mod queue;
 pub mod reentrant;
 mod renew;
+pub mod rwlock;
 pub mod semaphore;
 mod wait;
 
@@ -54,5 +55,6 @@ pub use lease::{drift_allowance, LostReason, LostSignal, MAX_TTL, MIN_TTL};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{LockOptions, Renewal, DEFAULT_TTL, DEFAULT_WAITER_LEASE};
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use wait::{Backoff, Wait};

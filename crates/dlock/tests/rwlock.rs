@@ -1,0 +1,245 @@
+//! The read-write lock against a real redis-server.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{Client, Error, LockOptions, Owner, Wait};
+use dlock_testkit::RedisServer;
+
+fn options(wait: Wait) -> LockOptions {
+    LockOptions::default()
+        .renewed(Duration::from_secs(5))
+        .wait(wait)
+        .waiter_lease(Duration::from_secs(2))
+}
+
+#[tokio::test]
+async fn several_readers_hold_at_once_and_exclude_writers() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
+    let mut guards = Vec::new();
+    for _ in 0..3 {
+        guards.push(lock.try_read(&Owner::new()).await.unwrap());
+    }
+    assert_eq!(lock.readers().await.unwrap(), 3, "three readers overlap");
+    assert!(matches!(lock.try_write().await, Err(Error::Busy { .. })));
+    let fences: Vec<u64> = guards.iter().map(|g| g.fence()).collect();
+    assert_eq!(
+        fences,
+        vec![1, 2, 3],
+        "read grants draw from the fencing counter"
+    );
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    let writer = lock.try_write().await.unwrap();
+    assert_eq!(writer.fence(), 4);
+    assert!(matches!(
+        lock.try_read(&Owner::new()).await,
+        Err(Error::Busy { .. })
+    ));
+    assert!(matches!(lock.try_write().await, Err(Error::Busy { .. })));
+    writer.unlock().await.unwrap();
+}
+
+/// Readers and writers over several clients; returns true if any writer ever overlapped
+/// a reader or another writer.
+async fn overlap_seen(server: &RedisServer, locked: bool) -> bool {
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicBool::new(false));
+    let violated = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for task in 0..12 {
+        let client = Client::connect(&server.url()).await.unwrap();
+        let lock = client
+            .rwlock_with("config", options(Wait::Timeout(Duration::from_secs(30))))
+            .unwrap();
+        let (readers, writing, violated) = (readers.clone(), writing.clone(), violated.clone());
+        tasks.push(tokio::spawn(async move {
+            let owner = Owner::new();
+            for _ in 0..6 {
+                if task % 3 == 0 {
+                    let guard = if locked {
+                        Some(lock.write().await.unwrap())
+                    } else {
+                        None
+                    };
+                    if writing.swap(true, Ordering::SeqCst) || readers.load(Ordering::SeqCst) > 0 {
+                        violated.store(true, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    writing.store(false, Ordering::SeqCst);
+                    if let Some(guard) = guard {
+                        guard.unlock().await.unwrap();
+                    }
+                } else {
+                    let guard = if locked {
+                        Some(lock.read(&owner).await.unwrap())
+                    } else {
+                        None
+                    };
+                    readers.fetch_add(1, Ordering::SeqCst);
+                    if writing.load(Ordering::SeqCst) {
+                        violated.store(true, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    readers.fetch_sub(1, Ordering::SeqCst);
+                    if let Some(guard) = guard {
+                        guard.unlock().await.unwrap();
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    violated.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_never_overlap_readers_or_writers() {
+    let server = RedisServer::start();
+    assert!(!overlap_seen(&server, true).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn negative_control_unlocked_writers_overlap() {
+    let server = RedisServer::start();
+    assert!(overlap_seen(&server, false).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_writer_gets_in_while_readers_keep_arriving() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for i in 0..4u64 {
+        let lock = client
+            .rwlock_with("config", options(Wait::Timeout(Duration::from_secs(30))))
+            .unwrap();
+        let stop = stop.clone();
+        readers.push(tokio::spawn(async move {
+            let owner = Owner::new();
+            tokio::time::sleep(Duration::from_millis(5 * i)).await; // staggered: never all out
+            let mut reads = 0u32;
+            while !stop.load(Ordering::SeqCst) {
+                let guard = lock.read(&owner).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                guard.unlock().await.unwrap();
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lock = client
+        .rwlock_with("config", options(Wait::Timeout(Duration::from_secs(10))))
+        .unwrap();
+    assert!(
+        lock.readers().await.unwrap() > 0,
+        "readers are active when the writer arrives"
+    );
+    let writer = lock.write().await.expect("the writer was not starved");
+    assert_eq!(lock.readers().await.unwrap(), 0);
+    writer.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.store(true, Ordering::SeqCst);
+    for reader in readers {
+        assert!(reader.await.unwrap() > 1, "readers kept reading");
+    }
+}
+
+#[tokio::test]
+async fn readers_reenter_even_while_a_writer_waits() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
+    let me = Owner::new();
+    let first = lock.try_read(&me).await.unwrap();
+    let writer = {
+        let lock = client
+            .rwlock_with("config", options(Wait::Timeout(Duration::from_secs(10))))
+            .unwrap();
+        tokio::spawn(async move { lock.write().await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cmd::<i64>(&["ZCARD", "{config}:queue"]) != 1 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let second = lock
+        .try_read(&me)
+        .await
+        .expect("re-entry is not blocked by a waiting writer");
+    assert_eq!((first.holds_at_grant(), second.holds_at_grant()), (1, 2));
+    assert_eq!(second.fence(), first.fence());
+    assert!(
+        matches!(lock.try_read(&Owner::new()).await, Err(Error::Busy { .. })),
+        "a new reader waits behind the writer"
+    );
+    second.unlock().await.unwrap();
+    assert_eq!(lock.readers().await.unwrap(), 1, "one hold left");
+    first.unlock().await.unwrap();
+    let writer = writer
+        .await
+        .unwrap()
+        .expect("the writer got in after the last hold");
+    writer.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_writer_downgrades_without_a_gap() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
+    let me = Owner::new();
+    let writer = lock.try_write().await.unwrap();
+    let fence = writer.fence();
+    let read = writer.downgrade(&me).await.unwrap();
+    assert_eq!(read.fence(), fence);
+    let writer_key: Option<String> = server.cmd(&["GET", "config"]);
+    assert_eq!(writer_key, None);
+    assert_eq!(lock.readers().await.unwrap(), 1);
+    assert!(
+        matches!(lock.try_write().await, Err(Error::Busy { .. })),
+        "still read-held"
+    );
+    let other = lock
+        .try_read(&Owner::new())
+        .await
+        .expect("other readers may join");
+    other.unlock().await.unwrap();
+    read.unlock().await.unwrap();
+    lock.try_write().await.unwrap().unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_readers_expiry_does_not_release_another() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let short = client
+        .rwlock_with(
+            "config",
+            LockOptions::default()
+                .ttl(Duration::from_millis(300))
+                .wait(Wait::NoWait),
+        )
+        .unwrap();
+    let long = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
+    let expiring = short.try_read(&Owner::new()).await.unwrap();
+    let staying = long.try_read(&Owner::new()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(long.readers().await.unwrap(), 1);
+    assert!(
+        matches!(long.try_write().await, Err(Error::Busy { .. })),
+        "the other reader still holds"
+    );
+    assert!(matches!(expiring.unlock().await, Err(Error::Lost { .. })));
+    assert_eq!(staying.lost_signal().lost(), None);
+    staying.unlock().await.unwrap();
+    long.try_write().await.unwrap().unlock().await.unwrap();
+}
