@@ -5,7 +5,10 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{Client, Error, LostReason, MutexGuard};
+use dlock::{
+    Client, Error, LostReason, LostSignal, MutexGuard, Owner, ReadGuard, SemaphorePermit,
+    WriteGuard,
+};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -20,16 +23,107 @@ pub struct RunArgs {
     /// When the lock is lost, how long the command gets after SIGTERM before SIGKILL
     #[arg(long, value_parser = duration::parse, default_value = "10s")]
     kill_after: Duration,
+    #[command(flatten)]
+    kind: KindArgs,
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
 }
 
+/// Which primitive `run` holds (at most one flag; default: the plain mutex).
+#[derive(Args, Debug)]
+#[group(multiple = false)]
+struct KindArgs {
+    /// Use a fair lock: waiters are served strictly in arrival order
+    #[arg(long)]
+    fair: bool,
+    /// Hold a shared read lock (many readers at once, no writer)
+    #[arg(long)]
+    read: bool,
+    /// Hold the exclusive write lock of a read-write lock
+    #[arg(long)]
+    write: bool,
+    /// Hold one of N permits of a semaphore (at most N commands at once)
+    #[arg(long, value_name = "N")]
+    permits: Option<u32>,
+}
+
+/// Whatever `run` holds while the command runs.
+enum Hold {
+    Mutex(MutexGuard),
+    Read(ReadGuard),
+    Write(WriteGuard),
+    Permit(SemaphorePermit),
+}
+
+impl Hold {
+    async fn take(client: &Client, args: &RunArgs) -> dlock::Result<Hold> {
+        // The client's watchdog renews the lease every third of --ttl while the command runs.
+        let options = args.lease.options().renewed(args.lease.ttl);
+        let name = &args.name;
+        let kind = &args.kind;
+        Ok(if kind.fair {
+            Hold::Mutex(client.fair_mutex_with(name, options)?.lock().await?)
+        } else if kind.read {
+            Hold::Read(
+                client
+                    .rwlock_with(name, options)?
+                    .read(&Owner::new())
+                    .await?,
+            )
+        } else if kind.write {
+            Hold::Write(client.rwlock_with(name, options)?.write().await?)
+        } else if let Some(permits) = kind.permits {
+            Hold::Permit(
+                client
+                    .semaphore_with(name, permits, options)?
+                    .acquire()
+                    .await?,
+            )
+        } else {
+            Hold::Mutex(client.mutex_with(name, options)?.lock().await?)
+        })
+    }
+
+    fn token(&self) -> &str {
+        match self {
+            Hold::Mutex(g) => g.token(),
+            Hold::Read(g) => g.owner().id(),
+            Hold::Write(g) => g.token(),
+            Hold::Permit(g) => g.token(),
+        }
+    }
+
+    fn fence(&self) -> u64 {
+        match self {
+            Hold::Mutex(g) => g.fence(),
+            Hold::Read(g) => g.fence(),
+            Hold::Write(g) => g.fence(),
+            Hold::Permit(g) => g.fence(),
+        }
+    }
+
+    fn lost_signal(&self) -> LostSignal {
+        match self {
+            Hold::Mutex(g) => g.lost_signal(),
+            Hold::Read(g) => g.lost_signal(),
+            Hold::Write(g) => g.lost_signal(),
+            Hold::Permit(g) => g.lost_signal(),
+        }
+    }
+
+    async fn unlock(self) -> dlock::Result<()> {
+        match self {
+            Hold::Mutex(g) => g.unlock().await,
+            Hold::Read(g) => g.unlock().await,
+            Hold::Write(g) => g.unlock().await,
+            Hold::Permit(g) => g.release().await,
+        }
+    }
+}
+
 pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
-    // The client's watchdog renews the lease every third of --ttl while the command runs.
-    let options = args.lease.options().renewed(args.lease.ttl);
-    let mutex = client.mutex_with(&args.name, options)?;
-    let guard = mutex.lock().await?;
+    let guard = Hold::take(client, &args).await?;
     // Installed before the child starts, so no signal slips through unforwarded.
     let mut signals = match Forwarded::install() {
         Ok(signals) => signals,
@@ -81,7 +175,7 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
     }
 }
 
-fn spawn_child(args: &RunArgs, guard: &MutexGuard) -> std::io::Result<Child> {
+fn spawn_child(args: &RunArgs, guard: &Hold) -> std::io::Result<Child> {
     let mut command = Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -130,7 +224,7 @@ enum Supervised {
 }
 
 /// Waits for the child while the watchdog keeps the lease alive, forwarding signals.
-async fn supervise(child: &mut Child, guard: &MutexGuard, signals: &mut Forwarded) -> Supervised {
+async fn supervise(child: &mut Child, guard: &Hold, signals: &mut Forwarded) -> Supervised {
     let mut lost = guard.lost_signal();
     loop {
         tokio::select! {

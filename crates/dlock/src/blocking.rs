@@ -65,6 +65,50 @@ impl Client {
         })
     }
 
+    /// A fair (FIFO) mutex with default options.
+    pub fn fair_mutex(&self, name: &str) -> Result<Mutex> {
+        self.fair_mutex_with(name, LockOptions::default())
+    }
+
+    /// A fair (FIFO) mutex with the given options.
+    pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
+        Ok(Mutex {
+            inner: self.inner.fair_mutex_with(name, options)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// A semaphore with `permits` permits and default options.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        self.semaphore_with(name, permits, LockOptions::default())
+    }
+
+    /// A semaphore with the given options.
+    pub fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        options: LockOptions,
+    ) -> Result<Semaphore> {
+        Ok(Semaphore {
+            inner: self.inner.semaphore_with(name, permits, options)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// A read-write lock with default options.
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        self.rwlock_with(name, LockOptions::default())
+    }
+
+    /// A read-write lock with the given options.
+    pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
+        Ok(RwLock {
+            inner: self.inner.rwlock_with(name, options)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// A reentrant mutex with default options.
     pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
         self.reentrant_mutex_with(name, LockOptions::default())
@@ -286,6 +330,209 @@ impl ReentrantGuard {
 }
 
 impl Drop for ReentrantGuard {
+    fn drop(&mut self) {
+        if let Some(guard) = self.inner.take() {
+            release_on_drop(&self.runtime, guard.unlock());
+        }
+    }
+}
+
+/// Blocking counterpart of [`crate::Semaphore`].
+#[derive(Clone, Debug)]
+pub struct Semaphore {
+    inner: crate::Semaphore,
+    runtime: Arc<Runtime>,
+}
+
+impl Semaphore {
+    /// One attempt to take a permit.
+    pub fn try_acquire(&self) -> Result<SemaphorePermit> {
+        let permit = self.runtime.block_on(self.inner.try_acquire())?;
+        Ok(SemaphorePermit {
+            inner: Some(permit),
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// Takes a permit, waiting in arrival order per the wait policy.
+    pub fn acquire(&self) -> Result<SemaphorePermit> {
+        let permit = self.runtime.block_on(self.inner.acquire())?;
+        Ok(SemaphorePermit {
+            inner: Some(permit),
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// Permits held now.
+    pub fn held(&self) -> Result<u32> {
+        self.runtime.block_on(self.inner.held())
+    }
+}
+
+/// Blocking counterpart of [`crate::SemaphorePermit`]. Dropping it gives the permit back.
+#[derive(Debug)]
+pub struct SemaphorePermit {
+    inner: Option<crate::SemaphorePermit>,
+    runtime: Arc<Runtime>,
+}
+
+impl SemaphorePermit {
+    fn permit(&self) -> &crate::SemaphorePermit {
+        self.inner.as_ref().expect("permit present until consumed")
+    }
+
+    /// This permit's fencing token.
+    pub fn fence(&self) -> u64 {
+        self.permit().fence()
+    }
+
+    /// The reason, if the permit may have been lost by now (does not block).
+    pub fn lost(&self) -> Option<LostReason> {
+        self.permit().lost_signal().lost()
+    }
+
+    /// Gives the permit back.
+    pub fn release(mut self) -> Result<()> {
+        let permit = self.inner.take().expect("permit present until consumed");
+        self.runtime.block_on(permit.release())
+    }
+}
+
+impl Drop for SemaphorePermit {
+    fn drop(&mut self) {
+        if let Some(permit) = self.inner.take() {
+            release_on_drop(&self.runtime, permit.release());
+        }
+    }
+}
+
+/// Blocking counterpart of [`crate::RwLock`].
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    inner: crate::RwLock,
+    runtime: Arc<Runtime>,
+}
+
+impl RwLock {
+    /// Takes a read hold for `owner`, waiting per the wait policy.
+    pub fn read(&self, owner: &Owner) -> Result<ReadGuard> {
+        let guard = self.runtime.block_on(self.inner.read(owner))?;
+        Ok(ReadGuard {
+            inner: Some(guard),
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// One attempt at a read hold.
+    pub fn try_read(&self, owner: &Owner) -> Result<ReadGuard> {
+        let guard = self.runtime.block_on(self.inner.try_read(owner))?;
+        Ok(ReadGuard {
+            inner: Some(guard),
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// Takes the write lock, waiting per the wait policy.
+    pub fn write(&self) -> Result<WriteGuard> {
+        let guard = self.runtime.block_on(self.inner.write())?;
+        Ok(WriteGuard {
+            inner: Some(guard),
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// One attempt at the write lock.
+    pub fn try_write(&self) -> Result<WriteGuard> {
+        let guard = self.runtime.block_on(self.inner.try_write())?;
+        Ok(WriteGuard {
+            inner: Some(guard),
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// Readers holding now.
+    pub fn readers(&self) -> Result<u32> {
+        self.runtime.block_on(self.inner.readers())
+    }
+}
+
+/// Blocking counterpart of [`crate::ReadGuard`]. Dropping it gives the hold back.
+#[derive(Debug)]
+pub struct ReadGuard {
+    inner: Option<crate::ReadGuard>,
+    runtime: Arc<Runtime>,
+}
+
+impl ReadGuard {
+    /// The fencing token of the owner's outermost read grant.
+    pub fn fence(&self) -> u64 {
+        self.inner.as_ref().expect("guard present").fence()
+    }
+
+    /// The reason, if the hold may have been lost by now (does not block).
+    pub fn lost(&self) -> Option<LostReason> {
+        self.inner
+            .as_ref()
+            .expect("guard present")
+            .lost_signal()
+            .lost()
+    }
+
+    /// Gives the hold back.
+    pub fn unlock(mut self) -> Result<()> {
+        let guard = self.inner.take().expect("guard present");
+        self.runtime.block_on(guard.unlock())
+    }
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        if let Some(guard) = self.inner.take() {
+            release_on_drop(&self.runtime, guard.unlock());
+        }
+    }
+}
+
+/// Blocking counterpart of [`crate::WriteGuard`]. Dropping it releases the write lock.
+#[derive(Debug)]
+pub struct WriteGuard {
+    inner: Option<crate::WriteGuard>,
+    runtime: Arc<Runtime>,
+}
+
+impl WriteGuard {
+    /// The fencing token of this write grant.
+    pub fn fence(&self) -> u64 {
+        self.inner.as_ref().expect("guard present").fence()
+    }
+
+    /// The reason, if the write lock may have been lost by now (does not block).
+    pub fn lost(&self) -> Option<LostReason> {
+        self.inner
+            .as_ref()
+            .expect("guard present")
+            .lost_signal()
+            .lost()
+    }
+
+    /// Releases the write lock.
+    pub fn unlock(mut self) -> Result<()> {
+        let guard = self.inner.take().expect("guard present");
+        self.runtime.block_on(guard.unlock())
+    }
+
+    /// Turns the write lock into a read hold of `owner` without a gap.
+    pub fn downgrade(mut self, owner: &Owner) -> Result<ReadGuard> {
+        let guard = self.inner.take().expect("guard present");
+        let read = self.runtime.block_on(guard.downgrade(owner))?;
+        Ok(ReadGuard {
+            inner: Some(read),
+            runtime: self.runtime.clone(),
+        })
+    }
+}
+
+impl Drop for WriteGuard {
     fn drop(&mut self) {
         if let Some(guard) = self.inner.take() {
             release_on_drop(&self.runtime, guard.unlock());

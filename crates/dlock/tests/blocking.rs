@@ -84,3 +84,37 @@ fn blocking_reentrant_mutex() {
     drop(outer);
     assert_eq!(mutex.hold_count(&owner).unwrap(), 0);
 }
+
+#[test]
+fn blocking_fair_mutex_semaphore_and_rwlock() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).unwrap();
+    let no_wait = LockOptions::default().wait(Wait::NoWait);
+
+    let fair = client.fair_mutex_with("fair", no_wait).unwrap();
+    let held = fair.lock().unwrap();
+    assert!(matches!(fair.try_lock(), Err(Error::Busy { .. })));
+    held.unlock().unwrap();
+
+    let pool = client.semaphore_with("pool", 2, no_wait).unwrap();
+    let a = pool.acquire().unwrap();
+    let b = pool.try_acquire().unwrap();
+    assert!(matches!(pool.try_acquire(), Err(Error::Busy { .. })));
+    assert_eq!(pool.held().unwrap(), 2);
+    drop(a); // gives the permit back before returning
+    assert_eq!(pool.held().unwrap(), 1);
+    b.release().unwrap();
+
+    let config = client.rwlock_with("config", no_wait).unwrap();
+    let (me, you) = (Owner::new(), Owner::new());
+    let r1 = config.read(&me).unwrap();
+    let r2 = config.try_read(&you).unwrap();
+    assert_eq!(config.readers().unwrap(), 2);
+    assert!(matches!(config.try_write(), Err(Error::Busy { .. })));
+    drop(r1);
+    r2.unlock().unwrap();
+    let w = config.write().unwrap();
+    let r = w.downgrade(&me).unwrap();
+    assert_eq!(config.readers().unwrap(), 1);
+    r.unlock().unwrap();
+}
