@@ -15,8 +15,9 @@ if type(ok) == 'table' and ok.err then
 end
 purge_readers(KEYS[3], KEYS[4], now)
 queue_purge(KEYS[5], KEYS[6], now)
-local holds = tonumber(redis.call('HGET', KEYS[4], owner .. ':n'))
-if holds then
+-- Membership in the readers set (purged of expired readers above) says who reads now.
+if redis.call('ZSCORE', KEYS[3], owner) then
+  local holds = tonumber(redis.call('HGET', KEYS[4], owner .. ':n')) or 0
   local fence = tonumber(redis.call('HGET', KEYS[4], owner .. ':fence'))
   if redis.call('HGET', KEYS[4], owner .. ':req') == request then
     return {1, fence, holds}

@@ -33,8 +33,9 @@ local function add_reader(owner, now, lease, request, fence)
   redis.call('ZADD', KEYS[3], 'GT', fmt(now + lease), owner)
   local holds = redis.call('HINCRBY', KEYS[4], owner .. ':n', 1)
   redis.call('HSET', KEYS[4], owner .. ':req', request, owner .. ':fence', fence)
+  -- The readers set expires when abandoned; the reads hash has no expiry (renewals could
+  -- not keep it alive): its fields go with their reader, and it vanishes when empty.
   keep_alive(KEYS[3], lease)
-  keep_alive(KEYS[4], lease)
   return holds
 end
 
