@@ -42,7 +42,7 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         ),
         Error::Connection(_) => (
             UNAVAILABLE,
-            "check that Redis is running and that --redis / DLOCK_REDIS points at it",
+            "check that Redis is running, that --redis / DLOCK_REDIS points at it, and the credentials or TLS settings",
         ),
         Error::Busy { .. } | Error::TimedOut { .. } => (
             BUSY,

@@ -31,6 +31,30 @@ struct Cli {
     #[arg(long, global = true, env = "DLOCK_PREFIX", default_value = "")]
     prefix: String,
 
+    /// For rediss:// URLs: PEM file of the CA to trust (default: the system's roots)
+    #[arg(long, global = true, env = "DLOCK_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+
+    /// For mutual TLS: PEM file of the client certificate (with --tls-key)
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<std::path::PathBuf>,
+
+    /// For mutual TLS: PEM file of the client key (with --tls-cert)
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<std::path::PathBuf>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -140,10 +164,19 @@ pub fn report(err: &dlock::Error) -> i32 {
 }
 
 async fn connect(cli: &Cli) -> dlock::Result<Client> {
-    Client::builder(&cli.redis)
-        .prefix(cli.prefix.clone())
-        .connect()
-        .await
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            dlock::Error::InvalidArgument(format!("cannot read {}: {e}", path.display()))
+        })
+    };
+    let mut builder = Client::builder(&cli.redis).prefix(cli.prefix.clone());
+    if let Some(ca) = &cli.tls_ca {
+        builder = builder.tls_root_certificate(read(ca)?);
+    }
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        builder = builder.tls_client_certificate(read(cert)?, read(key)?);
+    }
+    builder.connect().await
 }
 
 async fn execute(cli: Cli) -> dlock::Result<i32> {

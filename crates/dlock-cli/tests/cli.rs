@@ -585,3 +585,35 @@ fn run_with_fair_read_write_and_permits() {
         64
     );
 }
+
+#[test]
+fn tls_and_refusals_by_redis() {
+    let tls = dlock_testkit::RedisServer::start_with(dlock_testkit::ServerOptions::tls());
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, tls.ca_pem()).unwrap();
+    let ca = ca.display().to_string();
+    assert_eq!(
+        code(dlock(&tls).args(["--tls-ca", &ca, "run", "job", "--", "true"])),
+        0
+    );
+    assert_eq!(
+        code(dlock(&tls).args(["run", "job", "--", "true"])),
+        69,
+        "untrusted certificate"
+    );
+    assert_eq!(
+        code(dlock(&tls).args(["--tls-ca", "/no/such.pem", "run", "job", "--", "true"])),
+        64
+    );
+
+    // 76: Redis refuses the request (an ACL user without script permissions).
+    let server = RedisServer::start();
+    let _: () = server.cmd(&[
+        "ACL", "SETUSER", "reader", "on", ">pw", "~*", "&*", "+@read",
+    ]);
+    let url = format!("redis://reader:pw@127.0.0.1:{}", server.port());
+    let out = output(dlock(&server).args(["--redis", &url, "acquire", "job"]));
+    assert_eq!(out.status.code(), Some(76));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hint:"));
+}

@@ -21,6 +21,8 @@ pub struct ServerOptions {
     pub appendfsync: Option<String>,
     /// Extra `--name value` arguments, e.g. `["--requirepass", "pw"]`.
     pub extra_args: Vec<String>,
+    /// Serve TLS only (`rediss://`), with a certificate from a CA made for this server.
+    pub tls: bool,
 }
 
 impl ServerOptions {
@@ -29,7 +31,15 @@ impl ServerOptions {
         ServerOptions {
             aof: true,
             appendfsync: Some("always".into()),
-            extra_args: vec![],
+            ..ServerOptions::default()
+        }
+    }
+
+    /// TLS only, no persistence.
+    pub fn tls() -> Self {
+        ServerOptions {
+            tls: true,
+            ..ServerOptions::default()
         }
     }
 }
@@ -70,9 +80,30 @@ impl RedisServer {
         panic!("could not start redis-server: {last_error}");
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT` (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.options.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The PEM of the CA that signed a TLS server's certificate.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.dir.path().join("ca.pem")).expect("a TLS server has a CA")
+    }
+
+    fn client(&self) -> redis::RedisResult<redis::Client> {
+        if self.options.tls {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            redis::Client::build_with_tls(
+                self.url(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(self.ca_pem()),
+                },
+            )
+        } else {
+            redis::Client::open(self.url())
+        }
     }
 
     /// The TCP port.
@@ -92,7 +123,7 @@ impl RedisServer {
 
     /// A new synchronous connection, for test set-up and inspection.
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.url())
+        self.client()
             .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
             .unwrap_or_else(|e| panic!("connect to test redis-server at {}: {e}", self.url()))
     }
@@ -169,22 +200,42 @@ impl RedisServer {
     fn launch(&mut self) -> Result<(), String> {
         let dir = self.dir.path().to_path_buf();
         let log = dir.join("redis.log");
-        let mut args: Vec<String> = vec![
-            "--port".into(),
-            self.port.to_string(),
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--dir".into(),
-            dir.display().to_string(),
-            "--logfile".into(),
-            log.display().to_string(),
-            "--save".into(),
-            "".into(),
-            "--daemonize".into(),
-            "no".into(),
-            "--appendonly".into(),
-            if self.options.aof { "yes" } else { "no" }.into(),
-        ];
+        let mut args: Vec<String> = if self.options.tls {
+            let (cert, key, ca) = write_tls_files(&dir);
+            vec![
+                "--port".into(),
+                "0".into(),
+                "--tls-port".into(),
+                self.port.to_string(),
+                "--tls-cert-file".into(),
+                cert,
+                "--tls-key-file".into(),
+                key,
+                "--tls-ca-cert-file".into(),
+                ca,
+                "--tls-auth-clients".into(),
+                "no".into(),
+            ]
+        } else {
+            vec!["--port".into(), self.port.to_string()]
+        };
+        args.extend(
+            [
+                "--bind".into(),
+                "127.0.0.1".into(),
+                "--dir".into(),
+                dir.display().to_string(),
+                "--logfile".into(),
+                log.display().to_string(),
+                "--save".into(),
+                String::new(),
+                "--daemonize".into(),
+                "no".into(),
+                "--appendonly".into(),
+                if self.options.aof { "yes" } else { "no" }.into(),
+            ]
+            .map(String::from),
+        );
         if self.options.aof {
             args.push("--appendfsync".into());
             args.push(
@@ -231,7 +282,7 @@ impl RedisServer {
     /// True when the server accepts a data command (not only PING: after a restart with
     /// AOF, it must have finished loading).
     fn answers(&self) -> bool {
-        let Ok(client) = redis::Client::open(self.url()) else {
+        let Ok(client) = self.client() else {
             return false;
         };
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
@@ -259,6 +310,38 @@ fn signal(pid: u32, sig: libc::c_int) {
     unsafe {
         libc::kill(pid as libc::pid_t, sig);
     }
+}
+
+/// Writes a CA and a server certificate for 127.0.0.1 into `dir` (once); returns the
+/// paths of the certificate, key and CA.
+fn write_tls_files(dir: &Path) -> (String, String, String) {
+    let (cert, key, ca) = (
+        dir.join("server.pem"),
+        dir.join("server.key"),
+        dir.join("ca.pem"),
+    );
+    if !cert.exists() {
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "dlock test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let server_key = rcgen::KeyPair::generate().expect("server key");
+        let server_params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+                .expect("server params");
+        let server_cert = server_params
+            .signed_by(&server_key, &issuer)
+            .expect("server certificate");
+        std::fs::write(&ca, ca_cert.pem()).unwrap();
+        std::fs::write(&cert, server_cert.pem()).unwrap();
+        std::fs::write(&key, server_key.serialize_pem()).unwrap();
+    }
+    let show = |p: PathBuf| p.display().to_string();
+    (show(cert), show(key), show(ca))
 }
 
 fn free_port() -> u16 {

@@ -57,6 +57,8 @@ pub struct ClientBuilder {
     prefix: String,
     connect_timeout: Duration,
     response_timeout: Duration,
+    tls_root: Option<Vec<u8>>,
+    tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl ClientBuilder {
@@ -79,6 +81,22 @@ impl ClientBuilder {
         self
     }
 
+    /// For `rediss://` URLs: trust this CA certificate (PEM) instead of the system's roots.
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` URLs: present this client certificate and key (PEM) for mutual TLS.
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Opens the connection. Fails with [`Error::Connection`] when Redis cannot be reached
     /// and [`Error::InvalidArgument`] for a malformed URL or zero timeouts.
     ///
@@ -89,7 +107,27 @@ impl ClientBuilder {
                 "connect and response timeouts must be greater than zero".into(),
             ));
         }
-        let redis = redis::Client::open(self.url.as_str()).map_err(|e| {
+        // rustls needs a process-wide crypto provider; another part of the program may
+        // have installed one already, which is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let opened = if self.tls_root.is_some() || self.tls_client.is_some() {
+            redis::Client::build_with_tls(
+                self.url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: self
+                        .tls_client
+                        .clone()
+                        .map(|(cert, key)| redis::ClientTlsConfig {
+                            client_cert: cert,
+                            client_key: key,
+                        }),
+                    root_cert: self.tls_root.clone(),
+                },
+            )
+        } else {
+            redis::Client::open(self.url.as_str())
+        };
+        let redis = opened.map_err(|e| {
             Error::InvalidArgument(format!(
                 "Redis URL {:?} is not valid ({e}); expected redis://[user:password@]host[:port][/db] or rediss://...",
                 redact(&self.url)
@@ -139,14 +177,16 @@ impl Client {
     }
 
     /// Starts configuring a client for `url`: `redis://host:port/db`, `rediss://` for TLS
-    /// (when built with a TLS feature of the `redis` crate), and `redis://user:password@host`
-    /// for ACL users.
+    /// (system roots, or [`ClientBuilder::tls_root_certificate`]), and
+    /// `redis://user:password@host` for ACL users.
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
             url: url.to_string(),
             prefix: String::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            tls_root: None,
+            tls_client: None,
         }
     }
 

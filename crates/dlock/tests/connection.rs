@@ -1,0 +1,75 @@
+//! Connection options against real redis-servers: TLS, ACL users, db numbers.
+
+use std::time::Duration;
+
+use dlock::{Client, Error, LockOptions, Wait};
+use dlock_testkit::{RedisServer, ServerOptions};
+
+#[tokio::test]
+async fn tls_with_a_trusted_ca_carries_locks_and_notifications() {
+    let server = RedisServer::start_with(ServerOptions::tls());
+    assert!(server.url().starts_with("rediss://"));
+    let client = Client::builder(&server.url())
+        .tls_root_certificate(server.ca_pem())
+        .connect()
+        .await
+        .unwrap();
+    let holder = client
+        .mutex_with("job", LockOptions::default().wait(Wait::NoWait))
+        .unwrap();
+    let guard = holder.try_lock().await.unwrap();
+    // A waiter woken by the release: the subscriber connection is TLS too.
+    let waiter = client
+        .mutex_with(
+            "job",
+            LockOptions::default()
+                .wait(Wait::Timeout(Duration::from_secs(10)))
+                .backoff(Duration::from_secs(20), Duration::from_secs(20)),
+        )
+        .unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.unlock().await.unwrap();
+    waiting.await.unwrap().unwrap().unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn tls_with_an_untrusted_certificate_is_a_connection_error() {
+    let server = RedisServer::start_with(ServerOptions::tls());
+    let result = Client::builder(&server.url())
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    assert!(matches!(result, Err(Error::Connection(_))), "{result:?}");
+}
+
+#[tokio::test]
+async fn acl_users_and_db_numbers_in_the_url() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&[
+        "ACL", "SETUSER", "locker", "on", ">s3cret", "~*", "&*", "+@all",
+    ]);
+    let _: () = server.cmd(&[
+        "ACL", "SETUSER", "reader", "on", ">s3cret", "~*", "&*", "+@read",
+    ]);
+    let base = format!("redis://locker:s3cret@127.0.0.1:{}/3", server.port());
+    let client = Client::connect(&base).await.unwrap();
+    let guard = client.mutex("job").unwrap().try_lock().await.unwrap();
+    let mut db3 = server.connection();
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut db3).unwrap();
+    let stored: String = redis::cmd("GET").arg("job").query(&mut db3).unwrap();
+    assert_eq!(stored, guard.token(), "the lock lives in db 3");
+    guard.unlock().await.unwrap();
+
+    let wrong = format!("redis://locker:wrong@127.0.0.1:{}", server.port());
+    assert!(matches!(
+        Client::connect(&wrong).await,
+        Err(Error::Connection(_))
+    ));
+
+    // A user without script permissions is refused by Redis: not a connection problem.
+    let limited = format!("redis://reader:s3cret@127.0.0.1:{}", server.port());
+    let client = Client::connect(&limited).await.unwrap();
+    let result = client.mutex("job").unwrap().try_lock().await;
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+}
