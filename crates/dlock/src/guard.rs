@@ -9,6 +9,40 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::lease::{Held, LostReason, LostSignal};
 
+/// The accessors every single-hold guard shares, delegating to its `core: GuardCore`.
+/// `$what` names the hold in the docs ("lock", "permit", ...).
+macro_rules! hold_accessors {
+    ($what:literal) => {
+        #[doc = concat!("The random token that identifies this ", $what, " in Redis.")]
+        pub fn token(&self) -> &str {
+            self.core.token()
+        }
+
+        #[doc = concat!("Until when this ", $what, " may be assumed held, by the local monotonic clock: ")]
+        #[doc = "the send time of the last successful grant, extension or renewal, plus the"]
+        #[doc = "lease, minus [`drift_allowance`](crate::drift_allowance)."]
+        pub fn valid_until(&self) -> std::time::Instant {
+            self.core.valid_until()
+        }
+
+        /// How much of the validity is left (zero once it passed).
+        pub fn remaining(&self) -> std::time::Duration {
+            self.core.remaining()
+        }
+
+        #[doc = concat!("A signal that fires when this ", $what, " may have been lost. See [`LostSignal`](crate::LostSignal).")]
+        pub fn lost_signal(&self) -> crate::LostSignal {
+            self.core.lost_signal()
+        }
+
+        #[doc = concat!("Resolves when this ", $what, " may have been lost, with the reason.")]
+        pub async fn lost(&self) -> crate::LostReason {
+            self.core.lost().await
+        }
+    };
+}
+pub(crate) use hold_accessors;
+
 /// Releases the hold identified by a token; built by each primitive.
 pub(crate) type ReleaseFn =
     Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;

@@ -15,9 +15,9 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{GuardCore, ReleaseFn};
 use crate::keys::LockKeys;
-use crate::lease::{self, Grant, Held, LostReason, LostSignal};
+use crate::lease::{self, Grant, Held};
 use crate::options::LockOptions;
-use crate::queue::{busy_remaining, QueueKeys, Seat};
+use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
 use crate::renew::OwnerField;
 use crate::wait::{acquire_waiting, Attempt};
 
@@ -108,12 +108,11 @@ impl Mutex {
     /// A fair mutex grants a single attempt only when nobody is queued ahead.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
         let token = lease::new_token();
-        let outcome = self.attempt(&token).await;
-        if let (Some(queue), Ok(Attempt::Busy { .. })) = (&self.queue, &outcome) {
-            // The attempt took a place in the queue; a single attempt does not keep it.
-            queue.leave(&self.client, &token).await?;
-        }
-        match outcome? {
+        let outcome = match &self.queue {
+            None => self.attempt(&token).await?,
+            Some(queue) => attempt_once(&self.client, queue, &token, self.attempt(&token)).await?,
+        };
+        match outcome {
             Attempt::Granted(grant) => Ok(self.guard(grant)),
             Attempt::Busy { remaining } => Err(Error::Busy {
                 name: self.keys.name.clone(),
@@ -153,19 +152,15 @@ impl Mutex {
                 .await?
             }
             Some(queue) => {
-                let seat = Seat::new(&self.client, queue, &token);
-                let outcome = acquire_waiting(
+                wait_in_line(
                     &self.client,
+                    queue,
                     &self.keys.name,
-                    &queue.wake_channel(&token),
-                    self.options.wait,
-                    self.options.backoff,
-                    Seat::refresh_interval(self.options.waiter_lease),
+                    &token,
+                    &self.options,
                     || self.attempt(&token),
                 )
-                .await;
-                seat.finish(&outcome).await;
-                outcome?
+                .await?
             }
         };
         Ok(self.guard(grant))
@@ -393,42 +388,17 @@ pub struct MutexGuard {
 }
 
 impl MutexGuard {
+    crate::guard::hold_accessors!("lock");
+
     /// The lock name.
     pub fn name(&self) -> &str {
         self.mutex.name()
-    }
-
-    /// The random token that identifies this holder in Redis.
-    pub fn token(&self) -> &str {
-        self.core.token()
     }
 
     /// The fencing token of this grant: larger than that of every earlier grant of the same
     /// lock. Pass it to storage that rejects writes with a smaller one than it has seen.
     pub fn fence(&self) -> u64 {
         self.core.fence()
-    }
-
-    /// Until when this holder may assume it owns the lock, by the local monotonic clock:
-    /// the send time of the last successful grant, extension or renewal, plus the lease,
-    /// minus [`drift_allowance`](crate::drift_allowance).
-    pub fn valid_until(&self) -> Instant {
-        self.core.valid_until()
-    }
-
-    /// How much of the validity is left (zero once it passed).
-    pub fn remaining(&self) -> Duration {
-        self.core.remaining()
-    }
-
-    /// A signal that fires when this holder may have lost the lock. See [`LostSignal`].
-    pub fn lost_signal(&self) -> LostSignal {
-        self.core.lost_signal()
-    }
-
-    /// Resolves when this holder may have lost the lock, with the reason.
-    pub async fn lost(&self) -> LostReason {
-        self.core.lost().await
     }
 
     /// Resets the lease to `ttl` from now, if this holder still owns the lock.

@@ -6,6 +6,7 @@
 //! waiter. Leaving the wait any way other than being granted removes the place: awaited on
 //! a timeout or error, in the background when the waiting future is dropped.
 
+use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -14,6 +15,8 @@ use redis::Script;
 use crate::client::Client;
 use crate::error::Result;
 use crate::keys::LockKeys;
+use crate::options::LockOptions;
+use crate::wait::{acquire_waiting, Attempt};
 
 static CANCEL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -57,9 +60,54 @@ impl QueueKeys {
     }
 }
 
+/// One attempt of a queued primitive: a busy attempt took a place in the queue, which a
+/// single attempt does not keep.
+pub(crate) async fn attempt_once<T>(
+    client: &Client,
+    queue: &QueueKeys,
+    token: &str,
+    attempt: impl Future<Output = Result<Attempt<T>>>,
+) -> Result<Attempt<T>> {
+    let outcome = attempt.await;
+    if let Ok(Attempt::Busy { .. }) = &outcome {
+        queue.leave(client, token).await?;
+    }
+    outcome
+}
+
+/// Waits in line: repeats `attempt` (which joins or refreshes `token`'s place) until it
+/// grants, woken on the waiter's own channel, within the wait budget of `options`. The
+/// place is given up when the wait ends without a grant, or the future is dropped.
+pub(crate) async fn wait_in_line<T, F, Fut>(
+    client: &Client,
+    queue: &QueueKeys,
+    name: &str,
+    token: &str,
+    options: &LockOptions,
+    attempt: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    let seat = Seat::new(client, queue, token);
+    let outcome = acquire_waiting(
+        client,
+        name,
+        &queue.wake_channel(token),
+        options.wait,
+        options.backoff,
+        options.waiter_lease / 3,
+        attempt,
+    )
+    .await;
+    seat.finish(&outcome).await;
+    outcome
+}
+
 /// A waiter's place in a queue for the duration of one wait; removes the place when the
 /// wait ends without a grant.
-pub(crate) struct Seat {
+struct Seat {
     client: Client,
     keys: QueueKeys,
     token: String,
@@ -67,7 +115,7 @@ pub(crate) struct Seat {
 }
 
 impl Seat {
-    pub fn new(client: &Client, keys: &QueueKeys, token: &str) -> Seat {
+    fn new(client: &Client, keys: &QueueKeys, token: &str) -> Seat {
         Seat {
             client: client.clone(),
             keys: keys.clone(),
@@ -77,18 +125,13 @@ impl Seat {
     }
 
     /// Ends the wait: a grant already removed the place; otherwise remove it now.
-    pub async fn finish<T>(mut self, outcome: &Result<T>) {
+    async fn finish<T>(mut self, outcome: &Result<T>) {
         self.armed = false;
         if outcome.is_err() {
             if let Err(err) = self.keys.leave(&self.client, &self.token).await {
                 tracing::debug!(error = %err, "leaving the queue failed; the waiter lease will expire");
             }
         }
-    }
-
-    /// How often a live waiter re-checks (and so refreshes its place).
-    pub fn refresh_interval(waiter_lease: Duration) -> Duration {
-        waiter_lease / 3
     }
 }
 

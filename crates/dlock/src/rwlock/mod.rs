@@ -18,9 +18,9 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{GuardCore, ReleaseFn};
 use crate::keys::LockKeys;
-use crate::lease::{self, Grant, Held, LostReason, LostSignal};
+use crate::lease::{self, Grant, Held};
 use crate::options::LockOptions;
-use crate::queue::{busy_remaining, QueueKeys, Seat};
+use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
 use crate::reentrant::Owner;
 use crate::renew::OwnerField;
 use crate::wait::{acquire_waiting, Attempt, Wait};
@@ -133,11 +133,14 @@ impl RwLock {
     /// One attempt to take the write lock.
     pub async fn try_write(&self) -> Result<WriteGuard> {
         let token = lease::new_token();
-        let outcome = self.write_attempt(&token).await;
-        if let Ok(Attempt::Busy { .. }) = &outcome {
-            self.writers.leave(&self.client, &token).await?;
-        }
-        match outcome? {
+        match attempt_once(
+            &self.client,
+            &self.writers,
+            &token,
+            self.write_attempt(&token),
+        )
+        .await?
+        {
             Attempt::Granted(grant) => Ok(self.write_guard(grant)),
             Attempt::Busy { remaining } => Err(self.busy(remaining)),
         }
@@ -150,19 +153,16 @@ impl RwLock {
             return self.try_write().await;
         }
         let token = lease::new_token();
-        let seat = Seat::new(&self.client, &self.writers, &token);
-        let outcome = acquire_waiting(
+        let grant = wait_in_line(
             &self.client,
+            &self.writers,
             &self.keys.name,
-            &self.writers.wake_channel(&token),
-            self.options.wait,
-            self.options.backoff,
-            Seat::refresh_interval(self.options.waiter_lease),
+            &token,
+            &self.options,
             || self.write_attempt(&token),
         )
-        .await;
-        seat.finish(&outcome).await;
-        Ok(self.write_guard(outcome?))
+        .await?;
+        Ok(self.write_guard(grant))
     }
 
     /// Gives back one read hold of `owner`; returns the holds left.
@@ -350,6 +350,8 @@ pub struct ReadGuard {
 }
 
 impl ReadGuard {
+    crate::guard::hold_accessors!("read hold");
+
     /// The reading owner.
     pub fn owner(&self) -> &Owner {
         &self.owner
@@ -363,21 +365,6 @@ impl ReadGuard {
     /// The owner's read holds right after this one was granted.
     pub fn holds_at_grant(&self) -> u32 {
         self.holds
-    }
-
-    /// Until when this hold may be assumed valid, by the local monotonic clock.
-    pub fn valid_until(&self) -> Instant {
-        self.core.valid_until()
-    }
-
-    /// A signal that fires when the read hold may have been lost.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.core.lost_signal()
-    }
-
-    /// Resolves when the read hold may have been lost, with the reason.
-    pub async fn lost(&self) -> LostReason {
-        self.core.lost().await
     }
 
     /// Gives this hold back; [`Error::Lost`] when the owner's read lease had ended.
@@ -399,29 +386,11 @@ pub struct WriteGuard {
 }
 
 impl WriteGuard {
-    /// The writer's token.
-    pub fn token(&self) -> &str {
-        self.core.token()
-    }
+    crate::guard::hold_accessors!("write lock");
 
     /// The fencing token of this write grant.
     pub fn fence(&self) -> u64 {
         self.core.fence()
-    }
-
-    /// Until when the write lock may be assumed held, by the local monotonic clock.
-    pub fn valid_until(&self) -> Instant {
-        self.core.valid_until()
-    }
-
-    /// A signal that fires when the write lock may have been lost.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.core.lost_signal()
-    }
-
-    /// Resolves when the write lock may have been lost, with the reason.
-    pub async fn lost(&self) -> LostReason {
-        self.core.lost().await
     }
 
     /// Releases the write lock; [`Error::Lost`] when it had expired or been taken.

@@ -11,7 +11,7 @@
 //! held. Keep N in shared configuration.
 
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::Script;
 
@@ -19,11 +19,11 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{GuardCore, ReleaseFn};
 use crate::keys::LockKeys;
-use crate::lease::{self, Grant, Held, LostReason, LostSignal};
+use crate::lease::{self, Grant, Held};
 use crate::options::LockOptions;
-use crate::queue::{busy_remaining, QueueKeys, Seat};
+use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
 use crate::renew::OwnerField;
-use crate::wait::{acquire_waiting, Attempt, Wait};
+use crate::wait::{Attempt, Wait};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -99,11 +99,7 @@ impl Semaphore {
     /// queued ahead.
     pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
         let token = lease::new_token();
-        let outcome = self.attempt(&token).await;
-        if let Ok(Attempt::Busy { .. }) = &outcome {
-            self.queue.leave(&self.client, &token).await?;
-        }
-        match outcome? {
+        match attempt_once(&self.client, &self.queue, &token, self.attempt(&token)).await? {
             Attempt::Granted(grant) => Ok(self.permit(grant)),
             Attempt::Busy { remaining } => Err(Error::Busy {
                 name: self.keys.name.clone(),
@@ -118,19 +114,16 @@ impl Semaphore {
             return self.try_acquire().await;
         }
         let token = lease::new_token();
-        let seat = Seat::new(&self.client, &self.queue, &token);
-        let outcome = acquire_waiting(
+        let grant = wait_in_line(
             &self.client,
+            &self.queue,
             &self.keys.name,
-            &self.queue.wake_channel(&token),
-            self.options.wait,
-            self.options.backoff,
-            Seat::refresh_interval(self.options.waiter_lease),
+            &token,
+            &self.options,
             || self.attempt(&token),
         )
-        .await;
-        seat.finish(&outcome).await;
-        Ok(self.permit(outcome?))
+        .await?;
+        Ok(self.permit(grant))
     }
 
     /// Gives back the permit held with `token`; [`Error::Lost`] when its lease had ended.
@@ -242,40 +235,17 @@ pub struct SemaphorePermit {
 }
 
 impl SemaphorePermit {
+    crate::guard::hold_accessors!("permit");
+
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// This permit's token.
-    pub fn token(&self) -> &str {
-        self.core.token()
     }
 
     /// This permit's fencing token (from the semaphore's counter, larger than every
     /// earlier permit's).
     pub fn fence(&self) -> u64 {
         self.core.fence()
-    }
-
-    /// Until when this permit may be assumed held, by the local monotonic clock.
-    pub fn valid_until(&self) -> Instant {
-        self.core.valid_until()
-    }
-
-    /// What is left of the validity.
-    pub fn remaining(&self) -> Duration {
-        self.core.remaining()
-    }
-
-    /// A signal that fires when the permit may have been lost.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.core.lost_signal()
-    }
-
-    /// Resolves when the permit may have been lost, with the reason.
-    pub async fn lost(&self) -> LostReason {
-        self.core.lost().await
     }
 
     /// Gives the permit back (stopping renewal first); [`Error::Lost`] when its lease had
