@@ -7,32 +7,7 @@ source scripts/ensure-redis.sh
 
 cargo build --quiet --release -p dlock-cli
 DLOCK="$PWD/target/release/dlock"
-WORK=$(mktemp -d)
-REDIS_PID=""
-cleanup() {
-  [ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null && wait "$REDIS_PID" 2>/dev/null
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-# A private redis-server on the first free port from 16379 on.
-for port in $(seq 16379 16479); do
-  redis-server --port "$port" --bind 127.0.0.1 --save "" --dir "$WORK" \
-    --logfile "$WORK/redis.log" --daemonize no &
-  REDIS_PID=$!
-  for _ in $(seq 50); do
-    if "$DLOCK" --redis "redis://127.0.0.1:$port" acquire demo-probe --ttl 10ms >/dev/null 2>&1; then
-      break 2
-    fi
-    kill -0 "$REDIS_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill "$REDIS_PID" 2>/dev/null || true
-  wait "$REDIS_PID" 2>/dev/null || true
-  REDIS_PID=""
-done
-[ -n "$REDIS_PID" ] || { echo "could not start redis-server" >&2; exit 1; }
-export DLOCK_REDIS="redis://127.0.0.1:$port"
+source scripts/private-redis.sh
 echo "redis-server on port $port; 5 workers x 4 rounds on lock 'demo-counter'"
 
 COUNTER="$WORK/counter"
@@ -48,7 +23,7 @@ for worker in 1 2 3 4 5; do
     done
   ) &
 done
-wait $(jobs -p | grep -v "^$REDIS_PID$")
+for job in $(jobs -p); do [ "$job" = "$REDIS_PID" ] || wait "$job"; done
 
 final=$(cat "$COUNTER")
 echo "final counter: $final (expected 20)"

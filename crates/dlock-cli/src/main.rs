@@ -1,5 +1,6 @@
 //! `dlock`: flock(1) for a fleet. A thin layer over the `dlock` library.
 
+mod bench;
 mod duration;
 mod exit;
 mod run;
@@ -83,6 +84,9 @@ enum Command {
         /// The token printed by `dlock acquire`
         token: String,
     },
+    /// Measure throughput, hand-off latency, herd cost and renewal cost against the
+    /// configured Redis (use a private server: it writes keys and resets nothing)
+    Bench(bench::BenchArgs),
     /// Reset the lease of a lock held with TOKEN
     #[command(after_help = exit::HELP)]
     Extend {
@@ -202,6 +206,7 @@ async fn execute(cli: Cli) -> dlock::Result<i32> {
             }
             Ok(exit::OK)
         }
+        Command::Bench(args) => bench::bench(&client, &cli.redis, args).await,
         Command::Release { name, token } => {
             client.mutex(&name)?.release_token(&token).await?;
             Ok(exit::OK)

@@ -617,3 +617,46 @@ fn tls_and_refusals_by_redis() {
     assert_eq!(out.status.code(), Some(76));
     assert!(String::from_utf8_lossy(&out.stderr).contains("hint:"));
 }
+
+#[test]
+fn bench_reports_every_scenario_with_its_baseline() {
+    let server = RedisServer::start();
+    let out = output(dlock(&server).args([
+        "bench",
+        "--duration",
+        "300ms",
+        "--renew-locks",
+        "300",
+        "--json",
+    ]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for scenario in ["seq", "par"] {
+        assert!(report[scenario]["cycles_per_s"].as_f64().unwrap() > 0.0);
+        assert!(report[scenario]["raw_cycles_per_s"].as_f64().unwrap() > 0.0);
+    }
+    let per_worker: Vec<u64> =
+        serde_json::from_value(report["handoff_fair"]["per_worker"].clone()).unwrap();
+    assert_eq!(per_worker.len(), 4);
+    assert!(
+        per_worker.iter().all(|&n| n > 0),
+        "every worker got the fair lock"
+    );
+    let herd = report["herd"]["commands_per_handoff"].as_f64().unwrap();
+    let herd_fair = report["herd_fair"]["commands_per_handoff"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        herd_fair < herd,
+        "the fair mutex avoids the herd ({herd_fair} vs {herd})"
+    );
+    assert!(
+        report["renew"]["ratio"].as_f64().unwrap() < 0.5,
+        "renewal is batched"
+    );
+}

@@ -18,6 +18,10 @@ pub(crate) struct LockKeys {
     pub name: String,
     /// The main key: prefix + name.
     pub key: String,
+    /// The never-expiring fencing counter of this lock.
+    pub fence: String,
+    /// The pub/sub channel on which releases of this lock are announced.
+    pub channel: String,
 }
 
 impl LockKeys {
@@ -29,10 +33,15 @@ impl LockKeys {
                 "lock key {key:?} contains '}}' outside a Redis hash tag; remove it or use a tag like \"{{tenant}}-job\""
             )));
         }
-        Ok(LockKeys {
+        let mut keys = LockKeys {
             name: name.to_string(),
+            fence: String::new(),
+            channel: format!("dlock:released:{key}"),
             key,
-        })
+        };
+        // Computed once: every acquire names the fence key.
+        keys.fence = keys.companion("fence");
+        Ok(keys)
     }
 
     /// A key in the same hash slot as the lock key, e.g. `{orders}:fence` for `orders`.
@@ -45,16 +54,6 @@ impl LockKeys {
             // Keys without a tag and with a '}' cannot be wrapped; validate_name forbids them.
             format!("{{{}}}:{suffix}", self.key)
         }
-    }
-
-    /// The never-expiring fencing counter of this lock.
-    pub fn fence(&self) -> String {
-        self.companion("fence")
-    }
-
-    /// The pub/sub channel on which releases of this lock are announced.
-    pub fn channel(&self) -> String {
-        format!("dlock:released:{}", self.key)
     }
 }
 
@@ -128,7 +127,7 @@ mod tests {
     fn companion_keys_share_the_lock_slot() {
         for name in ["orders", "a{b}c", "{tenant}", "a{", "job:42", "é"] {
             let keys = LockKeys::new("app:", name).unwrap();
-            assert_eq!(slot(&keys.key), slot(&keys.fence()), "name {name:?}");
+            assert_eq!(slot(&keys.key), slot(&keys.fence), "name {name:?}");
             assert_eq!(
                 slot(&keys.key),
                 slot(&keys.companion("queue")),
@@ -141,7 +140,7 @@ mod tests {
     fn default_key_is_the_name_itself() {
         let keys = LockKeys::new("", "nightly").unwrap();
         assert_eq!(keys.key, "nightly");
-        assert_eq!(keys.fence(), "{nightly}:fence");
+        assert_eq!(keys.fence, "{nightly}:fence");
     }
 
     #[test]

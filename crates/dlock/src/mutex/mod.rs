@@ -143,7 +143,7 @@ impl Mutex {
                 acquire_waiting(
                     &self.client,
                     &self.keys.name,
-                    &self.keys.channel(),
+                    &self.keys.channel,
                     self.options.wait,
                     self.options.backoff,
                     self.options.backoff.max,
@@ -209,7 +209,7 @@ impl Mutex {
                 RELEASE
                     .key(&self.keys.key)
                     .arg(token)
-                    .arg(self.keys.channel())
+                    .arg(&self.keys.channel)
                     .invoke_async(&mut self.client.conn())
                     .await?
             }
@@ -252,12 +252,12 @@ impl Mutex {
 
     /// The last fencing token granted for this lock (0 when never granted).
     pub async fn last_fence(&self) -> Result<u64> {
-        let fence_key = self.keys.fence();
+        let fence_key = &self.keys.fence;
         let value: Option<u64> = redis::cmd("GET")
-            .arg(&fence_key)
+            .arg(fence_key)
             .query_async(&mut self.client.conn())
             .await
-            .map_err(|e| self.map_wrong_type(e, &fence_key))?;
+            .map_err(|e| self.map_wrong_type(e, fence_key))?;
         Ok(value.unwrap_or(0))
     }
 
@@ -269,7 +269,7 @@ impl Mutex {
         };
         invocation
             .key(&self.keys.key)
-            .key(self.keys.fence())
+            .key(&self.keys.fence)
             .arg(token)
             .arg(self.options.ttl.as_millis() as u64);
         if let Some(queue) = &self.queue {
@@ -304,7 +304,7 @@ impl Mutex {
                 remaining: busy_remaining(&reply),
             }),
             [-1, 1] => Err(self.wrong_type(&self.keys.key)),
-            [-1, _] => Err(self.wrong_type(&self.keys.fence())),
+            [-1, _] => Err(self.wrong_type(&self.keys.fence)),
             other => Err(unexpected_reply(&format!("{other:?}"))),
         }
     }

@@ -112,7 +112,7 @@ impl ReentrantMutex {
         let grant = acquire_waiting(
             &self.client,
             &self.keys.name,
-            &self.keys.channel(),
+            &self.keys.channel,
             self.options.wait,
             self.options.backoff,
             self.options.backoff.max,
@@ -128,7 +128,7 @@ impl ReentrantMutex {
         let left: i64 = RELEASE
             .key(&self.keys.key)
             .arg(owner.id())
-            .arg(self.keys.channel())
+            .arg(&self.keys.channel)
             .invoke_async(&mut self.client.conn())
             .await?;
         match left {
@@ -163,7 +163,7 @@ impl ReentrantMutex {
         let sent = Instant::now();
         let reply: Vec<i64> = ACQUIRE
             .key(&self.keys.key)
-            .key(self.keys.fence())
+            .key(&self.keys.fence)
             .arg(owner.id())
             .arg(self.options.ttl.as_millis() as u64)
             .arg(request)
@@ -182,7 +182,7 @@ impl ReentrantMutex {
                 remaining: (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64)),
             }),
             [-1, 1] => Err(self.wrong_type(&self.keys.key)),
-            [-1, _] => Err(self.wrong_type(&self.keys.fence())),
+            [-1, _] => Err(self.wrong_type(&self.keys.fence)),
             other => Err(Error::Redis(redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "unexpected reply from a dlock script",

@@ -96,7 +96,7 @@ impl RwLock {
         let mut invocation = script.prepare_invoke();
         invocation
             .key(&self.keys.key)
-            .key(self.keys.fence())
+            .key(&self.keys.fence)
             .key(&self.readers)
             .key(&self.reads)
             .key(&self.writers.queue)
@@ -120,7 +120,7 @@ impl RwLock {
         let grant = acquire_waiting(
             &self.client,
             &self.keys.name,
-            &self.keys.channel(),
+            &self.keys.channel,
             self.options.wait,
             self.options.backoff,
             self.options.backoff.max.max(self.options.waiter_lease / 3),
@@ -187,7 +187,7 @@ impl RwLock {
             .invoke(&WRITE_RELEASE)
             .arg(token)
             .arg(&self.writers.wake_prefix)
-            .arg(self.keys.channel())
+            .arg(&self.keys.channel)
             .invoke_async(&mut self.client.conn())
             .await?;
         match outcome {
@@ -319,7 +319,7 @@ impl RwLock {
     fn wrong_type_at(&self, index: i64) -> Error {
         match index {
             1 => self.wrong_type(&self.keys.key),
-            2 => self.wrong_type(&self.keys.fence()),
+            2 => self.wrong_type(&self.keys.fence),
             _ => self.wrong_type(&self.readers),
         }
     }
@@ -415,7 +415,7 @@ impl WriteGuard {
             .arg(lock.options.ttl.as_millis() as u64)
             .arg(&request)
             .arg(fence)
-            .arg(lock.keys.channel())
+            .arg(&lock.keys.channel)
             .invoke_async(&mut lock.client.conn())
             .await?;
         if holds <= 0 {

@@ -169,7 +169,7 @@ impl Semaphore {
         let sent = Instant::now();
         let reply: Vec<i64> = ACQUIRE
             .key(&self.keys.key)
-            .key(self.keys.fence())
+            .key(&self.keys.fence)
             .key(&self.queue.queue)
             .key(&self.queue.leases)
             .key(&self.fences)
@@ -189,7 +189,7 @@ impl Semaphore {
             [0, ..] => Ok(Attempt::Busy {
                 remaining: busy_remaining(&reply),
             }),
-            [-1, 2] => Err(self.wrong_type(&self.keys.fence())),
+            [-1, 2] => Err(self.wrong_type(&self.keys.fence)),
             _ => Err(self.wrong_type(&self.keys.key)),
         }
     }
