@@ -73,6 +73,16 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Connection(_))
     }
+
+    /// A script answered something it never answers (a bug, or a foreign script at the
+    /// same SHA).
+    pub(crate) fn unexpected_reply(reply: impl std::fmt::Debug) -> Error {
+        Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "unexpected reply from a dlock script",
+            format!("{reply:?}"),
+        )))
+    }
 }
 
 impl From<redis::RedisError> for Error {

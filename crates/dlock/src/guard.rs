@@ -6,8 +6,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::client::Client;
 use crate::error::Result;
-use crate::lease::{Held, LostReason, LostSignal};
+use crate::lease::{Grant, Held, LostReason, LostSignal};
+use crate::options::LockOptions;
+use crate::renew::OwnerField;
 
 /// The accessors every single-hold guard shares, delegating to its `core: GuardCore`.
 /// `$what` names the hold in the docs ("lock", "permit", ...).
@@ -43,8 +46,8 @@ macro_rules! hold_accessors {
 }
 pub(crate) use hold_accessors;
 
-/// Releases the hold identified by a token; built by each primitive.
-pub(crate) type ReleaseFn =
+/// Releases the hold identified by a token; given by each primitive.
+type ReleaseFn =
     Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
 
 pub(crate) struct GuardCore {
@@ -55,11 +58,26 @@ pub(crate) struct GuardCore {
 }
 
 impl GuardCore {
-    pub fn new(held: Held, release: ReleaseFn, runtime: tokio::runtime::Handle) -> GuardCore {
+    /// Starts holding `grant` (of a lease of `options.ttl` at `key`, renewed per
+    /// `options.renewal`); `release` gives a hold back by its token.
+    pub fn start<F, Fut>(
+        client: &Client,
+        grant: Grant,
+        key: &str,
+        owner: OwnerField,
+        options: &LockOptions,
+        release: F,
+    ) -> GuardCore
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        let held = Held::start(client, grant, key, owner, options.ttl, options.renewal);
+        let release: ReleaseFn = Arc::new(move |token| Box::pin(release(token)));
         GuardCore {
             held,
             release,
-            runtime,
+            runtime: client.inner.runtime.clone(),
             released: false,
         }
     }

@@ -6,16 +6,16 @@
 //! expires and only grows.
 
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use redis::Script;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::{GuardCore, ReleaseFn};
+use crate::guard::GuardCore;
 use crate::keys::LockKeys;
-use crate::lease::{self, Grant, Held};
+use crate::lease::{self, Grant};
 use crate::options::LockOptions;
 use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
 use crate::renew::OwnerField;
@@ -305,27 +305,26 @@ impl Mutex {
             }),
             [-1, 1] => Err(self.wrong_type(&self.keys.key)),
             [-1, _] => Err(self.wrong_type(&self.keys.fence)),
-            other => Err(unexpected_reply(&format!("{other:?}"))),
+            other => Err(Error::unexpected_reply(other)),
         }
     }
 
     fn guard(&self, grant: Grant) -> MutexGuard {
-        let held = Held::start(
-            &self.client,
-            grant,
-            &self.keys.key,
-            OwnerField::StringValue,
-            self.options.ttl,
-            self.options.renewal,
-        );
         let mutex = self.clone();
-        let release: ReleaseFn = Arc::new(move |token: String| {
+        let release = move |token: String| {
             let mutex = mutex.clone();
-            Box::pin(async move { mutex.release_token(&token).await })
-        });
+            async move { mutex.release_token(&token).await }
+        };
         MutexGuard {
             mutex: self.clone(),
-            core: GuardCore::new(held, release, self.client.inner.runtime.clone()),
+            core: GuardCore::start(
+                &self.client,
+                grant,
+                &self.keys.key,
+                OwnerField::StringValue,
+                &self.options,
+                release,
+            ),
         }
     }
 
@@ -336,7 +335,7 @@ impl Mutex {
                 name: self.keys.name.clone(),
             }),
             -1 => Err(self.wrong_type(&self.keys.key)),
-            other => Err(unexpected_reply(&other.to_string())),
+            other => Err(Error::unexpected_reply(other)),
         }
     }
 
@@ -369,14 +368,6 @@ impl Mutex {
             }
         });
     }
-}
-
-fn unexpected_reply(reply: &str) -> Error {
-    Error::Redis(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected reply from a dlock script",
-        reply.to_string(),
-    )))
 }
 
 /// Proof of holding a [`Mutex`] (plain or fair). Dropping it without

@@ -183,11 +183,7 @@ impl ReentrantMutex {
             }),
             [-1, 1] => Err(self.wrong_type(&self.keys.key)),
             [-1, _] => Err(self.wrong_type(&self.keys.fence)),
-            other => Err(Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "unexpected reply from a dlock script",
-                format!("{other:?}"),
-            )))),
+            other => Err(Error::unexpected_reply(other)),
         }
     }
 

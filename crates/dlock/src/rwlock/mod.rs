@@ -9,16 +9,16 @@
 //! re-enter a read lock (even while a writer waits), and a writer may downgrade to a read
 //! hold without a gap. All keys share one hash slot.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use redis::Script;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::{GuardCore, ReleaseFn};
+use crate::guard::GuardCore;
 use crate::keys::LockKeys;
-use crate::lease::{self, Grant, Held};
+use crate::lease::{self, Grant};
 use crate::options::LockOptions;
 use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
 use crate::reentrant::Owner;
@@ -233,7 +233,7 @@ impl RwLock {
                 remaining: busy_remaining(&reply),
             }),
             [-1, n] => Err(self.wrong_type_at(*n)),
-            other => Err(unexpected(other)),
+            other => Err(Error::unexpected_reply(other)),
         }
     }
 
@@ -257,49 +257,47 @@ impl RwLock {
                 remaining: busy_remaining(&reply),
             }),
             [-1, n] => Err(self.wrong_type_at(*n)),
-            other => Err(unexpected(other)),
+            other => Err(Error::unexpected_reply(other)),
         }
     }
 
     fn read_guard(&self, owner: &Owner, grant: ReadGrant) -> ReadGuard {
-        let held = Held::start(
-            &self.client,
-            grant.grant,
-            &self.readers,
-            OwnerField::SortedSetMember,
-            self.options.ttl,
-            self.options.renewal,
-        );
         let lock = self.clone();
-        let release: ReleaseFn = Arc::new(move |owner_id: String| {
+        let release = move |owner_id: String| {
             let lock = lock.clone();
-            Box::pin(async move { lock.release_read(&Owner::from_id(owner_id)).await.map(drop) })
-        });
+            async move { lock.release_read(&Owner::from_id(owner_id)).await.map(drop) }
+        };
         ReadGuard {
             lock: self.clone(),
             owner: owner.clone(),
             holds: grant.holds,
-            core: GuardCore::new(held, release, self.client.inner.runtime.clone()),
+            core: GuardCore::start(
+                &self.client,
+                grant.grant,
+                &self.readers,
+                OwnerField::SortedSetMember,
+                &self.options,
+                release,
+            ),
         }
     }
 
     fn write_guard(&self, grant: Grant) -> WriteGuard {
-        let held = Held::start(
-            &self.client,
-            grant,
-            &self.keys.key,
-            OwnerField::StringValue,
-            self.options.ttl,
-            self.options.renewal,
-        );
         let lock = self.clone();
-        let release: ReleaseFn = Arc::new(move |token: String| {
+        let release = move |token: String| {
             let lock = lock.clone();
-            Box::pin(async move { lock.release_write(&token).await })
-        });
+            async move { lock.release_write(&token).await }
+        };
         WriteGuard {
             lock: self.clone(),
-            core: GuardCore::new(held, release, self.client.inner.runtime.clone()),
+            core: GuardCore::start(
+                &self.client,
+                grant,
+                &self.keys.key,
+                OwnerField::StringValue,
+                &self.options,
+                release,
+            ),
         }
     }
 
@@ -330,14 +328,6 @@ impl RwLock {
             what: "expected a dlock read-write lock key".into(),
         }
     }
-}
-
-fn unexpected(reply: &[i64]) -> Error {
-    Error::Redis(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected reply from a dlock script",
-        format!("{reply:?}"),
-    )))
 }
 
 /// One read hold of a [`RwLock`]. Dropping it gives the hold back in the background.

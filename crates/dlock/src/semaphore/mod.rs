@@ -10,16 +10,16 @@
 //! N = 5 may take a fifth permit while one with N = 3 waits until fewer than three are
 //! held. Keep N in shared configuration.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::Instant;
 
 use redis::Script;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::{GuardCore, ReleaseFn};
+use crate::guard::GuardCore;
 use crate::keys::LockKeys;
-use crate::lease::{self, Grant, Held};
+use crate::lease::{self, Grant};
 use crate::options::LockOptions;
 use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
 use crate::renew::OwnerField;
@@ -195,22 +195,21 @@ impl Semaphore {
     }
 
     fn permit(&self, grant: Grant) -> SemaphorePermit {
-        let held = Held::start(
-            &self.client,
-            grant,
-            &self.keys.key,
-            OwnerField::SortedSetMember,
-            self.options.ttl,
-            self.options.renewal,
-        );
         let semaphore = self.clone();
-        let release: ReleaseFn = Arc::new(move |token: String| {
+        let release = move |token: String| {
             let semaphore = semaphore.clone();
-            Box::pin(async move { semaphore.release_token(&token).await })
-        });
+            async move { semaphore.release_token(&token).await }
+        };
         SemaphorePermit {
             name: self.keys.name.clone(),
-            core: GuardCore::new(held, release, self.client.inner.runtime.clone()),
+            core: GuardCore::start(
+                &self.client,
+                grant,
+                &self.keys.key,
+                OwnerField::SortedSetMember,
+                &self.options,
+                release,
+            ),
         }
     }
 
