@@ -279,6 +279,26 @@ impl Client {
     }
 }
 
+/// Running dlock's scripts through the client's shared connection.
+pub(crate) trait RunScript {
+    /// Runs the script. Every dlock script may safely run twice (acquires recognise their
+    /// own token, releases and extends compare it), so a request that met a dropped
+    /// connection is sent once more on the reconnected one; timeouts are not retried here.
+    async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T>;
+}
+
+impl RunScript for redis::ScriptInvocation<'_> {
+    async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T> {
+        match self.invoke_async(&mut client.conn()).await {
+            Err(err) if !err.is_timeout() && (err.is_connection_dropped() || err.is_io_error()) => {
+                tracing::debug!(error = %err, "connection dropped; sending the script again");
+                Ok(self.invoke_async(&mut client.conn()).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+}
+
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")

@@ -277,3 +277,37 @@ async fn a_thousand_held_locks_are_renewed_in_a_few_calls_per_round() {
         guard.unlock().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn renewal_retries_through_dropped_connections() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client
+        .mutex_with("job", renewed(900))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let rival = Client::connect(&server.url()).await.unwrap();
+    let rival = rival.mutex_with("job", renewed(900)).unwrap();
+    // Cut every client connection (not the test's own) several times across three leases:
+    // renewals fail, reconnect and retry before the deadline.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    }
+    assert_eq!(
+        guard.lost_signal().lost(),
+        None,
+        "the lease survived the disconnections"
+    );
+    // The rival's own connection was cut too: its first request may fail and reconnect.
+    let mut attempt = rival.try_lock().await;
+    if matches!(attempt, Err(Error::Connection(_))) {
+        attempt = rival.try_lock().await;
+    }
+    assert!(matches!(attempt, Err(Error::Busy { .. })), "{attempt:?}");
+    let holder: String = server.cmd(&["GET", "job"]);
+    assert_eq!(holder, guard.token());
+    guard.unlock().await.unwrap();
+}

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use crate::client::Client;
+use crate::client::{Client, RunScript};
 use crate::error::{Error, Result};
 use crate::guard::GuardCore;
 use crate::keys::LockKeys;
@@ -210,7 +210,7 @@ impl Mutex {
                     .key(&self.keys.key)
                     .arg(token)
                     .arg(&self.keys.channel)
-                    .invoke_async(&mut self.client.conn())
+                    .run(&self.client)
                     .await?
             }
             Some(queue) => {
@@ -220,7 +220,7 @@ impl Mutex {
                     .key(&queue.leases)
                     .arg(token)
                     .arg(&queue.wake_prefix)
-                    .invoke_async(&mut self.client.conn())
+                    .run(&self.client)
                     .await?
             }
         };
@@ -235,7 +235,7 @@ impl Mutex {
             .key(&self.keys.key)
             .arg(token)
             .arg(ttl.as_millis() as u64)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         self.check_owner_outcome(outcome)
     }
@@ -279,10 +279,7 @@ impl Mutex {
                 .arg(self.options.waiter_lease.as_millis() as u64)
                 .arg(&queue.wake_prefix);
         }
-        let reply: Result<Vec<i64>> = invocation
-            .invoke_async(&mut self.client.conn())
-            .await
-            .map_err(Error::from);
+        let reply: Result<Vec<i64>> = invocation.run(&self.client).await;
         let reply = match reply {
             Ok(reply) => reply,
             Err(err) => {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::client::Client;
+use crate::client::{Client, RunScript};
 use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::options::LockOptions;
@@ -54,7 +54,7 @@ impl QueueKeys {
             .key(&self.leases)
             .arg(token)
             .arg(&self.wake_prefix)
-            .invoke_async(&mut client.conn())
+            .run(client)
             .await?;
         Ok(())
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use crate::client::Client;
+use crate::client::{Client, RunScript};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lease::{self, Grant, Held, LostReason, LostSignal};
@@ -129,7 +129,7 @@ impl ReentrantMutex {
             .key(&self.keys.key)
             .arg(owner.id())
             .arg(&self.keys.channel)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         match left {
             n if n >= 0 => Ok(n as u32),
@@ -167,7 +167,7 @@ impl ReentrantMutex {
             .arg(owner.id())
             .arg(self.options.ttl.as_millis() as u64)
             .arg(request)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         match reply.as_slice() {
             [1, fence, holds] => Ok(Attempt::Granted(ReentrantGrant {

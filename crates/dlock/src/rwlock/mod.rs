@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use crate::client::Client;
+use crate::client::{Client, RunScript};
 use crate::error::{Error, Result};
 use crate::guard::GuardCore;
 use crate::keys::LockKeys;
@@ -172,7 +172,7 @@ impl RwLock {
             .invoke(&READ_RELEASE)
             .arg(owner.id())
             .arg(&self.writers.wake_prefix)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         match left {
             n if n >= 0 => Ok(n as u32),
@@ -188,7 +188,7 @@ impl RwLock {
             .arg(token)
             .arg(&self.writers.wake_prefix)
             .arg(&self.keys.channel)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         match outcome {
             1 => Ok(()),
@@ -218,7 +218,7 @@ impl RwLock {
             .arg(owner.id())
             .arg(self.options.ttl.as_millis() as u64)
             .arg(request)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         match reply.as_slice() {
             [1, fence, holds] => Ok(Attempt::Granted(ReadGrant {
@@ -245,7 +245,7 @@ impl RwLock {
             .arg(self.options.ttl.as_millis() as u64)
             .arg(self.options.waiter_lease.as_millis() as u64)
             .arg(&self.writers.wake_prefix)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         match reply.as_slice() {
             [1, fence] => Ok(Attempt::Granted(Grant {
@@ -406,7 +406,7 @@ impl WriteGuard {
             .arg(&request)
             .arg(fence)
             .arg(&lock.keys.channel)
-            .invoke_async(&mut lock.client.conn())
+            .run(&lock.client)
             .await?;
         if holds <= 0 {
             return Err(lock.lost());

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use redis::Script;
 
-use crate::client::Client;
+use crate::client::{Client, RunScript};
 use crate::error::{Error, Result};
 use crate::guard::GuardCore;
 use crate::keys::LockKeys;
@@ -135,7 +135,7 @@ impl Semaphore {
             .key(&self.fences)
             .arg(token)
             .arg(&self.queue.wake_prefix)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         match outcome {
             1 => Ok(()),
@@ -178,7 +178,7 @@ impl Semaphore {
             .arg(self.permits)
             .arg(self.options.waiter_lease.as_millis() as u64)
             .arg(&self.queue.wake_prefix)
-            .invoke_async(&mut self.client.conn())
+            .run(&self.client)
             .await?;
         match reply.as_slice() {
             [1, fence] => Ok(Attempt::Granted(Grant {
