@@ -6,6 +6,8 @@
 //! kills exactly the process it started. A missing `redis-server` binary is a clear panic
 //! naming the Debian package, never a skipped test.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
