@@ -166,3 +166,32 @@ async fn invalid_permits_and_wrong_types_are_typed_errors() {
         Err(Error::WrongType { .. })
     ));
 }
+
+#[tokio::test]
+async fn clients_with_different_n_each_enforce_their_own() {
+    // The documented behaviour: N is the caller's, checked against the live permits.
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let three = client
+        .semaphore_with("pool", 3, options(Wait::NoWait))
+        .unwrap();
+    let five = client
+        .semaphore_with("pool", 5, options(Wait::NoWait))
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(three.try_acquire().await.unwrap());
+    }
+    assert!(matches!(three.try_acquire().await, Err(Error::Busy { .. })));
+    held.push(five.try_acquire().await.expect("N = 5 admits a fourth"));
+    held.push(five.try_acquire().await.expect("and a fifth"));
+    assert!(matches!(five.try_acquire().await, Err(Error::Busy { .. })));
+    assert_eq!(five.held().await.unwrap(), 5);
+    for permit in held.drain(..3) {
+        permit.release().await.unwrap();
+    }
+    // Two held: N = 3 admits one more, then is full.
+    held.push(three.try_acquire().await.unwrap());
+    assert!(matches!(three.try_acquire().await, Err(Error::Busy { .. })));
+    assert!(five.try_acquire().await.is_ok(), "while N = 5 still admits");
+}
