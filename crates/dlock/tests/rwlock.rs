@@ -243,3 +243,38 @@ async fn one_readers_expiry_does_not_release_another() {
     staying.unlock().await.unwrap();
     long.try_write().await.unwrap().unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn readers_held_back_by_a_writer_that_gives_up_proceed_at_once() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    // Long waiter leases and slow polling: only the announcement can let the reader in.
+    let slow = |wait| {
+        options(wait)
+            .waiter_lease(Duration::from_secs(60))
+            .backoff(Duration::from_secs(20), Duration::from_secs(20))
+    };
+    let lock = client.rwlock_with("config", slow(Wait::NoWait)).unwrap();
+    let first_reader = lock.try_read(&Owner::new()).await.unwrap();
+    let impatient = client
+        .rwlock_with("config", slow(Wait::Timeout(Duration::from_millis(500))))
+        .unwrap();
+    let writer = tokio::spawn(async move { impatient.write().await });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cmd::<i64>(&["ZCARD", "{config}:queue"]) != 1 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let reader_lock = client.rwlock_with("config", slow(Wait::Forever)).unwrap();
+    let second_reader = tokio::spawn(async move { reader_lock.read(&Owner::new()).await });
+    assert!(matches!(writer.await.unwrap(), Err(Error::TimedOut { .. })));
+    // Without the announcement the reader would look again only after 20 s.
+    let second = tokio::time::timeout(Duration::from_secs(8), second_reader)
+        .await
+        .expect("let in once the writer left the queue")
+        .unwrap()
+        .unwrap();
+    assert_eq!(lock.readers().await.unwrap(), 2);
+    second.unlock().await.unwrap();
+    first_reader.unlock().await.unwrap();
+}

@@ -32,6 +32,9 @@ pub(crate) struct QueueKeys {
     pub leases: String,
     /// Prefix of the per-waiter wake channels (the waiter's token follows).
     pub wake_prefix: String,
+    /// Where to announce that the last waiter left without a grant (rwlock writers:
+    /// readers wait while writers queue).
+    pub on_empty: Option<String>,
 }
 
 impl QueueKeys {
@@ -40,6 +43,7 @@ impl QueueKeys {
             queue: keys.companion("queue"),
             leases: keys.companion("queue-leases"),
             wake_prefix: format!("dlock:wake:{}:", keys.key),
+            on_empty: None,
         }
     }
 
@@ -49,13 +53,16 @@ impl QueueKeys {
 
     /// Removes `token` from the queue, waking the next waiter if it was first.
     pub async fn leave(&self, client: &Client, token: &str) -> Result<()> {
-        let _: i64 = CANCEL
+        let mut invocation = CANCEL.prepare_invoke();
+        invocation
             .key(&self.queue)
             .key(&self.leases)
             .arg(token)
-            .arg(&self.wake_prefix)
-            .run(client)
-            .await?;
+            .arg(&self.wake_prefix);
+        if let Some(channel) = &self.on_empty {
+            invocation.arg(channel);
+        }
+        let _: i64 = invocation.run(client).await?;
         Ok(())
     }
 }

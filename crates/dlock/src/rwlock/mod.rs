@@ -80,7 +80,11 @@ impl RwLock {
         Ok(RwLock {
             readers: keys.companion("readers"),
             reads: keys.companion("reads"),
-            writers: QueueKeys::new(&keys),
+            writers: QueueKeys {
+                // A writer that gives up waiting may be the last one holding readers back.
+                on_empty: Some(keys.channel.clone()),
+                ..QueueKeys::new(&keys)
+            },
             client,
             keys,
             options,

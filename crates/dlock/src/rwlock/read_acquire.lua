@@ -36,4 +36,5 @@ if current then
 end
 -- Writers wait: re-check when the first one's waiter lease would end.
 local head = queue_head(KEYS[5])
-return {0, math.max(tonumber(redis.call('ZSCORE', KEYS[6], head)) - now, 0)}
+local lease_end = tonumber(redis.call('ZSCORE', KEYS[6], head) or now)
+return {0, math.max(lease_end - now, 0)}
