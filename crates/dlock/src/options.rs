@@ -39,8 +39,9 @@ pub struct LockOptions {
     /// Polling bounds used when release notifications are unavailable.
     pub backoff: Backoff,
     /// For queued primitives (fair mutex, semaphore, writers of a read-write lock): the
-    /// lease on a waiter's place in the queue. A crashed waiter blocks the queue at most
-    /// this long; a live one refreshes it every third.
+    /// lease on a waiter's place in the queue. A live waiter refreshes it every third; a
+    /// crashed one holds up the queue until it ends (plus at most a third, until the next
+    /// waiter re-checks).
     pub waiter_lease: Duration,
 }
 
