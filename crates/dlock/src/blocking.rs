@@ -14,6 +14,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -139,13 +141,13 @@ impl Mutex {
     /// One attempt; [`Error::Busy`] when held by someone else.
     pub fn try_lock(&self) -> Result<MutexGuard> {
         let guard = self.runtime.block_on(self.inner.try_lock())?;
-        Ok(self.wrap(guard))
+        Ok(MutexGuard(Hold::new(guard, &self.runtime)))
     }
 
     /// Takes the lock, waiting per the wait policy ([`Error::TimedOut`] past the budget).
     pub fn lock(&self) -> Result<MutexGuard> {
         let guard = self.runtime.block_on(self.inner.lock())?;
-        Ok(self.wrap(guard))
+        Ok(MutexGuard(Hold::new(guard, &self.runtime)))
     }
 
     /// Runs `work` while holding the lock (renewed meanwhile). A running closure cannot be
@@ -172,88 +174,63 @@ impl Mutex {
     pub fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
         self.runtime.block_on(self.inner.extend_token(token, ttl))
     }
-
-    fn wrap(&self, guard: crate::MutexGuard) -> MutexGuard {
-        MutexGuard {
-            inner: Some(guard),
-            runtime: self.runtime.clone(),
-        }
-    }
 }
 
 /// Blocking counterpart of [`crate::MutexGuard`]. Dropping it releases the lock.
 #[derive(Debug)]
-pub struct MutexGuard {
-    inner: Option<crate::MutexGuard>,
-    runtime: Arc<Runtime>,
-}
+pub struct MutexGuard(Hold<crate::MutexGuard>);
 
 impl MutexGuard {
-    fn guard(&self) -> &crate::MutexGuard {
-        self.inner.as_ref().expect("guard present until consumed")
-    }
-
     /// The holder's token.
     pub fn token(&self) -> &str {
-        self.guard().token()
+        self.0.get().token()
     }
 
     /// The fencing token of this grant.
     pub fn fence(&self) -> u64 {
-        self.guard().fence()
+        self.0.get().fence()
     }
 
     /// The local validity deadline.
     pub fn valid_until(&self) -> Instant {
-        self.guard().valid_until()
+        self.0.get().valid_until()
     }
 
     /// What is left of the validity.
     pub fn remaining(&self) -> Duration {
-        self.guard().remaining()
+        self.0.get().remaining()
     }
 
     /// The reason, if the lock may have been lost by now (does not block).
     pub fn lost(&self) -> Option<LostReason> {
-        self.guard().lost_signal().lost()
+        self.0.get().lost_signal().lost()
     }
 
     /// The lost signal, e.g. to hand to another thread.
     pub fn lost_signal(&self) -> LostSignal {
-        self.guard().lost_signal()
+        self.0.get().lost_signal()
     }
 
     /// Resets the lease to `ttl` from now.
     pub fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let guard = self.inner.as_mut().expect("guard present until consumed");
-        self.runtime.block_on(guard.extend(ttl))
+        let (guard, runtime) = self.0.get_mut();
+        runtime.block_on(guard.extend(ttl))
     }
 
     /// Asks Redis whether this holder still holds the lock.
     pub fn is_held(&self) -> Result<bool> {
-        self.runtime.block_on(self.guard().is_held())
+        self.0.runtime.block_on(self.0.get().is_held())
     }
 
     /// Releases the lock ([`Error::Lost`] when it had expired or been taken).
     pub fn unlock(mut self) -> Result<()> {
-        let guard = self.inner.take().expect("guard present until consumed");
-        self.runtime.block_on(guard.unlock())
+        let (guard, runtime) = self.0.take();
+        runtime.block_on(guard.unlock())
     }
 
     /// Leaves the lock held until its lease ends; returns the token.
     pub fn into_token(mut self) -> String {
-        self.inner
-            .take()
-            .expect("guard present until consumed")
-            .into_token()
-    }
-}
-
-impl Drop for MutexGuard {
-    fn drop(&mut self) {
-        if let Some(guard) = self.inner.take() {
-            release_on_drop(&self.runtime, guard.unlock());
-        }
+        self.0.take().0.into_token()
     }
 }
 
@@ -268,13 +245,13 @@ impl ReentrantMutex {
     /// One attempt to take or re-enter the lock for `owner`.
     pub fn try_lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
         let guard = self.runtime.block_on(self.inner.try_lock(owner))?;
-        Ok(self.wrap(guard))
+        Ok(ReentrantGuard(Hold::new(guard, &self.runtime)))
     }
 
     /// Takes or re-enters the lock for `owner`, waiting per the wait policy.
     pub fn lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
         let guard = self.runtime.block_on(self.inner.lock(owner))?;
-        Ok(self.wrap(guard))
+        Ok(ReentrantGuard(Hold::new(guard, &self.runtime)))
     }
 
     /// Gives back one hold of `owner`; returns the holds left.
@@ -286,54 +263,32 @@ impl ReentrantMutex {
     pub fn hold_count(&self, owner: &Owner) -> Result<u32> {
         self.runtime.block_on(self.inner.hold_count(owner))
     }
-
-    fn wrap(&self, guard: crate::ReentrantGuard) -> ReentrantGuard {
-        ReentrantGuard {
-            inner: Some(guard),
-            runtime: self.runtime.clone(),
-        }
-    }
 }
 
 /// Blocking counterpart of [`crate::ReentrantGuard`]. Dropping it gives the hold back.
 #[derive(Debug)]
-pub struct ReentrantGuard {
-    inner: Option<crate::ReentrantGuard>,
-    runtime: Arc<Runtime>,
-}
+pub struct ReentrantGuard(Hold<crate::ReentrantGuard>);
 
 impl ReentrantGuard {
-    fn guard(&self) -> &crate::ReentrantGuard {
-        self.inner.as_ref().expect("guard present until consumed")
-    }
-
     /// The fencing token of the outermost grant.
     pub fn fence(&self) -> u64 {
-        self.guard().fence()
+        self.0.get().fence()
     }
 
     /// The owner's holds right after this one was granted.
     pub fn holds_at_grant(&self) -> u32 {
-        self.guard().holds_at_grant()
+        self.0.get().holds_at_grant()
     }
 
     /// The reason, if the lock may have been lost by now (does not block).
     pub fn lost(&self) -> Option<LostReason> {
-        self.guard().lost_signal().lost()
+        self.0.get().lost_signal().lost()
     }
 
     /// Gives this hold back; returns the holds left.
     pub fn unlock(mut self) -> Result<u32> {
-        let guard = self.inner.take().expect("guard present until consumed");
-        self.runtime.block_on(guard.unlock())
-    }
-}
-
-impl Drop for ReentrantGuard {
-    fn drop(&mut self) {
-        if let Some(guard) = self.inner.take() {
-            release_on_drop(&self.runtime, guard.unlock());
-        }
+        let (guard, runtime) = self.0.take();
+        runtime.block_on(guard.unlock())
     }
 }
 
@@ -348,19 +303,13 @@ impl Semaphore {
     /// One attempt to take a permit.
     pub fn try_acquire(&self) -> Result<SemaphorePermit> {
         let permit = self.runtime.block_on(self.inner.try_acquire())?;
-        Ok(SemaphorePermit {
-            inner: Some(permit),
-            runtime: self.runtime.clone(),
-        })
+        Ok(SemaphorePermit(Hold::new(permit, &self.runtime)))
     }
 
     /// Takes a permit, waiting in arrival order per the wait policy.
     pub fn acquire(&self) -> Result<SemaphorePermit> {
         let permit = self.runtime.block_on(self.inner.acquire())?;
-        Ok(SemaphorePermit {
-            inner: Some(permit),
-            runtime: self.runtime.clone(),
-        })
+        Ok(SemaphorePermit(Hold::new(permit, &self.runtime)))
     }
 
     /// Permits held now.
@@ -371,38 +320,23 @@ impl Semaphore {
 
 /// Blocking counterpart of [`crate::SemaphorePermit`]. Dropping it gives the permit back.
 #[derive(Debug)]
-pub struct SemaphorePermit {
-    inner: Option<crate::SemaphorePermit>,
-    runtime: Arc<Runtime>,
-}
+pub struct SemaphorePermit(Hold<crate::SemaphorePermit>);
 
 impl SemaphorePermit {
-    fn permit(&self) -> &crate::SemaphorePermit {
-        self.inner.as_ref().expect("permit present until consumed")
-    }
-
     /// This permit's fencing token.
     pub fn fence(&self) -> u64 {
-        self.permit().fence()
+        self.0.get().fence()
     }
 
     /// The reason, if the permit may have been lost by now (does not block).
     pub fn lost(&self) -> Option<LostReason> {
-        self.permit().lost_signal().lost()
+        self.0.get().lost_signal().lost()
     }
 
     /// Gives the permit back.
     pub fn release(mut self) -> Result<()> {
-        let permit = self.inner.take().expect("permit present until consumed");
-        self.runtime.block_on(permit.release())
-    }
-}
-
-impl Drop for SemaphorePermit {
-    fn drop(&mut self) {
-        if let Some(permit) = self.inner.take() {
-            release_on_drop(&self.runtime, permit.release());
-        }
+        let (permit, runtime) = self.0.take();
+        runtime.block_on(permit.release())
     }
 }
 
@@ -417,37 +351,25 @@ impl RwLock {
     /// Takes a read hold for `owner`, waiting per the wait policy.
     pub fn read(&self, owner: &Owner) -> Result<ReadGuard> {
         let guard = self.runtime.block_on(self.inner.read(owner))?;
-        Ok(ReadGuard {
-            inner: Some(guard),
-            runtime: self.runtime.clone(),
-        })
+        Ok(ReadGuard(Hold::new(guard, &self.runtime)))
     }
 
     /// One attempt at a read hold.
     pub fn try_read(&self, owner: &Owner) -> Result<ReadGuard> {
         let guard = self.runtime.block_on(self.inner.try_read(owner))?;
-        Ok(ReadGuard {
-            inner: Some(guard),
-            runtime: self.runtime.clone(),
-        })
+        Ok(ReadGuard(Hold::new(guard, &self.runtime)))
     }
 
     /// Takes the write lock, waiting per the wait policy.
     pub fn write(&self) -> Result<WriteGuard> {
         let guard = self.runtime.block_on(self.inner.write())?;
-        Ok(WriteGuard {
-            inner: Some(guard),
-            runtime: self.runtime.clone(),
-        })
+        Ok(WriteGuard(Hold::new(guard, &self.runtime)))
     }
 
     /// One attempt at the write lock.
     pub fn try_write(&self) -> Result<WriteGuard> {
         let guard = self.runtime.block_on(self.inner.try_write())?;
-        Ok(WriteGuard {
-            inner: Some(guard),
-            runtime: self.runtime.clone(),
-        })
+        Ok(WriteGuard(Hold::new(guard, &self.runtime)))
     }
 
     /// Readers holding now.
@@ -458,99 +380,133 @@ impl RwLock {
 
 /// Blocking counterpart of [`crate::ReadGuard`]. Dropping it gives the hold back.
 #[derive(Debug)]
-pub struct ReadGuard {
-    inner: Option<crate::ReadGuard>,
-    runtime: Arc<Runtime>,
-}
+pub struct ReadGuard(Hold<crate::ReadGuard>);
 
 impl ReadGuard {
     /// The fencing token of the owner's outermost read grant.
     pub fn fence(&self) -> u64 {
-        self.inner.as_ref().expect("guard present").fence()
+        self.0.get().fence()
     }
 
     /// The reason, if the hold may have been lost by now (does not block).
     pub fn lost(&self) -> Option<LostReason> {
-        self.inner
-            .as_ref()
-            .expect("guard present")
-            .lost_signal()
-            .lost()
+        self.0.get().lost_signal().lost()
     }
 
     /// Gives the hold back.
     pub fn unlock(mut self) -> Result<()> {
-        let guard = self.inner.take().expect("guard present");
-        self.runtime.block_on(guard.unlock())
-    }
-}
-
-impl Drop for ReadGuard {
-    fn drop(&mut self) {
-        if let Some(guard) = self.inner.take() {
-            release_on_drop(&self.runtime, guard.unlock());
-        }
+        let (guard, runtime) = self.0.take();
+        runtime.block_on(guard.unlock())
     }
 }
 
 /// Blocking counterpart of [`crate::WriteGuard`]. Dropping it releases the write lock.
 #[derive(Debug)]
-pub struct WriteGuard {
-    inner: Option<crate::WriteGuard>,
-    runtime: Arc<Runtime>,
-}
+pub struct WriteGuard(Hold<crate::WriteGuard>);
 
 impl WriteGuard {
     /// The fencing token of this write grant.
     pub fn fence(&self) -> u64 {
-        self.inner.as_ref().expect("guard present").fence()
+        self.0.get().fence()
     }
 
     /// The reason, if the write lock may have been lost by now (does not block).
     pub fn lost(&self) -> Option<LostReason> {
-        self.inner
-            .as_ref()
-            .expect("guard present")
-            .lost_signal()
-            .lost()
+        self.0.get().lost_signal().lost()
     }
 
     /// Releases the write lock.
     pub fn unlock(mut self) -> Result<()> {
-        let guard = self.inner.take().expect("guard present");
-        self.runtime.block_on(guard.unlock())
+        let (guard, runtime) = self.0.take();
+        runtime.block_on(guard.unlock())
     }
 
     /// Turns the write lock into a read hold of `owner` without a gap.
     pub fn downgrade(mut self, owner: &Owner) -> Result<ReadGuard> {
-        let guard = self.inner.take().expect("guard present");
-        let read = self.runtime.block_on(guard.downgrade(owner))?;
-        Ok(ReadGuard {
-            inner: Some(read),
-            runtime: self.runtime.clone(),
-        })
+        let (guard, runtime) = self.0.take();
+        let read = runtime.block_on(guard.downgrade(owner))?;
+        Ok(ReadGuard(Hold::new(read, &runtime)))
     }
 }
 
-impl Drop for WriteGuard {
-    fn drop(&mut self) {
-        if let Some(guard) = self.inner.take() {
-            release_on_drop(&self.runtime, guard.unlock());
+/// An async guard the blocking facade gives back when its wrapper is dropped.
+trait GiveBack: Send + 'static {
+    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+}
+
+impl GiveBack for crate::MutexGuard {
+    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
+        Box::pin(self.unlock())
+    }
+}
+
+impl GiveBack for crate::ReentrantGuard {
+    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
+        Box::pin(async move { self.unlock().await.map(drop) })
+    }
+}
+
+impl GiveBack for crate::SemaphorePermit {
+    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
+        Box::pin(self.release())
+    }
+}
+
+impl GiveBack for crate::ReadGuard {
+    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
+        Box::pin(self.unlock())
+    }
+}
+
+impl GiveBack for crate::WriteGuard {
+    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
+        Box::pin(self.unlock())
+    }
+}
+
+/// An async guard and the runtime that drives it, until the guard is consumed; what is
+/// left unconsumed is given back on drop.
+#[derive(Debug)]
+struct Hold<G: GiveBack> {
+    guard: Option<G>,
+    runtime: Arc<Runtime>,
+}
+
+impl<G: GiveBack> Hold<G> {
+    fn new(guard: G, runtime: &Arc<Runtime>) -> Hold<G> {
+        Hold {
+            guard: Some(guard),
+            runtime: runtime.clone(),
         }
     }
+
+    fn get(&self) -> &G {
+        self.guard.as_ref().expect("guard present until consumed")
+    }
+
+    fn get_mut(&mut self) -> (&mut G, &Runtime) {
+        let guard = self.guard.as_mut().expect("guard present until consumed");
+        (guard, &self.runtime)
+    }
+
+    /// Consumes the guard (no give-back on drop any more).
+    fn take(&mut self) -> (G, Arc<Runtime>) {
+        let guard = self.guard.take().expect("guard present until consumed");
+        (guard, self.runtime.clone())
+    }
 }
 
-/// Runs a release to completion on drop; inside an async context (where blocking would
-/// panic) it is spawned instead.
-fn release_on_drop<T>(
-    runtime: &Runtime,
-    release: impl std::future::Future<Output = Result<T>> + Send + 'static,
-) where
-    T: Send + 'static,
-{
-    if tokio::runtime::Handle::try_current().is_ok() {
-        runtime.spawn(release);
-    } else if let Err(err) = runtime.block_on(release) {
-        tracing::debug!(error = %err, "release on drop failed; the lease will expire");
+impl<G: GiveBack> Drop for Hold<G> {
+    fn drop(&mut self) {
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
+        let release = guard.give_back();
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Blocking here would panic inside an async context: release in the background.
+            self.runtime.spawn(release);
+        } else if let Err(err) = self.runtime.block_on(release) {
+            tracing::debug!(error = %err, "release on drop failed; the lease will expire");
+        }
     }
 }
