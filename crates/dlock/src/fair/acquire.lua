@@ -1,10 +1,12 @@
 -- Grants the fair mutex strictly in arrival order.
 -- KEYS[1] lock key (string holding the owner's token, PX expiry: the Mutex format)
 -- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases
--- ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter lease ms, ARGV[4] wake channel prefix
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter lease ms, ARGV[4] wake channel prefix,
+-- ARGV[5] '1' to take (or refresh) a place in the queue when not granted, '0' for a single
+-- attempt that leaves no trace
 -- Returns {1, fence}           granted (also for a resend by the holder)
 --         {0, pttl, 0}         first in line; the holder's lease ends in pttl ms (-1: never)
---         {0, -3, rank}        queued behind others; woken when first in line
+--         {0, -3, rank}        behind others (queued: woken when first in line)
 --         {-1, n}              KEYS[n] holds a value that is not ours to interpret
 local current = redis.pcall('GET', KEYS[1])
 if type(current) == 'table' and current.err then
@@ -36,7 +38,10 @@ if not current and queue_rank(KEYS[3], ARGV[1]) == 0 then
   wake(ARGV[4], queue_head(KEYS[3]))
   return {1, fence}
 end
-local rank = queue_join(KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[3]))
+local rank = queue_rank(KEYS[3], ARGV[1])
+if ARGV[5] == '1' then
+  rank = queue_join(KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[3]))
+end
 if rank == 0 and current then
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end

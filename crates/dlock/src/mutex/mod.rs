@@ -17,7 +17,7 @@ use crate::guard::GuardCore;
 use crate::keys::LockKeys;
 use crate::lease::{self, Grant};
 use crate::options::LockOptions;
-use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
+use crate::queue::{busy_remaining, wait_in_line, QueueKeys};
 use crate::renew::OwnerField;
 use crate::wait::{acquire_waiting, Attempt};
 
@@ -108,11 +108,7 @@ impl Mutex {
     /// A fair mutex grants a single attempt only when nobody is queued ahead.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
         let token = lease::new_token();
-        let outcome = match &self.queue {
-            None => self.attempt(&token).await?,
-            Some(queue) => attempt_once(&self.client, queue, &token, self.attempt(&token)).await?,
-        };
-        match outcome {
+        match self.attempt(&token, false).await? {
             Attempt::Granted(grant) => Ok(self.guard(grant)),
             Attempt::Busy { remaining } => Err(Error::Busy {
                 name: self.keys.name.clone(),
@@ -147,7 +143,7 @@ impl Mutex {
                     self.options.wait,
                     self.options.backoff,
                     self.options.backoff.max,
-                    || self.attempt(&token),
+                    || self.attempt(&token, false),
                 )
                 .await?
             }
@@ -158,7 +154,7 @@ impl Mutex {
                     &self.keys.name,
                     &token,
                     &self.options,
-                    || self.attempt(&token),
+                    || self.attempt(&token, true),
                 )
                 .await?
             }
@@ -261,7 +257,9 @@ impl Mutex {
         Ok(value.unwrap_or(0))
     }
 
-    async fn attempt(&self, token: &str) -> Result<Attempt<Grant>> {
+    /// One acquire; a fair mutex also takes (or refreshes) a place in its queue when `queue`
+    /// is set and the lock is not granted.
+    async fn attempt(&self, token: &str, queue: bool) -> Result<Attempt<Grant>> {
         let sent = Instant::now();
         let mut invocation = match &self.queue {
             None => ACQUIRE.prepare_invoke(),
@@ -272,12 +270,13 @@ impl Mutex {
             .key(&self.keys.fence)
             .arg(token)
             .arg(self.options.ttl.as_millis() as u64);
-        if let Some(queue) = &self.queue {
+        if let Some(keys) = &self.queue {
             invocation
-                .key(&queue.queue)
-                .key(&queue.leases)
+                .key(&keys.queue)
+                .key(&keys.leases)
                 .arg(self.options.waiter_lease.as_millis() as u64)
-                .arg(&queue.wake_prefix);
+                .arg(&keys.wake_prefix)
+                .arg(if queue { "1" } else { "0" });
         }
         let reply: Result<Vec<i64>> = invocation.run(&self.client).await;
         let reply = match reply {

@@ -67,21 +67,6 @@ impl QueueKeys {
     }
 }
 
-/// One attempt of a queued primitive: a busy attempt took a place in the queue, which a
-/// single attempt does not keep.
-pub(crate) async fn attempt_once<T>(
-    client: &Client,
-    queue: &QueueKeys,
-    token: &str,
-    attempt: impl Future<Output = Result<Attempt<T>>>,
-) -> Result<Attempt<T>> {
-    let outcome = attempt.await;
-    if let Ok(Attempt::Busy { .. }) = &outcome {
-        queue.leave(client, token).await?;
-    }
-    outcome
-}
-
 /// Waits in line: repeats `attempt` (which joins or refreshes `token`'s place) until it
 /// grants, woken on the waiter's own channel, within the wait budget of `options`. The
 /// place is given up when the wait ends without a grant, or the future is dropped.

@@ -20,7 +20,7 @@ use crate::guard::GuardCore;
 use crate::keys::LockKeys;
 use crate::lease::{self, Grant};
 use crate::options::LockOptions;
-use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
+use crate::queue::{busy_remaining, wait_in_line, QueueKeys};
 use crate::reentrant::Owner;
 use crate::renew::OwnerField;
 use crate::wait::{acquire_waiting, Attempt, Wait};
@@ -137,14 +137,7 @@ impl RwLock {
     /// One attempt to take the write lock.
     pub async fn try_write(&self) -> Result<WriteGuard> {
         let token = lease::new_token();
-        match attempt_once(
-            &self.client,
-            &self.writers,
-            &token,
-            self.write_attempt(&token),
-        )
-        .await?
-        {
+        match self.write_attempt(&token, false).await? {
             Attempt::Granted(grant) => Ok(self.write_guard(grant)),
             Attempt::Busy { remaining } => Err(self.busy(remaining)),
         }
@@ -163,7 +156,7 @@ impl RwLock {
             &self.keys.name,
             &token,
             &self.options,
-            || self.write_attempt(&token),
+            || self.write_attempt(&token, true),
         )
         .await?;
         Ok(self.write_guard(grant))
@@ -241,7 +234,9 @@ impl RwLock {
         }
     }
 
-    async fn write_attempt(&self, token: &str) -> Result<Attempt<Grant>> {
+    /// One write acquire; takes (or refreshes) a place in the writer queue when `queue` is
+    /// set and the lock is not granted.
+    async fn write_attempt(&self, token: &str, queue: bool) -> Result<Attempt<Grant>> {
         let sent = Instant::now();
         let reply: Vec<i64> = self
             .invoke(&WRITE_ACQUIRE)
@@ -249,6 +244,7 @@ impl RwLock {
             .arg(self.options.ttl.as_millis() as u64)
             .arg(self.options.waiter_lease.as_millis() as u64)
             .arg(&self.writers.wake_prefix)
+            .arg(if queue { "1" } else { "0" })
             .run(&self.client)
             .await?;
         match reply.as_slice() {

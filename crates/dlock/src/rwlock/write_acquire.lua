@@ -1,7 +1,9 @@
 -- Grants the write lock when there is no writer and no live reader, in writer-arrival
 -- order. A queued writer blocks new readers (no writer starvation); its place in the
 -- queue is leased, so a crashed writer stops blocking them after its waiter lease.
--- ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter lease ms, ARGV[4] writer wake prefix
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter lease ms, ARGV[4] writer wake prefix,
+-- ARGV[5] '1' to take (or refresh) a place in the writer queue when not granted, '0' for
+-- a single attempt that leaves no trace
 -- Returns {1, fence} | {0, ms, 0} first writer in line, ms until the blocking lease ends |
 --         {0, -3, rank} | {-1, n} wrong type at KEYS[n]
 local current = writer_of(KEYS[1])
@@ -28,7 +30,10 @@ if not current and readers == 0 and queue_rank(KEYS[5], ARGV[1]) == 0 then
   wake(ARGV[4], queue_head(KEYS[5]))
   return {1, fence}
 end
-local rank = queue_join(KEYS[5], KEYS[6], ARGV[1], now, tonumber(ARGV[3]))
+local rank = queue_rank(KEYS[5], ARGV[1])
+if ARGV[5] == '1' then
+  rank = queue_join(KEYS[5], KEYS[6], ARGV[1], now, tonumber(ARGV[3]))
+end
 if rank == 0 then
   if current then
     return {0, redis.call('PTTL', KEYS[1]), 0}

@@ -2,10 +2,12 @@
 -- KEYS[1] permits: sorted set, member = permit token, score = end of its lease (server ms)
 -- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases
 -- KEYS[5] permit fences: hash, permit token -> its fencing token
--- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N, ARGV[4] waiter lease ms, ARGV[5] wake prefix
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N, ARGV[4] waiter lease ms, ARGV[5] wake prefix,
+-- ARGV[6] '1' to take (or refresh) a place in the queue when not granted, '0' for a single
+-- attempt that leaves no trace
 -- Returns {1, fence}        granted (also for a resend by the holder)
 --         {0, ms, 0}        first in line; the soonest permit lease ends in ms
---         {0, -3, rank}     queued behind others; woken when first in line
+--         {0, -3, rank}     behind others (queued: woken when first in line)
 --         {-1, n}           KEYS[n] holds a value that is not ours to interpret
 local now = now_ms()
 local expired = redis.pcall('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now))
@@ -43,7 +45,10 @@ if queue_rank(KEYS[3], ARGV[1]) < free then
   end
   return {1, fence}
 end
-local rank = queue_join(KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[4]))
+local rank = queue_rank(KEYS[3], ARGV[1])
+if ARGV[6] == '1' then
+  rank = queue_join(KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[4]))
+end
 if rank == 0 then
   local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if soonest[2] then

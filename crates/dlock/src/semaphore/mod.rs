@@ -21,7 +21,7 @@ use crate::guard::GuardCore;
 use crate::keys::LockKeys;
 use crate::lease::{self, Grant};
 use crate::options::LockOptions;
-use crate::queue::{attempt_once, busy_remaining, wait_in_line, QueueKeys};
+use crate::queue::{busy_remaining, wait_in_line, QueueKeys};
 use crate::renew::OwnerField;
 use crate::wait::{Attempt, Wait};
 
@@ -99,7 +99,7 @@ impl Semaphore {
     /// queued ahead.
     pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
         let token = lease::new_token();
-        match attempt_once(&self.client, &self.queue, &token, self.attempt(&token)).await? {
+        match self.attempt(&token, false).await? {
             Attempt::Granted(grant) => Ok(self.permit(grant)),
             Attempt::Busy { remaining } => Err(Error::Busy {
                 name: self.keys.name.clone(),
@@ -120,7 +120,7 @@ impl Semaphore {
             &self.keys.name,
             &token,
             &self.options,
-            || self.attempt(&token),
+            || self.attempt(&token, true),
         )
         .await?;
         Ok(self.permit(grant))
@@ -165,7 +165,9 @@ impl Semaphore {
         Ok(count)
     }
 
-    async fn attempt(&self, token: &str) -> Result<Attempt<Grant>> {
+    /// One acquire; takes (or refreshes) a place in the queue when `queue` is set and no
+    /// permit is granted.
+    async fn attempt(&self, token: &str, queue: bool) -> Result<Attempt<Grant>> {
         let sent = Instant::now();
         let reply: Vec<i64> = ACQUIRE
             .key(&self.keys.key)
@@ -178,6 +180,7 @@ impl Semaphore {
             .arg(self.permits)
             .arg(self.options.waiter_lease.as_millis() as u64)
             .arg(&self.queue.wake_prefix)
+            .arg(if queue { "1" } else { "0" })
             .run(&self.client)
             .await?;
         match reply.as_slice() {
