@@ -14,7 +14,8 @@ pub const UNAVAILABLE: i32 = 69;
 pub const LOST: i32 = 70;
 /// Not acquired within the wait budget (EX_TEMPFAIL).
 pub const BUSY: i32 = 75;
-/// Redis refused the request: ACL, read-only replica, script error (EX_PROTOCOL).
+/// Redis refused the request: wrong credentials, ACL, out of memory, read-only replica,
+/// script error (EX_PROTOCOL).
 pub const REDIS_REFUSED: i32 = 76;
 /// Release/extend refused: the caller is not the owner (EX_NOPERM).
 pub const NOT_OWNER: i32 = 77;
@@ -25,11 +26,12 @@ EXIT CODES:
     0    success (for `run`: the command's own exit code is passed through,
          128+N when signal N ended it)
     64   invalid arguments
-    65   the key holds a value that is not a lock (wrong type)
-    69   Redis unreachable
+    65   the key holds another kind of lock or data dlock did not write (wrong type)
+    69   Redis unreachable, or too old (dlock needs Redis 6.2 or newer)
     70   the lock was lost while the command ran (`run`)
     75   not acquired within the wait budget (busy)
-    76   Redis refused the request (ACL, read-only replica, script error)
+    76   Redis refused the request (wrong credentials, ACL, out of memory,
+         read-only replica, script error); the server's words are printed
     77   release/extend refused: not the owner (expired or taken)";
 
 /// The exit code and a hint on what to do for a library error.
@@ -38,11 +40,16 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         Error::InvalidArgument(_) => (USAGE, "fix the argument and run again"),
         Error::WrongType { .. } => (
             WRONG_TYPE,
-            "the key is used by something else: choose another lock name or --prefix",
+            "the name is taken by another kind of lock or by other data: choose another lock name or --prefix",
         ),
         Error::Connection(_) => (
             UNAVAILABLE,
-            "check that Redis is running, that --redis / DLOCK_REDIS points at it, and the credentials or TLS settings",
+            "check that Redis is running, that --redis / DLOCK_REDIS points at it, and the TLS settings",
+        ),
+        Error::Unsupported(_) => (UNAVAILABLE, "upgrade the Redis server to 6.2 or newer"),
+        Error::Authentication(_) => (
+            REDIS_REFUSED,
+            "fix the user name and password in --redis / DLOCK_REDIS (redis://user:password@host)",
         ),
         Error::Busy { .. } | Error::TimedOut { .. } => (
             BUSY,
@@ -52,10 +59,10 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
             NOT_OWNER,
             "the token no longer owns the lock (its lease expired or another owner took it); acquire it again",
         ),
-        Error::Redis(_) => (
+        Error::Refused { .. } => (
             REDIS_REFUSED,
-            "check the Redis user's permissions and that the server is a writable primary",
+            "see the server's words above: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
         ),
-        _ => (REDIS_REFUSED, "see the message above"),
+        _ => (LOST, "see the message above"),
     }
 }

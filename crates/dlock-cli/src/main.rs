@@ -185,6 +185,15 @@ async fn connect(cli: &Cli) -> dlock::Result<Client> {
 
 async fn execute(cli: Cli) -> dlock::Result<i32> {
     let client = connect(&cli).await?;
+    let outcome = dispatch(&client, cli).await;
+    // Whatever is still held (an error path's guard) is released before exit; the
+    // runtime's shutdown would not wait for a background release.
+    client.shutdown().await;
+    outcome
+}
+
+async fn dispatch(client: &Client, cli: Cli) -> dlock::Result<i32> {
+    let client = client.clone();
     match cli.command {
         Command::Run(args) => run::run(&client, args).await,
         Command::Acquire { name, lease, json } => {
@@ -214,6 +223,31 @@ async fn execute(cli: Cli) -> dlock::Result<i32> {
         Command::Extend { name, token, ttl } => {
             client.mutex(&name)?.extend_token(&token, ttl).await?;
             Ok(exit::OK)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the arguments, parsing answers with a value or a usage error.
+        #[test]
+        fn argument_parsing_never_panics(args in proptest::collection::vec(
+            prop_oneof![
+                Just("run".to_string()), Just("acquire".to_string()), Just("release".to_string()),
+                Just("extend".to_string()), Just("bench".to_string()), Just("--ttl".to_string()),
+                Just("--wait".to_string()), Just("--no-wait".to_string()), Just("--permits".to_string()),
+                Just("--fair".to_string()), Just("--".to_string()), Just("--kill-after".to_string()),
+                "[0-9.]{1,22}(ms|s|m|h)?", "\\PC{0,12}",
+            ],
+            0..8,
+        )) {
+            let mut argv = vec!["dlock".to_string()];
+            argv.extend(args);
+            let _ = super::Cli::try_parse_from(argv);
         }
     }
 }

@@ -117,7 +117,7 @@ impl Hold {
             Hold::Mutex(g) => g.unlock().await,
             Hold::Read(g) => g.unlock().await,
             Hold::Write(g) => g.unlock().await,
-            Hold::Permit(g) => g.release().await,
+            Hold::Permit(g) => g.unlock().await,
         }
     }
 }

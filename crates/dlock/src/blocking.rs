@@ -11,11 +11,10 @@
 //! let guard = client.mutex("nightly-report")?.lock()?;
 //! println!("fence {}", guard.fence());
 //! guard.unlock()?;
+//! client.shutdown(); // releases whatever is still held
 //! # Ok(()) }
 //! ```
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,9 @@ use tokio::runtime::Runtime;
 use crate::error::{Error, Result};
 use crate::lease::{LostReason, LostSignal};
 use crate::options::LockOptions;
+use crate::raw::RawLock;
 use crate::reentrant::Owner;
+use crate::rwlock::{Reading, Writing};
 
 /// A blocking handle to one Redis deployment. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -54,6 +55,19 @@ impl Client {
         })
     }
 
+    /// Releases every lock still held through this client and refuses new ones; see
+    /// [`crate::Client::shutdown`].
+    pub fn shutdown(&self) {
+        self.runtime.block_on(self.inner.shutdown())
+    }
+
+    fn wrap<T>(&self, inner: T) -> Blocking<T> {
+        Blocking {
+            inner,
+            runtime: self.runtime.clone(),
+        }
+    }
+
     /// A mutex with default options (30 s lease renewed automatically, wait forever).
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
         self.mutex_with(name, LockOptions::default())
@@ -61,10 +75,7 @@ impl Client {
 
     /// A mutex with the given options.
     pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
-        Ok(Mutex {
-            inner: self.inner.mutex_with(name, options)?,
-            runtime: self.runtime.clone(),
-        })
+        Ok(self.wrap(self.inner.mutex_with(name, options)?))
     }
 
     /// A fair (FIFO) mutex with default options.
@@ -74,10 +85,7 @@ impl Client {
 
     /// A fair (FIFO) mutex with the given options.
     pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
-        Ok(Mutex {
-            inner: self.inner.fair_mutex_with(name, options)?,
-            runtime: self.runtime.clone(),
-        })
+        Ok(self.wrap(self.inner.fair_mutex_with(name, options)?))
     }
 
     /// A semaphore with `permits` permits and default options.
@@ -92,10 +100,7 @@ impl Client {
         permits: u32,
         options: LockOptions,
     ) -> Result<Semaphore> {
-        Ok(Semaphore {
-            inner: self.inner.semaphore_with(name, permits, options)?,
-            runtime: self.runtime.clone(),
-        })
+        Ok(self.wrap(self.inner.semaphore_with(name, permits, options)?))
     }
 
     /// A read-write lock with default options.
@@ -105,10 +110,7 @@ impl Client {
 
     /// A read-write lock with the given options.
     pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
-        Ok(RwLock {
-            inner: self.inner.rwlock_with(name, options)?,
-            runtime: self.runtime.clone(),
-        })
+        Ok(self.wrap(self.inner.rwlock_with(name, options)?))
     }
 
     /// A reentrant mutex with default options.
@@ -118,19 +120,50 @@ impl Client {
 
     /// A reentrant mutex with the given options.
     pub fn reentrant_mutex_with(&self, name: &str, options: LockOptions) -> Result<ReentrantMutex> {
-        Ok(ReentrantMutex {
-            inner: self.inner.reentrant_mutex_with(name, options)?,
+        Ok(self.wrap(self.inner.reentrant_mutex_with(name, options)?))
+    }
+}
+
+/// An async lock handle and the runtime that runs its calls.
+#[derive(Clone, Debug)]
+pub struct Blocking<T> {
+    inner: T,
+    runtime: Arc<Runtime>,
+}
+
+impl<T> Blocking<T> {
+    /// The async handle underneath.
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+
+    fn guard<R: RawLock>(&self, guard: Result<crate::Guard<R>>) -> Result<Guard<R>> {
+        Ok(Guard {
+            inner: Some(guard?),
             runtime: self.runtime.clone(),
         })
     }
 }
 
-/// Blocking counterpart of [`crate::Mutex`].
-#[derive(Clone, Debug)]
-pub struct Mutex {
-    inner: crate::Mutex,
-    runtime: Arc<Runtime>,
-}
+/// Blocking counterpart of [`crate::Mutex`] (plain or fair).
+pub type Mutex = Blocking<crate::Mutex>;
+/// Blocking counterpart of [`crate::ReentrantMutex`].
+pub type ReentrantMutex = Blocking<crate::ReentrantMutex>;
+/// Blocking counterpart of [`crate::Semaphore`].
+pub type Semaphore = Blocking<crate::Semaphore>;
+/// Blocking counterpart of [`crate::RwLock`].
+pub type RwLock = Blocking<crate::RwLock>;
+
+/// Blocking counterpart of [`crate::MutexGuard`].
+pub type MutexGuard = Guard<crate::Mutex>;
+/// Blocking counterpart of [`crate::ReentrantGuard`].
+pub type ReentrantGuard = Guard<crate::reentrant::OwnedBy>;
+/// Blocking counterpart of [`crate::SemaphorePermit`].
+pub type SemaphorePermit = Guard<crate::Semaphore>;
+/// Blocking counterpart of [`crate::ReadGuard`].
+pub type ReadGuard = Guard<Reading>;
+/// Blocking counterpart of [`crate::WriteGuard`].
+pub type WriteGuard = Guard<Writing>;
 
 impl Mutex {
     /// The lock name.
@@ -140,19 +173,17 @@ impl Mutex {
 
     /// One attempt; [`Error::Busy`] when held by someone else.
     pub fn try_lock(&self) -> Result<MutexGuard> {
-        let guard = self.runtime.block_on(self.inner.try_lock())?;
-        Ok(MutexGuard(Hold::new(guard, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.try_lock()))
     }
 
     /// Takes the lock, waiting per the wait policy ([`Error::TimedOut`] past the budget).
     pub fn lock(&self) -> Result<MutexGuard> {
-        let guard = self.runtime.block_on(self.inner.lock())?;
-        Ok(MutexGuard(Hold::new(guard, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.lock()))
     }
 
     /// Runs `work` while holding the lock (renewed meanwhile). A running closure cannot be
-    /// cancelled, so it gets the guard and should check [`MutexGuard::lost`] between
-    /// steps; if the lock was lost by the time it returns, the result is [`Error::Lost`].
+    /// cancelled, so it gets the guard and should check [`Guard::lost`] between steps; if
+    /// the lock was lost by the time it returns, the result is [`Error::Lost`].
     pub fn with_lock<T>(&self, work: impl FnOnce(&MutexGuard) -> T) -> Result<T> {
         let guard = self.lock()?;
         let value = work(&guard);
@@ -176,82 +207,15 @@ impl Mutex {
     }
 }
 
-/// Blocking counterpart of [`crate::MutexGuard`]. Dropping it releases the lock.
-#[derive(Debug)]
-pub struct MutexGuard(Hold<crate::MutexGuard>);
-
-impl MutexGuard {
-    /// The holder's token.
-    pub fn token(&self) -> &str {
-        self.0.get().token()
-    }
-
-    /// The fencing token of this grant.
-    pub fn fence(&self) -> u64 {
-        self.0.get().fence()
-    }
-
-    /// The local validity deadline.
-    pub fn valid_until(&self) -> Instant {
-        self.0.get().valid_until()
-    }
-
-    /// What is left of the validity.
-    pub fn remaining(&self) -> Duration {
-        self.0.get().remaining()
-    }
-
-    /// The reason, if the lock may have been lost by now (does not block).
-    pub fn lost(&self) -> Option<LostReason> {
-        self.0.get().lost_signal().lost()
-    }
-
-    /// The lost signal, e.g. to hand to another thread.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.0.get().lost_signal()
-    }
-
-    /// Resets the lease to `ttl` from now.
-    pub fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let (guard, runtime) = self.0.get_mut();
-        runtime.block_on(guard.extend(ttl))
-    }
-
-    /// Asks Redis whether this holder still holds the lock.
-    pub fn is_held(&self) -> Result<bool> {
-        self.0.runtime.block_on(self.0.get().is_held())
-    }
-
-    /// Releases the lock ([`Error::Lost`] when it had expired or been taken).
-    pub fn unlock(mut self) -> Result<()> {
-        let (guard, runtime) = self.0.take();
-        runtime.block_on(guard.unlock())
-    }
-
-    /// Leaves the lock held until its lease ends; returns the token.
-    pub fn into_token(mut self) -> String {
-        self.0.take().0.into_token()
-    }
-}
-
-/// Blocking counterpart of [`crate::ReentrantMutex`].
-#[derive(Clone, Debug)]
-pub struct ReentrantMutex {
-    inner: crate::ReentrantMutex,
-    runtime: Arc<Runtime>,
-}
-
 impl ReentrantMutex {
-    /// One attempt to take or re-enter the lock for `owner`.
+    /// One attempt for `owner`.
     pub fn try_lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        let guard = self.runtime.block_on(self.inner.try_lock(owner))?;
-        Ok(ReentrantGuard(Hold::new(guard, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.try_lock(owner)))
     }
 
-    /// Takes or re-enters the lock for `owner`, waiting per the wait policy.
+    /// Takes (or re-enters) the lock for `owner`.
     pub fn lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        let guard = self.runtime.block_on(self.inner.lock(owner))?;
-        Ok(ReentrantGuard(Hold::new(guard, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.lock(owner)))
     }
 
     /// Gives back one hold of `owner`; returns the holds left.
@@ -265,243 +229,150 @@ impl ReentrantMutex {
     }
 }
 
-/// Blocking counterpart of [`crate::ReentrantGuard`]. Dropping it gives the hold back.
-#[derive(Debug)]
-pub struct ReentrantGuard(Hold<crate::ReentrantGuard>);
-
-impl ReentrantGuard {
-    /// The fencing token of the outermost grant.
-    pub fn fence(&self) -> u64 {
-        self.0.get().fence()
-    }
-
-    /// The owner's holds right after this one was granted.
-    pub fn holds_at_grant(&self) -> u32 {
-        self.0.get().holds_at_grant()
-    }
-
-    /// The reason, if the lock may have been lost by now (does not block).
-    pub fn lost(&self) -> Option<LostReason> {
-        self.0.get().lost_signal().lost()
-    }
-
-    /// Gives this hold back; returns the holds left.
-    pub fn unlock(mut self) -> Result<u32> {
-        let (guard, runtime) = self.0.take();
-        runtime.block_on(guard.unlock())
-    }
-}
-
-/// Blocking counterpart of [`crate::Semaphore`].
-#[derive(Clone, Debug)]
-pub struct Semaphore {
-    inner: crate::Semaphore,
-    runtime: Arc<Runtime>,
-}
-
 impl Semaphore {
     /// One attempt to take a permit.
     pub fn try_acquire(&self) -> Result<SemaphorePermit> {
-        let permit = self.runtime.block_on(self.inner.try_acquire())?;
-        Ok(SemaphorePermit(Hold::new(permit, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.try_acquire()))
     }
 
-    /// Takes a permit, waiting in arrival order per the wait policy.
+    /// Takes a permit, waiting in arrival order.
     pub fn acquire(&self) -> Result<SemaphorePermit> {
-        let permit = self.runtime.block_on(self.inner.acquire())?;
-        Ok(SemaphorePermit(Hold::new(permit, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.acquire()))
     }
 
-    /// Permits held now.
+    /// The number of permits held now.
     pub fn held(&self) -> Result<u32> {
         self.runtime.block_on(self.inner.held())
     }
 }
 
-/// Blocking counterpart of [`crate::SemaphorePermit`]. Dropping it gives the permit back.
-#[derive(Debug)]
-pub struct SemaphorePermit(Hold<crate::SemaphorePermit>);
-
-impl SemaphorePermit {
-    /// This permit's fencing token.
-    pub fn fence(&self) -> u64 {
-        self.0.get().fence()
-    }
-
-    /// The reason, if the permit may have been lost by now (does not block).
-    pub fn lost(&self) -> Option<LostReason> {
-        self.0.get().lost_signal().lost()
-    }
-
-    /// Gives the permit back.
-    pub fn release(mut self) -> Result<()> {
-        let (permit, runtime) = self.0.take();
-        runtime.block_on(permit.release())
-    }
-}
-
-/// Blocking counterpart of [`crate::RwLock`].
-#[derive(Clone, Debug)]
-pub struct RwLock {
-    inner: crate::RwLock,
-    runtime: Arc<Runtime>,
-}
-
 impl RwLock {
-    /// Takes a read hold for `owner`, waiting per the wait policy.
+    /// Takes a read hold for `owner`.
     pub fn read(&self, owner: &Owner) -> Result<ReadGuard> {
-        let guard = self.runtime.block_on(self.inner.read(owner))?;
-        Ok(ReadGuard(Hold::new(guard, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.read(owner)))
     }
 
     /// One attempt at a read hold.
     pub fn try_read(&self, owner: &Owner) -> Result<ReadGuard> {
-        let guard = self.runtime.block_on(self.inner.try_read(owner))?;
-        Ok(ReadGuard(Hold::new(guard, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.try_read(owner)))
     }
 
-    /// Takes the write lock, waiting per the wait policy.
+    /// Takes the write lock.
     pub fn write(&self) -> Result<WriteGuard> {
-        let guard = self.runtime.block_on(self.inner.write())?;
-        Ok(WriteGuard(Hold::new(guard, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.write()))
     }
 
     /// One attempt at the write lock.
     pub fn try_write(&self) -> Result<WriteGuard> {
-        let guard = self.runtime.block_on(self.inner.try_write())?;
-        Ok(WriteGuard(Hold::new(guard, &self.runtime)))
+        self.guard(self.runtime.block_on(self.inner.try_write()))
     }
 
-    /// Readers holding now.
+    /// The number of readers holding now.
     pub fn readers(&self) -> Result<u32> {
         self.runtime.block_on(self.inner.readers())
     }
 }
 
-/// Blocking counterpart of [`crate::ReadGuard`]. Dropping it gives the hold back.
+/// Blocking counterpart of [`crate::Guard`]: the same verbs, blocking. Dropping it
+/// releases the hold (synchronously; in the background when dropped inside a runtime).
+#[must_use = "dropping a guard releases the lock at once"]
 #[derive(Debug)]
-pub struct ReadGuard(Hold<crate::ReadGuard>);
-
-impl ReadGuard {
-    /// The fencing token of the owner's outermost read grant.
-    pub fn fence(&self) -> u64 {
-        self.0.get().fence()
-    }
-
-    /// The reason, if the hold may have been lost by now (does not block).
-    pub fn lost(&self) -> Option<LostReason> {
-        self.0.get().lost_signal().lost()
-    }
-
-    /// Gives the hold back.
-    pub fn unlock(mut self) -> Result<()> {
-        let (guard, runtime) = self.0.take();
-        runtime.block_on(guard.unlock())
-    }
-}
-
-/// Blocking counterpart of [`crate::WriteGuard`]. Dropping it releases the write lock.
-#[derive(Debug)]
-pub struct WriteGuard(Hold<crate::WriteGuard>);
-
-impl WriteGuard {
-    /// The fencing token of this write grant.
-    pub fn fence(&self) -> u64 {
-        self.0.get().fence()
-    }
-
-    /// The reason, if the write lock may have been lost by now (does not block).
-    pub fn lost(&self) -> Option<LostReason> {
-        self.0.get().lost_signal().lost()
-    }
-
-    /// Releases the write lock.
-    pub fn unlock(mut self) -> Result<()> {
-        let (guard, runtime) = self.0.take();
-        runtime.block_on(guard.unlock())
-    }
-
-    /// Turns the write lock into a read hold of `owner` without a gap.
-    pub fn downgrade(mut self, owner: &Owner) -> Result<ReadGuard> {
-        let (guard, runtime) = self.0.take();
-        let read = runtime.block_on(guard.downgrade(owner))?;
-        Ok(ReadGuard(Hold::new(read, &runtime)))
-    }
-}
-
-/// An async guard the blocking facade gives back when its wrapper is dropped.
-trait GiveBack: Send + 'static {
-    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>>;
-}
-
-impl GiveBack for crate::MutexGuard {
-    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
-        Box::pin(self.unlock())
-    }
-}
-
-impl GiveBack for crate::ReentrantGuard {
-    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
-        Box::pin(async move { self.unlock().await.map(drop) })
-    }
-}
-
-impl GiveBack for crate::SemaphorePermit {
-    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
-        Box::pin(self.release())
-    }
-}
-
-impl GiveBack for crate::ReadGuard {
-    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
-        Box::pin(self.unlock())
-    }
-}
-
-impl GiveBack for crate::WriteGuard {
-    fn give_back(self) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
-        Box::pin(self.unlock())
-    }
-}
-
-/// An async guard and the runtime that drives it, until the guard is consumed; what is
-/// left unconsumed is given back on drop.
-#[derive(Debug)]
-struct Hold<G: GiveBack> {
-    guard: Option<G>,
+pub struct Guard<R: RawLock> {
+    inner: Option<crate::Guard<R>>,
     runtime: Arc<Runtime>,
 }
 
-impl<G: GiveBack> Hold<G> {
-    fn new(guard: G, runtime: &Arc<Runtime>) -> Hold<G> {
-        Hold {
-            guard: Some(guard),
-            runtime: runtime.clone(),
-        }
+impl<R: RawLock> Guard<R> {
+    fn get(&self) -> &crate::Guard<R> {
+        self.inner.as_ref().expect("guard present until consumed")
     }
 
-    fn get(&self) -> &G {
-        self.guard.as_ref().expect("guard present until consumed")
+    fn take(&mut self) -> crate::Guard<R> {
+        self.inner.take().expect("guard present until consumed")
     }
 
-    fn get_mut(&mut self) -> (&mut G, &Runtime) {
-        let guard = self.guard.as_mut().expect("guard present until consumed");
-        (guard, &self.runtime)
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        self.get().name()
     }
 
-    /// Consumes the guard (no give-back on drop any more).
-    fn take(&mut self) -> (G, Arc<Runtime>) {
-        let guard = self.guard.take().expect("guard present until consumed");
-        (guard, self.runtime.clone())
+    /// The holder's token.
+    pub fn token(&self) -> &str {
+        self.get().token()
+    }
+
+    /// The fencing token of this grant.
+    pub fn fence(&self) -> u64 {
+        self.get().fence()
+    }
+
+    /// The owner's holds right after this one was granted.
+    pub fn holds_at_grant(&self) -> u32 {
+        self.get().holds_at_grant()
+    }
+
+    /// The local validity deadline.
+    pub fn valid_until(&self) -> Instant {
+        self.get().valid_until()
+    }
+
+    /// What is left of the validity.
+    pub fn remaining(&self) -> Duration {
+        self.get().remaining()
+    }
+
+    /// Whether the lock may have been lost by now (does not block).
+    pub fn lost(&self) -> Option<LostReason> {
+        self.get().lost_signal().lost()
+    }
+
+    /// The lost signal (to wait on from another thread or runtime).
+    pub fn lost_signal(&self) -> LostSignal {
+        self.get().lost_signal()
+    }
+
+    /// Resets the lease to `ttl` from now; [`Error::Lost`] when no longer held.
+    pub fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let runtime = self.runtime.clone();
+        let guard = self.inner.as_mut().expect("guard present until consumed");
+        runtime.block_on(guard.extend(ttl))
+    }
+
+    /// Asks Redis whether this hold is still held.
+    pub fn is_held(&self) -> Result<bool> {
+        self.runtime.block_on(self.get().is_held())
+    }
+
+    /// Stops renewal, then releases; [`Error::Lost`] when it was no longer held.
+    pub fn unlock(mut self) -> Result<()> {
+        let guard = self.take();
+        self.runtime.block_on(guard.unlock())
+    }
+
+    /// Gives up the guard without releasing; returns the token.
+    pub fn into_token(mut self) -> String {
+        self.take().into_token()
     }
 }
 
-impl<G: GiveBack> Drop for Hold<G> {
+impl WriteGuard {
+    /// Turns the write lock into a read hold of `owner` without a gap.
+    pub fn downgrade(mut self, owner: &Owner) -> Result<ReadGuard> {
+        let guard = self.take();
+        let read = self.runtime.block_on(guard.downgrade(owner))?;
+        Ok(Guard {
+            inner: Some(read),
+            runtime: self.runtime.clone(),
+        })
+    }
+}
+
+impl<R: RawLock> Drop for Guard<R> {
     fn drop(&mut self) {
-        let Some(guard) = self.guard.take() else {
+        let Some(guard) = self.inner.take() else {
             return;
         };
-        let release = guard.give_back();
+        let release = guard.unlock();
         if tokio::runtime::Handle::try_current().is_ok() {
             // Blocking here would panic inside an async context: release in the background.
             self.runtime.spawn(release);

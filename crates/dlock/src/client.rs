@@ -1,18 +1,35 @@
 //! The [`Client`]: one shared Redis connection, options, and the shared release notifier.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex as StdMutex, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::error::{Error, Result};
+use crate::lease::{self, LeaseCell, LostReason};
 use crate::mutex::Mutex;
+use crate::notifier::Notifier;
 use crate::options::LockOptions;
+use crate::raw::private::RawProtocol;
 use crate::reentrant::ReentrantMutex;
 use crate::renew::Renewer;
 use crate::rwlock::RwLock;
+use crate::script::{describe, lua_script, LuaScript};
 use crate::semaphore::Semaphore;
-use crate::wait::Notifier;
+
+static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
+static LIVE_ENTRIES: LazyLock<LuaScript> =
+    lua_script!("list holders", "entries.lua", "entries_live.lua");
+
+/// The oldest Redis dlock's scripts run on (`ZADD GT`, `SET ... GET`-era commands).
+pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
+
+/// Longest connect or response timeout accepted.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 /// Default time allowed to open a connection to Redis.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -48,6 +65,19 @@ pub(crate) struct ClientInner {
     pub(crate) runtime: tokio::runtime::Handle,
     notifier: OnceLock<Notifier>,
     renewer: OnceLock<Renewer>,
+    /// Set by [`Client::shutdown`].
+    closed: AtomicBool,
+    /// Every hold a guard of this client still has, for [`Client::shutdown`].
+    holds: StdMutex<HashMap<u64, TrackedHold>>,
+    next_hold: AtomicU64,
+}
+
+type GiveBack = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// A live hold, as the client sees it: how to give it back and its lease state.
+struct TrackedHold {
+    give_back: GiveBack,
+    cell: LeaseCell,
 }
 
 /// Configures and opens a [`Client`]. Made by [`Client::builder`].
@@ -102,10 +132,27 @@ impl ClientBuilder {
     ///
     /// Must be called inside a tokio runtime; that runtime runs the client's background work.
     pub async fn connect(self) -> Result<Client> {
-        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "connect and response timeouts must be greater than zero".into(),
-            ));
+        for (what, timeout) in [
+            ("connect", self.connect_timeout),
+            ("response", self.response_timeout),
+        ] {
+            if timeout.is_zero() || timeout > MAX_TIMEOUT {
+                return Err(Error::InvalidArgument(format!(
+                    "the {what} timeout {} is out of range; use more than zero and at most {}",
+                    crate::humane(timeout),
+                    crate::humane(MAX_TIMEOUT)
+                )));
+            }
+        }
+        if let Some(ca) = &self.tls_root {
+            check_pem_certificates("the TLS CA certificate", ca)?;
+        }
+        if let Some((cert, key)) = &self.tls_client {
+            check_pem_certificates("the TLS client certificate", cert)?;
+            use rustls::pki_types::{pem::PemObject, PrivateKeyDer};
+            PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+                Error::InvalidArgument(format!("the TLS client key is not a PEM private key ({e})"))
+            })?;
         }
         // rustls needs a process-wide crypto provider; another part of the program may
         // have installed one already, which is fine.
@@ -140,23 +187,34 @@ impl ClientBuilder {
             // itself, so one quick retry here keeps failures prompt.
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
+        let tls = self.url.starts_with("rediss://");
+        if tls {
+            refuse_plain_port(&redis, &self.url, self.connect_timeout).await?;
+        }
+        let budget = self.connect_timeout.saturating_mul(2);
         let connect = ConnectionManager::new_with_config(redis.clone(), config);
-        let conn = match tokio::time::timeout(self.connect_timeout * 2, connect).await {
-            Ok(result) => result?,
+        let conn = match tokio::time::timeout(budget, connect).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => return Err(connect_error(&self.url, tls, err)),
             Err(_) => {
                 return Err(Error::Connection(redis::RedisError::from(
                     std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         format!(
-                            "no connection to {} within {:?}",
+                            "no connection to {} within {}{}",
                             redact(&self.url),
-                            self.connect_timeout * 2
+                            crate::humane(budget),
+                            if tls {
+                                " (a TLS handshake that never completes: is the server serving TLS on this port?)"
+                            } else {
+                                ""
+                            }
                         ),
                     ),
                 )))
             }
         };
-        Ok(Client {
+        let client = Client {
             inner: Arc::new(ClientInner {
                 conn,
                 redis,
@@ -165,8 +223,13 @@ impl ClientBuilder {
                 runtime: tokio::runtime::Handle::current(),
                 notifier: OnceLock::new(),
                 renewer: OnceLock::new(),
+                closed: AtomicBool::new(false),
+                holds: StdMutex::new(HashMap::new()),
+                next_hold: AtomicU64::new(1),
             }),
-        })
+        };
+        client.check_server().await?;
+        Ok(client)
     }
 }
 
@@ -255,12 +318,177 @@ impl Client {
         &self.inner.prefix
     }
 
+    /// Releases every lock still held through this client, stops renewal and the
+    /// release notifier, and refuses new acquisitions ([`Error::Closed`]).
+    ///
+    /// Call it before `main` returns: a guard still alive when the runtime shuts down is
+    /// otherwise not released (its background release never runs) and the next run waits
+    /// out its lease. The lost signal of every released guard fires with
+    /// [`LostReason::Released`](crate::LostReason::Released); their `unlock` then fails
+    /// with [`Error::Lost`]. Waits in progress end with [`Error::Closed`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlock::Result<()> {
+    /// let client = dlock::Client::connect("redis://127.0.0.1:6379").await?;
+    /// let _guard = client.mutex("nightly-report")?.lock().await?;
+    /// // ... work ...
+    /// client.shutdown().await; // releases the lock even though the guard is still alive
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        if let Some(renewer) = self.inner.renewer.get() {
+            renewer.stop().await;
+        }
+        let holds: Vec<TrackedHold> = {
+            let mut holds = self.inner.holds.lock().unwrap();
+            holds.drain().map(|(_, hold)| hold).collect()
+        };
+        let releases = holds.into_iter().map(|hold| {
+            lease::declare_lost(&hold.cell, LostReason::Released);
+            (hold.give_back)()
+        });
+        futures_util::future::join_all(releases).await;
+        if let Some(notifier) = self.inner.notifier.get() {
+            notifier.stop();
+        }
+    }
+
+    /// True once [`Client::shutdown`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Records a live hold for shutdown; returns its id.
+    pub(crate) fn track_hold<R: RawProtocol>(&self, raw: &R, token: &str, cell: &LeaseCell) -> u64 {
+        let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
+        let (raw, token) = (raw.clone(), token.to_string());
+        let give_back: GiveBack = Box::new(move || {
+            Box::pin(async move {
+                if let Err(err) = raw.release(&token).await {
+                    tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lease will expire");
+                }
+            })
+        });
+        self.inner.holds.lock().unwrap().insert(
+            id,
+            TrackedHold {
+                give_back,
+                cell: cell.clone(),
+            },
+        );
+        id
+    }
+
+    /// Forgets a hold; false when shutdown already took (and released) it.
+    pub(crate) fn untrack_hold(&self, id: u64) -> bool {
+        self.inner.holds.lock().unwrap().remove(&id).is_some()
+    }
+
+    /// A plain `GET` of a string key (`None` when missing); a key of another type is
+    /// [`Error::WrongType`] against `wanted`.
+    pub(crate) async fn get_string(
+        &self,
+        key: &str,
+        wanted: &str,
+        command: &str,
+    ) -> Result<Option<String>> {
+        let reply: redis::RedisResult<Option<String>> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut self.conn())
+            .await;
+        match reply {
+            Ok(value) => Ok(value),
+            Err(err) if err.code() == Some("WRONGTYPE") => Err(self.wrong_type(key, wanted).await),
+            Err(err) => Err(Error::from_redis(command, err)),
+        }
+    }
+
+    /// The live leased entries (token, data) of a dlock hash of `kind` at `key` (read
+    /// holds, semaphore permits); none when the key does not exist, or holds a string and
+    /// `string_is_empty` (a write-held read-write lock has no readers).
+    pub(crate) async fn leased_entries(
+        &self,
+        key: &str,
+        kind: &str,
+        string_is_empty: bool,
+    ) -> Result<Vec<(String, String)>> {
+        let flat: Vec<String> = LIVE_ENTRIES
+            .call()
+            .key(key)
+            .arg(kind)
+            .arg(if string_is_empty { "1" } else { "0" })
+            .run(self)
+            .await?;
+        Ok(flat
+            .chunks_exact(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect())
+    }
+
+    /// [`Error::WrongType`] for `key`, saying what it holds (one more request).
+    pub(crate) async fn wrong_type(&self, key: &str, wanted: &str) -> Error {
+        let found: String = DESCRIBE
+            .call()
+            .key(key)
+            .run(self)
+            .await
+            .unwrap_or_else(|_| "another type".to_string());
+        Error::WrongType {
+            key: key.to_string(),
+            what: format!(
+                "{}, where {} was expected",
+                describe(&found),
+                describe(wanted)
+            ),
+        }
+    }
+
+    /// Checks the server version; warns when eviction could drop locks or fences.
+    async fn check_server(&self) -> Result<()> {
+        let info: redis::RedisResult<String> =
+            redis::cmd("INFO").query_async(&mut self.conn()).await;
+        let info = match info {
+            Ok(info) => info,
+            Err(err) if err.code() == Some("NOPERM") => {
+                tracing::debug!("INFO is not permitted; the server version is not checked");
+                return Ok(());
+            }
+            Err(err) => return Err(Error::from_redis("INFO", err)),
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        if let Some(version) = field("redis_version") {
+            if too_old(version) {
+                return Err(Error::Unsupported(format!(
+                    "the server runs Redis {version}; dlock needs Redis {}.{} or newer",
+                    MIN_REDIS_VERSION.0, MIN_REDIS_VERSION.1
+                )));
+            }
+        }
+        let maxmemory = field("maxmemory").and_then(|v| v.parse::<u64>().ok());
+        let policy = field("maxmemory_policy");
+        if let (Some(limit), Some(policy)) = (maxmemory, policy) {
+            if limit > 0 && policy != "noeviction" {
+                tracing::warn!(
+                    policy,
+                    "Redis may evict keys (maxmemory-policy {policy}): an evicted lock can be granted twice and an evicted fencing counter restarts at zero; set maxmemory-policy noeviction"
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// A clone of the shared connection, for commands the locks need.
     pub(crate) fn conn(&self) -> ConnectionManager {
         self.inner.conn.clone()
     }
 
     /// The shared renewal scheduler, started on first use.
+    ///
     pub(crate) fn renewer(&self) -> &Renewer {
         self.inner
             .renewer
@@ -279,24 +507,83 @@ impl Client {
     }
 }
 
-/// Running dlock's scripts through the client's shared connection.
-pub(crate) trait RunScript {
-    /// Runs the script. Every dlock script may safely run twice (acquires recognise their
-    /// own token, releases and extends compare it), so a request that met a dropped
-    /// connection is sent once more on the reconnected one; timeouts are not retried here.
-    async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T>;
+/// True when a `redis_version` is older than [`MIN_REDIS_VERSION`].
+fn too_old(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < MIN_REDIS_VERSION
 }
 
-impl RunScript for redis::ScriptInvocation<'_> {
-    async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T> {
-        match self.invoke_async(&mut client.conn()).await {
-            Err(err) if !err.is_timeout() && (err.is_connection_dropped() || err.is_io_error()) => {
-                tracing::debug!(error = %err, "connection dropped; sending the script again");
-                Ok(self.invoke_async(&mut client.conn()).await?)
-            }
-            other => Ok(other?),
-        }
+/// Rejects a PEM file without certificates before any connection is tried.
+fn check_pem_certificates(what: &str, pem: &[u8]) -> Result<()> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut found = 0;
+    for certificate in CertificateDer::pem_slice_iter(pem) {
+        certificate
+            .map_err(|e| Error::InvalidArgument(format!("{what} is not valid PEM ({e})")))?;
+        found += 1;
     }
+    if found == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{what} holds no PEM certificate (expected -----BEGIN CERTIFICATE-----)"
+        )));
+    }
+    Ok(())
+}
+
+/// A TLS handshake sent to a port that speaks plain RESP never completes: Redis waits for
+/// the end of an inline command that never comes. One `PING` in the clear tells such a
+/// port apart at once (a TLS server drops it or answers with an alert, never `+`/`-`).
+async fn refuse_plain_port(redis: &redis::Client, url: &str, timeout: Duration) -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (host, port) = match redis.get_connection_info().addr() {
+        redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
+        _ => return Ok(()),
+    };
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+        stream.write_all(b"PING\r\n").await?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await?;
+        Ok::<u8, std::io::Error>(first[0])
+    };
+    match tokio::time::timeout(timeout.min(Duration::from_secs(2)), probe).await {
+        Ok(Ok(b'+' | b'-')) => Err(Error::Connection(redis::RedisError::from(
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} answers in plain text, not TLS: use redis:// for this port, or the server's TLS port with rediss://",
+                    redact(url)
+                ),
+            ),
+        ))),
+        // A TLS server, or nothing there: the real connection says what is wrong.
+        _ => Ok(()),
+    }
+}
+
+/// Classifies a failure to connect, naming TLS when the handshake is what failed.
+fn connect_error(url: &str, tls: bool, err: redis::RedisError) -> Error {
+    let text = err.to_string();
+    let tls_failure = tls
+        && [
+            "tls",
+            "certificate",
+            "handshake",
+            "corrupt message",
+            "InvalidContentType",
+        ]
+        .iter()
+        .any(|word| text.contains(word));
+    if tls_failure {
+        return Error::Connection(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the TLS handshake with {} failed ({text}); check that the server serves TLS on this port and that --tls-ca names the CA that signed its certificate",
+                redact(url)
+            ),
+        )));
+    }
+    Error::from_redis("connect", err)
 }
 
 impl std::fmt::Debug for Client {
@@ -328,6 +615,16 @@ fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn versions_before_6_2_are_too_old() {
+        for old in ["5.0.14", "6.0.20", "6.1.9", "2.8"] {
+            assert!(super::too_old(old), "{old}");
+        }
+        for new in ["6.2.0", "7.0.15", "7.4.2", "10.0.0"] {
+            assert!(!super::too_old(new), "{new}");
+        }
+    }
+
     #[test]
     fn redact_hides_passwords_only() {
         assert_eq!(

@@ -6,8 +6,9 @@ use std::time::Duration;
 ///
 /// Match on the variant to decide what to do: [`Error::Busy`] and [`Error::TimedOut`] are
 /// the normal "someone else has it" outcomes, [`Error::Lost`] means this caller no longer
-/// owns the lock it thought it held, and the rest are configuration or infrastructure
-/// problems.
+/// owns the lock it thought it held, [`Error::Connection`] is worth retrying
+/// ([`Error::is_transient`]), and the rest are configuration problems that retrying will
+/// not fix.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -17,12 +18,13 @@ pub enum Error {
         /// The lock name.
         name: String,
         /// How long the current holder's lease still runs, when Redis knows it
-        /// (`None` for a key without an expiry, e.g. one set by another tool).
+        /// (`None` for a key without an expiry, e.g. one set by another tool, or a
+        /// queued waiter that will be woken in turn).
         remaining: Option<Duration>,
     },
 
     /// Waiting for the lock used up the whole wait budget.
-    #[error("lock {name:?} was not acquired within {waited:?}: another owner kept holding it")]
+    #[error("lock {name:?} was not acquired within {}: another owner kept holding it", crate::humane(*.waited))]
     TimedOut {
         /// The lock name.
         name: String,
@@ -38,33 +40,53 @@ pub enum Error {
         name: String,
     },
 
-    /// Redis could not be reached, or did not answer in time.
+    /// Redis could not be reached, or did not answer in time. Worth retrying.
     #[error("cannot reach Redis: {0}")]
     Connection(#[source] redis::RedisError),
+
+    /// Redis rejected the credentials (wrong user name or password, or none given to a
+    /// server that requires them). Not transient: retrying will not help.
+    #[error("Redis rejected the credentials: {0}; check the user name and password in the URL")]
+    Authentication(#[source] redis::RedisError),
 
     /// An argument was rejected before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// A key that dlock needs holds a value of a type dlock did not write there.
-    #[error("key {key:?} holds a value that is not a dlock lock ({what}); pick another lock name or remove the key")]
+    /// A key that the lock needs holds a value of another kind: another kind of dlock lock
+    /// on the same name, or data dlock did not write. Nothing was changed.
+    #[error("key {key:?} holds {what}; use another lock name (or prefix) for this lock")]
     WrongType {
-        /// The Redis key that holds the foreign value.
+        /// The Redis key that holds the other value.
         key: String,
-        /// What was found.
+        /// What was found, and what was expected.
         what: String,
     },
 
-    /// Redis answered with an error that is not one of the above (a script error, an ACL
-    /// refusal, a read-only replica, ...).
-    #[error("Redis refused the request: {0}")]
-    Redis(#[source] redis::RedisError),
+    /// Redis refused a request: an ACL rule (NOPERM), `maxmemory` reached (OOM), a
+    /// read-only replica (READONLY), a script error, ... `reason` carries the server's
+    /// own words.
+    #[error("Redis refused {command}: {reason}")]
+    Refused {
+        /// What dlock asked for (a script's name or a command).
+        command: String,
+        /// The server's reply.
+        reason: String,
+    },
+
+    /// The server lacks something dlock needs (e.g. it is older than Redis 6.2).
+    #[error("unsupported Redis server: {0}")]
+    Unsupported(String),
+
+    /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)).
+    #[error("the dlock client was shut down")]
+    Closed,
 }
 
 fn describe_remaining(remaining: Option<Duration>) -> String {
     match remaining {
-        Some(d) => format!(" for another {d:?}"),
-        None => " (its key has no expiry)".to_string(),
+        Some(d) => format!(" for another {}", crate::humane(d)),
+        None => String::new(),
     }
 }
 
@@ -77,33 +99,61 @@ impl Error {
     /// A script answered something it never answers (a bug, or a foreign script at the
     /// same SHA).
     pub(crate) fn unexpected_reply(reply: impl std::fmt::Debug) -> Error {
-        Error::Redis(redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "unexpected reply from a dlock script",
-            format!("{reply:?}"),
-        )))
+        Error::Refused {
+            command: "a dlock script".into(),
+            reason: format!("unexpected reply {reply:?}"),
+        }
     }
+
+    /// Classifies an error of the Redis client for a request described by `command`.
+    pub(crate) fn from_redis(command: &str, err: redis::RedisError) -> Error {
+        let code = err.code().map(str::to_owned);
+        if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(code.as_deref(), Some("WRONGPASS" | "NOAUTH"))
+        {
+            return Error::Authentication(err);
+        }
+        if is_transient(&err) {
+            return Error::Connection(err);
+        }
+        if err.kind() == redis::ErrorKind::InvalidClientConfig {
+            return Error::InvalidArgument(err.to_string());
+        }
+        let reason = match (code, err.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            (Some(code), None) => code,
+            (None, _) => err.to_string(),
+        };
+        // Redis appends where in a script an error was raised; it says nothing to users.
+        let reason = match reason.find(" script: ") {
+            Some(at) => reason[..at].to_string(),
+            None => reason,
+        };
+        Error::Refused {
+            command: command.to_string(),
+            reason,
+        }
+    }
+}
+
+fn is_transient(err: &redis::RedisError) -> bool {
+    use redis::ServerErrorKind as S;
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || matches!(
+            err.kind(),
+            redis::ErrorKind::Io
+                | redis::ErrorKind::Server(
+                    S::BusyLoading | S::TryAgain | S::MasterDown | S::ClusterDown
+                )
+        )
 }
 
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
-        if err.is_io_error()
-            || err.is_timeout()
-            || err.is_connection_refusal()
-            || err.is_connection_dropped()
-            || matches!(
-                err.kind(),
-                redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::Io
-            )
-            || matches!(
-                err.kind(),
-                redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
-            )
-        {
-            Error::Connection(err)
-        } else {
-            Error::Redis(err)
-        }
+        Error::from_redis("a command", err)
     }
 }
 

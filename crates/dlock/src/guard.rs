@@ -1,146 +1,220 @@
-//! What every single-hold guard does the same way: expose the grant, stop renewal before
-//! releasing, and release in the background when dropped.
+//! The one guard every lock kind hands out: the grant (token, fencing token, hold count),
+//! the local validity deadline and lost signal, renewal, extend, unlock, and release on
+//! drop or at [`Client::shutdown`](crate::Client::shutdown).
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::error::Result;
-use crate::lease::{Grant, Held, LostReason, LostSignal};
-use crate::options::LockOptions;
-use crate::renew::OwnerField;
+use crate::error::{Error, Result};
+use crate::lease::{self, Held, LostReason, LostSignal};
+use crate::raw::RawLock;
+use crate::script::{lua_script, LuaScript};
 
-/// The accessors every single-hold guard shares, delegating to its `core: GuardCore`.
-/// `$what` names the hold in the docs ("lock", "permit", ...).
-macro_rules! hold_accessors {
-    ($what:literal) => {
-        #[doc = concat!("The random token that identifies this ", $what, " in Redis.")]
-        pub fn token(&self) -> &str {
-            self.core.token()
-        }
+static HELD: LazyLock<LuaScript> =
+    lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
 
-        #[doc = concat!("Until when this ", $what, " may be assumed held, by the local monotonic clock: ")]
-        #[doc = "the send time of the last successful grant, extension or renewal, plus the"]
-        #[doc = "lease, minus [`drift_allowance`](crate::drift_allowance)."]
-        pub fn valid_until(&self) -> std::time::Instant {
-            self.core.valid_until()
-        }
-
-        /// How much of the validity is left (zero once it passed).
-        pub fn remaining(&self) -> std::time::Duration {
-            self.core.remaining()
-        }
-
-        #[doc = concat!("A signal that fires when this ", $what, " may have been lost. See [`LostSignal`](crate::LostSignal).")]
-        pub fn lost_signal(&self) -> crate::LostSignal {
-            self.core.lost_signal()
-        }
-
-        #[doc = concat!("Resolves when this ", $what, " may have been lost, with the reason.")]
-        pub async fn lost(&self) -> crate::LostReason {
-            self.core.lost().await
-        }
-    };
-}
-pub(crate) use hold_accessors;
-
-/// Releases the hold identified by a token; given by each primitive.
-type ReleaseFn =
-    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
-
-pub(crate) struct GuardCore {
-    pub held: Held,
-    release: ReleaseFn,
-    runtime: tokio::runtime::Handle,
-    released: bool,
+/// Proof of holding a lock: a [`MutexGuard`](crate::MutexGuard), a
+/// [`ReentrantGuard`](crate::ReentrantGuard), a [`ReadGuard`](crate::ReadGuard) or
+/// [`WriteGuard`](crate::WriteGuard), a [`SemaphorePermit`](crate::SemaphorePermit).
+///
+/// Every guard has the same verbs: [`token`](Guard::token), [`fence`](Guard::fence),
+/// [`remaining`](Guard::remaining), [`lost`](Guard::lost), [`extend`](Guard::extend),
+/// [`unlock`](Guard::unlock).
+///
+/// **Dropping** a guard without [`unlock`](Guard::unlock) stops its renewal and releases
+/// it in the background on the client's runtime. If that runtime is shutting down (the
+/// end of `main`), the background release may never run and the lock stays held until
+/// its lease ends: call [`Client::shutdown`](crate::Client::shutdown) before returning
+/// from `main`, or unlock explicitly.
+#[must_use = "dropping a guard releases the lock at once (in the background)"]
+pub struct Guard<R: RawLock> {
+    pub(crate) raw: R,
+    token: String,
+    fence: u64,
+    holds: u32,
+    held: Held,
+    /// This hold's entry in the client's list of live holds (for shutdown).
+    hold_id: u64,
+    /// Unlocked, handed over as a token, or converted (downgrade): nothing to do on drop.
+    done: bool,
 }
 
-impl GuardCore {
-    /// Starts holding `grant` (of a lease of `options.ttl` at `key`, renewed per
-    /// `options.renewal`); `release` gives a hold back by its token.
-    pub fn start<F, Fut>(
-        client: &Client,
-        grant: Grant,
-        key: &str,
-        owner: OwnerField,
-        options: &LockOptions,
-        release: F,
-    ) -> GuardCore
-    where
-        F: Fn(String) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<()>> + Send + 'static,
-    {
-        let held = Held::start(client, grant, key, owner, options.ttl, options.renewal);
-        let release: ReleaseFn = Arc::new(move |token| Box::pin(release(token)));
-        GuardCore {
+impl<R: RawLock> Guard<R> {
+    /// Starts holding what an attempt sent at `sent` granted to `token`.
+    pub(crate) fn start(raw: R, token: String, fence: u64, holds: u32, sent: Instant) -> Guard<R> {
+        let options = raw.options();
+        let held = Held::start(
+            raw.client(),
+            &token,
+            sent,
+            raw.hold_key(),
+            options.ttl,
+            options.renewal,
+        );
+        let hold_id = raw.client().track_hold(&raw, &token, &held.cell);
+        Guard {
+            raw,
+            token,
+            fence,
+            holds,
             held,
-            release,
-            runtime: client.inner.runtime.clone(),
-            released: false,
+            hold_id,
+            done: false,
         }
     }
 
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        self.raw.name()
+    }
+
+    /// The random token that identifies this hold in Redis.
     pub fn token(&self) -> &str {
-        &self.held.token
+        &self.token
     }
 
+    /// The fencing token of this grant: larger than that of every earlier grant of the
+    /// same lock. Pass it to storage that rejects writes with a smaller one than it has
+    /// seen. (A reentrant or read hold reports its owner's outermost grant.)
     pub fn fence(&self) -> u64 {
-        self.held.fence
+        self.fence
     }
 
+    /// The owner's number of holds right after this one was granted (1 unless the kind
+    /// is reentrant: a [`ReentrantGuard`](crate::ReentrantGuard) or a re-entered
+    /// [`ReadGuard`](crate::ReadGuard)).
+    pub fn holds_at_grant(&self) -> u32 {
+        self.holds
+    }
+
+    /// Until when this hold may be assumed held, by the local monotonic clock: the send
+    /// time of the last successful grant, extension or renewal, plus the lease, minus
+    /// [`drift_allowance`](crate::drift_allowance).
     pub fn valid_until(&self) -> Instant {
         self.held.valid_until()
     }
 
+    /// How much of the validity is left (zero once it passed).
     pub fn remaining(&self) -> Duration {
         self.valid_until().saturating_duration_since(Instant::now())
     }
 
+    /// A signal that fires when this hold may have been lost. See [`LostSignal`].
     pub fn lost_signal(&self) -> LostSignal {
         self.held.lost_signal()
     }
 
+    /// Resolves when this hold may have been lost, with the reason.
     pub async fn lost(&self) -> LostReason {
         self.held.lost_signal().wait().await
     }
 
-    /// Stops renewal (waiting out an in-flight round), then releases.
+    /// Resets the lease to `ttl` from now, if this holder still holds it; fails with
+    /// [`Error::Lost`] when it does not. (The holds of a reentrant owner share one lease,
+    /// which an extend never shortens.)
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        lease::validate_ttl(ttl)?;
+        let sent = Instant::now();
+        let (key, kind) = self.raw.hold_key();
+        let outcome: Vec<i64> = crate::renew::RENEW
+            .call()
+            .key(key)
+            .arg(kind.code())
+            .arg(&self.token)
+            .arg(ttl.as_millis() as u64)
+            .run(self.raw.client())
+            .await?;
+        match outcome.as_slice() {
+            [1] => {
+                self.held.extended(sent, ttl);
+                Ok(())
+            }
+            [0 | -1] => Err(self.lost_error()),
+            other => Err(Error::unexpected_reply(other)),
+        }
+    }
+
+    /// Asks Redis whether this hold is still held.
+    pub async fn is_held(&self) -> Result<bool> {
+        let (key, kind) = self.raw.hold_key();
+        let held: i64 = HELD
+            .call()
+            .key(key)
+            .arg(kind.code())
+            .arg(&self.token)
+            .run(self.raw.client())
+            .await?;
+        Ok(held == 1)
+    }
+
+    /// Stops renewal (waiting out a renewal in flight), then gives the hold back. Fails
+    /// with [`Error::Lost`] when the lease had already ended or another owner holds the
+    /// lock now (which is left untouched), or when
+    /// [`Client::shutdown`](crate::Client::shutdown) already released it.
     pub async fn unlock(mut self) -> Result<()> {
-        self.released = true;
+        self.done = true;
         self.held.stop_renewal().await;
-        (self.release)(self.held.token.clone()).await
+        if !self.raw.client().untrack_hold(self.hold_id) {
+            return Err(self.lost_error());
+        }
+        self.raw.release(&self.token).await
     }
 
-    /// Gives up the guard without releasing; renewal stops.
+    /// Gives up the guard without releasing: renewal stops and the lock stays held until
+    /// its lease ends or someone releases it with the returned token.
     pub fn into_token(mut self) -> String {
-        self.released = true;
-        self.held.detach().0
+        self.done = true;
+        drop(self.held.detach());
+        self.raw.client().untrack_hold(self.hold_id);
+        std::mem::take(&mut self.token)
+    }
+
+    /// Ends this guard without releasing, for a conversion that took the hold over
+    /// (downgrade); renewal stops.
+    pub(crate) async fn retire(mut self) {
+        self.done = true;
+        self.held.stop_renewal().await;
+        self.raw.client().untrack_hold(self.hold_id);
+    }
+
+    fn lost_error(&self) -> Error {
+        Error::Lost {
+            name: self.raw.name().to_string(),
+        }
     }
 }
 
-impl std::fmt::Debug for GuardCore {
+impl<R: RawLock> std::fmt::Debug for Guard<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guard").field("held", &self.held).finish()
+        f.debug_struct("Guard")
+            .field("lock", &self.raw)
+            .field("fence", &self.fence)
+            .field("holds", &self.holds)
+            .field("held", &self.held)
+            .finish_non_exhaustive()
     }
 }
 
-impl Drop for GuardCore {
+impl<R: RawLock> Drop for Guard<R> {
     fn drop(&mut self) {
-        if self.released {
+        if self.done {
             return;
         }
-        let (token, renewal) = self.held.detach();
-        let release = (self.release)(token);
+        let client: &Client = self.raw.client();
+        if !client.untrack_hold(self.hold_id) {
+            return; // shutdown released it
+        }
+        let renewal = self.held.detach();
+        let (raw, token) = (self.raw.clone(), std::mem::take(&mut self.token));
         // Handle::spawn never panics: after runtime shutdown the task is dropped and the
         // lease frees the lock.
-        self.runtime.spawn(async move {
+        client.inner.runtime.spawn(async move {
             if let Some(renewal) = renewal {
                 renewal.cancel().await;
             }
-            if let Err(err) = release.await {
-                tracing::debug!(error = %err, "background release failed; the lease will expire");
+            if let Err(err) = raw.release(&token).await {
+                tracing::debug!(lock = %raw.name(), error = %err, "background release failed; the lease will expire");
             }
         });
     }

@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::options::Renewal;
-use crate::renew::{OwnerField, Registration, RenewalSpec};
+use crate::raw::HoldKind;
+use crate::renew::{Registration, RenewalSpec};
 
 /// Shortest lease dlock accepts.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -32,7 +33,10 @@ pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
     if ttl < MIN_TTL || ttl > MAX_TTL {
         return Err(Error::InvalidArgument(format!(
-            "lease {ttl:?} is out of range; use between {MIN_TTL:?} and {MAX_TTL:?} (hold longer by extending)"
+            "lease {} is out of range; use between {} and {} (hold longer by renewing)",
+            crate::humane(ttl),
+            crate::humane(MIN_TTL),
+            crate::humane(MAX_TTL)
         )));
     }
     Ok(())
@@ -43,55 +47,41 @@ pub(crate) fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// What a grant returned: the owner's token, the fencing token of the grant, and when the
-/// granting request was sent (the start of the lease, by the local clock).
-#[derive(Debug, Clone)]
-pub(crate) struct Grant {
-    pub token: String,
-    pub fence: u64,
-    pub sent: Instant,
-}
-
 /// The state of a held lock that every guard shares: the grant, the live lease state, and
 /// its place in the client's renewal scheduler.
 pub(crate) struct Held {
-    pub token: String,
-    pub fence: u64,
     pub cell: LeaseCell,
     registration: Option<Registration>,
 }
 
 impl Held {
-    /// Starts holding `grant` of a lease `ttl` at `key`, renewed per `renewal`.
+    /// Starts holding `token`'s lease of `ttl` at `key`, granted by a request sent at
+    /// `sent`, renewed per `renewal`.
     pub fn start(
         client: &Client,
-        grant: Grant,
-        key: &str,
-        owner: OwnerField,
+        token: &str,
+        sent: Instant,
+        (key, kind): (&str, HoldKind),
         ttl: Duration,
         renewal: Renewal,
     ) -> Held {
-        let cell = new_cell(valid_until(grant.sent, ttl));
+        let cell = new_cell(valid_until(sent, ttl));
         let registration = match renewal {
             Renewal::Manual => None,
             Renewal::Auto { max_hold } => Some(client.renewer().register(
                 RenewalSpec {
                     key: key.to_string(),
-                    owner,
-                    token: grant.token.clone(),
+                    kind,
+                    token: token.to_string(),
                     ttl,
-                    hold_until: max_hold.map(|cap| grant.sent + cap),
+                    // A cap too large to represent is no cap.
+                    hold_until: max_hold.and_then(|cap| sent.checked_add(cap)),
                     cell: cell.clone(),
                 },
-                grant.sent,
+                sent,
             )),
         };
-        Held {
-            token: grant.token,
-            fence: grant.fence,
-            cell,
-            registration,
-        }
+        Held { cell, registration }
     }
 
     pub fn valid_until(&self) -> Instant {
@@ -114,16 +104,15 @@ impl Held {
         }
     }
 
-    /// Stops renewal without waiting and hands out what a background release needs.
-    pub fn detach(&mut self) -> (String, Option<Registration>) {
-        (std::mem::take(&mut self.token), self.registration.take())
+    /// Stops renewal without waiting; hands out the registration to cancel later.
+    pub fn detach(&mut self) -> Option<Registration> {
+        self.registration.take()
     }
 }
 
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
-            .field("fence", &self.fence)
             .field("state", &*self.cell.borrow())
             .field("renewed", &self.registration.is_some())
             .finish()
@@ -140,6 +129,8 @@ pub enum LostReason {
     Expired,
     /// A renewal found the lock gone or held by another token.
     Taken,
+    /// The client gave it back: [`Client::shutdown`](crate::Client::shutdown).
+    Released,
 }
 
 impl std::fmt::Display for LostReason {
@@ -147,6 +138,7 @@ impl std::fmt::Display for LostReason {
         f.write_str(match self {
             LostReason::Expired => "the lease ran out without a successful renewal",
             LostReason::Taken => "the lock is gone or held by another owner",
+            LostReason::Released => "the client was shut down and released it",
         })
     }
 }

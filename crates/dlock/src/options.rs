@@ -45,6 +45,12 @@ pub struct LockOptions {
     pub waiter_lease: Duration,
 }
 
+/// Longest wait timeout accepted: a year.
+const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Longest polling interval accepted in [`Backoff`].
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60 * 60);
+
 /// Default lease on a waiter's place in a queue.
 pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(10);
 
@@ -77,7 +83,8 @@ impl LockOptions {
         self
     }
 
-    /// Renew automatically, but hold for at most `max_hold` in total.
+    /// Renew automatically, but hold for at most `max_hold` in total (a cap too long to
+    /// matter is no cap).
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.renewal = Renewal::Auto {
             max_hold: Some(max_hold),
@@ -106,10 +113,15 @@ impl LockOptions {
     pub(crate) fn validate(&self) -> Result<()> {
         lease::validate_ttl(self.ttl)?;
         lease::validate_ttl(self.waiter_lease)?;
-        if self.backoff.min.is_zero() || self.backoff.min > self.backoff.max {
+        if self.backoff.min.is_zero()
+            || self.backoff.min > self.backoff.max
+            || self.backoff.max > MAX_BACKOFF
+        {
             return Err(Error::InvalidArgument(format!(
-                "backoff bounds {:?}..{:?} are invalid; the minimum must be above zero and at most the maximum",
-                self.backoff.min, self.backoff.max
+                "backoff bounds {}..{} are invalid; the minimum must be above zero and at most the maximum, which is at most {}",
+                crate::humane(self.backoff.min),
+                crate::humane(self.backoff.max),
+                crate::humane(MAX_BACKOFF)
             )));
         }
         if let Renewal::Auto {
@@ -123,9 +135,11 @@ impl LockOptions {
             }
         }
         if let Wait::Timeout(timeout) = self.wait {
-            if timeout > lease::MAX_TTL * 365 {
+            if timeout > MAX_WAIT {
                 return Err(Error::InvalidArgument(format!(
-                    "wait timeout {timeout:?} is absurdly long; use Wait::Forever to wait without limit"
+                    "wait timeout {} is longer than the {} dlock accepts; to wait without limit, wait forever",
+                    crate::humane(timeout),
+                    crate::humane(MAX_WAIT)
                 )));
             }
         }

@@ -1,240 +1,33 @@
-//! Waiting without blind polling.
+//! The one acquisition path every lock kind goes through: attempts, waiting without blind
+//! polling, retries, and giving back whatever a wait that ends without a guard may have
+//! been granted.
 //!
-//! Every release publishes on the lock's channel. All waiters of one [`Client`] share one
-//! subscriber connection, run by a single background task (the [`Notifier`]). A waiter
-//! registers its channel, waits until Redis confirms the subscription, re-checks the lock,
-//! and then sleeps until a release is announced — never longer than the holder's remaining
-//! lease, so an abandoned lock is taken as soon as it expires.
+//! A waiter subscribes to its release channel (see [`crate::notifier`]), re-checks the
+//! lock, and then sleeps until it is woken or the holder's lease ends, so an abandoned
+//! lock is taken as soon as it expires. Without notifications it polls with jittered
+//! backoff.
 //!
-//! Pub/sub is fire-and-forget: when the subscriber connection drops, every waiter is woken,
-//! falls back to jittered polling, and the task resubscribes everything on reconnect (and
-//! wakes everyone again, since releases may have been missed meanwhile).
-//!
-//! [`Client`]: crate::Client
+//! One token serves every attempt of one wait: an attempt whose reply was lost but that
+//! was granted is recognised by the next attempt as ours (and its lease restarted). A
+//! [`Claim`] owns that token for the wait: when the wait ends without a guard — an error,
+//! the budget used up, or the future dropped by `timeout`/`select!` — it gives back, once
+//! and after the last attempt, the grant that may have happened and the queue place.
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use rand::Rng;
-use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::Client;
 use crate::error::{Error, Result};
-
-/// How long a waiter waits for Redis to confirm its subscription before polling instead.
-const SUBSCRIBE_ACK_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// State shared by the notifier task and the waiters.
-struct Channels {
-    /// Channel → (wake-up counter, number of waiters). The counter is bumped on every
-    /// message so a waiter that marked the current value as seen before re-checking the
-    /// lock cannot miss a release that happens in between.
-    entries: StdMutex<HashMap<String, (watch::Sender<u64>, usize)>>,
-    /// True while the subscriber connection is up and subscribed.
-    connected: AtomicBool,
-}
-
-impl Channels {
-    fn wake_all(&self) {
-        for (tx, _) in self.entries.lock().unwrap().values() {
-            tx.send_modify(|n| *n += 1);
-        }
-    }
-}
-
-enum Command {
-    Subscribe(String, oneshot::Sender<bool>),
-    /// The last waiter of a channel left: unsubscribe unless a new one came meanwhile.
-    Forget(String),
-}
-
-/// The shared subscriber of one client.
-pub(crate) struct Notifier {
-    channels: Arc<Channels>,
-    commands: mpsc::UnboundedSender<Command>,
-}
-
-impl Notifier {
-    pub(crate) fn start(
-        client: redis::Client,
-        connect_timeout: Duration,
-        runtime: &tokio::runtime::Handle,
-    ) -> Notifier {
-        let channels = Arc::new(Channels {
-            entries: StdMutex::new(HashMap::new()),
-            connected: AtomicBool::new(false),
-        });
-        let (commands, rx) = mpsc::unbounded_channel();
-        runtime.spawn(run_subscriber(
-            client,
-            connect_timeout,
-            channels.clone(),
-            rx,
-        ));
-        Notifier { channels, commands }
-    }
-
-    /// Registers interest in `channel` and returns once Redis confirmed the subscription
-    /// (or it could not be made, in which case the waiter polls).
-    pub(crate) async fn watch(&self, channel: &str) -> Watch {
-        let receiver = {
-            let mut entries = self.channels.entries.lock().unwrap();
-            let entry = entries
-                .entry(channel.to_string())
-                .or_insert_with(|| (watch::channel(0).0, 0));
-            entry.1 += 1;
-            entry.0.subscribe()
-        };
-        let watch = Watch {
-            channel: channel.to_string(),
-            receiver,
-            channels: self.channels.clone(),
-            commands: self.commands.clone(),
-        };
-        let (ack_tx, ack_rx) = oneshot::channel();
-        if self
-            .commands
-            .send(Command::Subscribe(channel.to_string(), ack_tx))
-            .is_ok()
-        {
-            let _ = tokio::time::timeout(SUBSCRIBE_ACK_TIMEOUT, ack_rx).await;
-        }
-        watch
-    }
-}
-
-/// One waiter's registration on a release channel. Dropping it deregisters.
-pub(crate) struct Watch {
-    channel: String,
-    receiver: watch::Receiver<u64>,
-    channels: Arc<Channels>,
-    commands: mpsc::UnboundedSender<Command>,
-}
-
-impl Watch {
-    /// Marks every notification so far as seen. Call before re-checking the lock.
-    pub(crate) fn mark_seen(&mut self) {
-        self.receiver.borrow_and_update();
-    }
-
-    /// True while notifications are being delivered (otherwise, poll).
-    pub(crate) fn is_live(&self) -> bool {
-        self.channels.connected.load(Ordering::Acquire)
-    }
-
-    /// Resolves on the next notification after the last [`Watch::mark_seen`].
-    pub(crate) async fn notified(&mut self) {
-        if self.receiver.changed().await.is_err() {
-            // The entry was dropped (cannot happen while we hold it); never resolve.
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let mut entries = self.channels.entries.lock().unwrap();
-        if let Some(entry) = entries.get_mut(&self.channel) {
-            entry.1 -= 1;
-            if entry.1 == 0 {
-                entries.remove(&self.channel);
-                let _ = self.commands.send(Command::Forget(self.channel.clone()));
-            }
-        }
-    }
-}
-
-async fn run_subscriber(
-    client: redis::Client,
-    connect_timeout: Duration,
-    channels: Arc<Channels>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-) {
-    let mut retry = Duration::from_millis(50);
-    loop {
-        let connection = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
-        let (mut sink, mut stream) = match connection {
-            Ok(Ok(pubsub)) => pubsub.split(),
-            _ => {
-                // Keep answering subscribe requests (with "no") while disconnected, so
-                // waiters fall back to polling at once instead of waiting for an ack.
-                let sleep = tokio::time::sleep(jitter(retry));
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        command = commands.recv() => match command {
-                            Some(Command::Subscribe(_, ack)) => { let _ = ack.send(false); }
-                            Some(Command::Forget(_)) => {}
-                            None => return,
-                        },
-                    }
-                }
-                retry = (retry * 2).min(Duration::from_secs(2));
-                continue;
-            }
-        };
-        retry = Duration::from_millis(50);
-
-        let mut subscribed: HashSet<String> = HashSet::new();
-        let wanted: Vec<String> = channels.entries.lock().unwrap().keys().cloned().collect();
-        let mut healthy = true;
-        for channel in wanted {
-            if sink.subscribe(&channel).await.is_err() {
-                healthy = false;
-                break;
-            }
-            subscribed.insert(channel);
-        }
-        if healthy {
-            channels.connected.store(true, Ordering::Release);
-            // Releases may have been missed while disconnected: everyone re-checks.
-            channels.wake_all();
-        }
-
-        while healthy {
-            tokio::select! {
-                message = stream.next() => match message {
-                    Some(message) => {
-                        let entries = channels.entries.lock().unwrap();
-                        if let Some((tx, _)) = entries.get(message.get_channel_name()) {
-                            tx.send_modify(|n| *n += 1);
-                        }
-                    }
-                    None => healthy = false,
-                },
-                command = commands.recv() => match command {
-                    Some(Command::Subscribe(channel, ack)) => {
-                        let ok = subscribed.contains(&channel) || match sink.subscribe(&channel).await {
-                            Ok(()) => { subscribed.insert(channel); true }
-                            Err(_) => { healthy = false; false }
-                        };
-                        let _ = ack.send(ok);
-                    }
-                    Some(Command::Forget(channel)) => {
-                        let still_wanted = channels.entries.lock().unwrap().contains_key(&channel);
-                        if !still_wanted && subscribed.remove(&channel) && sink.unsubscribe(&channel).await.is_err() {
-                            healthy = false;
-                        }
-                    }
-                    None => return,
-                },
-            }
-        }
-        channels.connected.store(false, Ordering::Release);
-        tracing::debug!("release notifications interrupted; waiters poll until reconnected");
-        channels.wake_all();
-    }
-}
+use crate::guard::Guard;
+use crate::lease;
+use crate::notifier::Watch;
+use crate::queue::QueueKeys;
+use crate::raw::{Attempt, RawLock, Waiting};
 
 /// `base` scaled by a random factor in [0.5, 1.0], so waiters woken together spread out.
 pub(crate) fn jitter(base: Duration) -> Duration {
     let factor = rand::rng().random_range(0.5..=1.0);
-    base.mul_f64(factor)
+    Duration::try_from_secs_f64(base.as_secs_f64() * factor).unwrap_or(base)
 }
 
 /// Backoff bounds for polling when notifications are unavailable.
@@ -242,7 +35,8 @@ pub(crate) fn jitter(base: Duration) -> Duration {
 pub struct Backoff {
     /// The first polling interval.
     pub min: Duration,
-    /// The largest polling interval.
+    /// The largest polling interval (also how often a waiter re-checks a lock whose
+    /// holder has no expiry, e.g. another tool's key without TTL).
     pub max: Duration,
 }
 
@@ -253,42 +47,6 @@ impl Default for Backoff {
             max: Duration::from_millis(500),
         }
     }
-}
-
-/// A little past the holder's expiry (0.5–2.5 ms, random so that waiters of an expired
-/// lock do not all arrive at once).
-fn expiry_slack() -> Duration {
-    Duration::from_micros(rand::rng().random_range(500..2500))
-}
-
-/// How long a waiter should sleep before its next attempt.
-///
-/// * `holder_remaining`: the blocking lease's remaining time from the last attempt (`None`
-///   when unknown: a key without expiry, or a queued waiter that will be woken);
-/// * `live`: whether notifications are being delivered;
-/// * `poll`: the current polling interval, used when not live;
-/// * `idle_recheck`: the longest sleep when live (a queued waiter must also refresh its
-///   place in the queue);
-/// * `deadline`: the end of the wait budget.
-pub(crate) fn next_sleep(
-    holder_remaining: Option<Duration>,
-    live: bool,
-    poll: Duration,
-    idle_recheck: Duration,
-    deadline: Option<Instant>,
-) -> Duration {
-    // Notifications cover releases; the lease covers abandonment. Without notifications we
-    // also poll.
-    let mut sleep = match (holder_remaining, live) {
-        (Some(remaining), true) => (remaining + expiry_slack()).min(idle_recheck),
-        (Some(remaining), false) => jitter(poll).min(remaining + expiry_slack()),
-        (None, true) => idle_recheck,
-        (None, false) => jitter(poll),
-    };
-    if let Some(deadline) = deadline {
-        sleep = sleep.min(deadline.saturating_duration_since(Instant::now()));
-    }
-    sleep
 }
 
 /// How long a lock call waits for a lock held by someone else.
@@ -303,79 +61,290 @@ pub enum Wait {
     Forever,
 }
 
-/// What one acquire attempt found.
-pub(crate) enum Attempt<T> {
-    Granted(T),
-    Busy { remaining: Option<Duration> },
+/// A little past the holder's expiry (0.5–2.5 ms, random so that waiters of an expired
+/// lock do not all arrive at once).
+fn expiry_slack() -> Duration {
+    Duration::from_micros(rand::rng().random_range(500..2500))
 }
 
-/// Repeats `attempt` until it grants, waiting between attempts for a release notification
-/// on `channel` or the holder's expiry, within the `wait` budget.
+/// How long a waiter sleeps before its next attempt, unless woken.
 ///
-/// Transient connection errors are retried within the budget; other errors end the wait.
-pub(crate) async fn acquire_waiting<T, F, Fut>(
-    client: &Client,
-    name: &str,
-    channel: &str,
-    wait: Wait,
-    backoff: Backoff,
-    idle_recheck: Duration,
-    mut attempt: F,
-) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Attempt<T>>>,
-{
+/// * `holder_remaining`: the blocking lease from the last attempt (`None` when unknown: a
+///   key without expiry, or a queued waiter that will be woken in turn);
+/// * `live`: whether notifications are being delivered;
+/// * `poll`: the current polling interval; `backoff_max` its bound;
+/// * `refresh`: the longest sleep of a queued waiter, which must refresh its place;
+/// * `deadline`: the end of the wait budget.
+fn next_sleep(
+    holder_remaining: Option<Duration>,
+    live: bool,
+    poll: Duration,
+    backoff_max: Duration,
+    refresh: Option<Duration>,
+    deadline: Option<Instant>,
+) -> Duration {
+    // Notifications cover releases; the lease covers abandonment. Without notifications
+    // we also poll.
+    let mut sleep = match (holder_remaining, live) {
+        (Some(remaining), true) => remaining.saturating_add(expiry_slack()),
+        (Some(remaining), false) => jitter(poll).min(remaining.saturating_add(expiry_slack())),
+        (None, true) => refresh.unwrap_or(backoff_max),
+        (None, false) => jitter(poll),
+    };
+    if let Some(refresh) = refresh {
+        sleep = sleep.min(refresh);
+    }
+    if let Some(deadline) = deadline {
+        sleep = sleep.min(deadline.saturating_duration_since(Instant::now()));
+    }
+    sleep
+}
+
+/// Takes a hold of `raw`: one attempt when `single` (or the wait policy is
+/// [`Wait::NoWait`]), otherwise waiting per the options.
+pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> {
+    let client = raw.client().clone();
+    let options = *raw.options();
+    let wait = if single { Wait::NoWait } else { options.wait };
+    let queue = match raw.waiting() {
+        Waiting::Queue(queue) if wait != Wait::NoWait => Some(queue.clone()),
+        _ => None,
+    };
+    let join_queue = queue.is_some();
+    let mut claim = Claim::new(raw.clone(), queue);
     let started = Instant::now();
     let deadline = match wait {
-        Wait::NoWait => None,
-        Wait::Timeout(timeout) => Some(started + timeout),
-        Wait::Forever => None,
+        Wait::Timeout(timeout) => started.checked_add(timeout),
+        Wait::NoWait | Wait::Forever => None,
     };
-    let mut poll = backoff.min;
+    let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+    let mut poll = options.backoff.min;
     let mut watch: Option<Watch> = None;
-    loop {
+    let mut attempts: u32 = 0;
+    let outcome = loop {
+        if client.is_closed() {
+            break Err(Error::Closed);
+        }
         if let Some(watch) = watch.as_mut() {
             watch.mark_seen();
         }
-        let (remaining, failed) = match attempt().await {
-            Ok(Attempt::Granted(value)) => return Ok(value),
-            Ok(Attempt::Busy { remaining }) => (remaining, false),
-            Err(err) if err.is_transient() && wait != Wait::NoWait => {
-                tracing::debug!(lock = %name, error = %err, "acquire attempt failed; retrying");
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(err);
+        attempts += 1;
+        let sent = Instant::now();
+        claim.sending(join_queue);
+        let reply = raw.attempt(&claim.token, join_queue).await;
+        let (remaining, failed) = match reply {
+            Ok(Attempt::Granted { fence, holds }) => {
+                claim.answered();
+                if let Some(watch) = watch.as_mut() {
+                    watch.wake_used();
                 }
+                if client.is_closed() {
+                    claim.unknown(); // granted after shutdown began: give it back
+                    break Err(Error::Closed);
+                }
+                tracing::debug!(lock = %raw.name(), attempts, fence, waited = ?started.elapsed(), "acquired");
+                return Ok(claim.into_guard(fence, holds, sent));
+            }
+            Ok(Attempt::Busy { remaining }) => {
+                claim.answered();
+                if let Some(watch) = watch.as_mut() {
+                    watch.wake_used();
+                }
+                (remaining, false)
+            }
+            Err(err) if err.is_transient() => {
+                claim.unknown();
+                if wait == Wait::NoWait || past_deadline() {
+                    break Err(err);
+                }
+                tracing::debug!(lock = %raw.name(), error = %err, "acquire attempt failed; retrying");
                 (None, true)
             }
-            Err(err) => return Err(err),
+            Err(err) => {
+                claim.answered();
+                break Err(err);
+            }
         };
         if wait == Wait::NoWait {
-            return Err(Error::Busy {
-                name: name.to_string(),
+            break Err(Error::Busy {
+                name: raw.name().to_string(),
                 remaining,
             });
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::TimedOut {
-                name: name.to_string(),
+        if past_deadline() {
+            break Err(Error::TimedOut {
+                name: raw.name().to_string(),
                 waited: started.elapsed(),
             });
         }
         let Some(active) = watch.as_mut() else {
             // Subscribe, then re-check at once: a release between the failed attempt and
             // the subscription would otherwise go unnoticed.
-            watch = Some(client.notifier().watch(channel).await);
+            let channel = match raw.waiting() {
+                Waiting::Channel(channel) => channel.to_string(),
+                Waiting::Queue(queue) => queue.wake_channel(&claim.token),
+            };
+            watch = Some(client.notifier().watch(&channel).await);
             continue;
         };
         let live = active.is_live() && !failed;
-        let sleep = next_sleep(remaining, live, poll, idle_recheck, deadline);
+        let refresh = join_queue.then(|| options.waiter_lease / 3);
+        let sleep = next_sleep(
+            remaining,
+            live,
+            poll,
+            options.backoff.max,
+            refresh,
+            deadline,
+        );
         if !live {
-            poll = (poll * 2).min(backoff.max);
+            poll = poll.saturating_mul(2).min(options.backoff.max);
         }
         tokio::select! {
             _ = active.notified() => {}
             _ = tokio::time::sleep(sleep) => {}
         }
+    };
+    drop(watch);
+    claim.give_back().await;
+    outcome
+}
+
+/// The wait-scoped owner of one hold token: tracks whether a grant may have happened
+/// (an attempt in flight, or one whose reply was lost) and whether the waiter may hold a
+/// place in a queue, and gives both back when the wait ends without a guard.
+pub(crate) struct Claim<R: RawLock> {
+    raw: R,
+    pub token: String,
+    queue: Option<QueueKeys>,
+    in_flight: bool,
+    /// An attempt's outcome is unknown (its reply was lost): it may have been granted.
+    unknown: bool,
+    /// An attempt that may have queued this waiter was sent.
+    queued: bool,
+    armed: bool,
+}
+
+impl<R: RawLock> Claim<R> {
+    pub fn new(raw: R, queue: Option<QueueKeys>) -> Claim<R> {
+        Claim {
+            raw,
+            token: lease::new_token(),
+            queue,
+            in_flight: false,
+            unknown: false,
+            queued: false,
+            armed: true,
+        }
+    }
+
+    /// An attempt is about to be sent.
+    pub fn sending(&mut self, join_queue: bool) {
+        self.in_flight = true;
+        self.queued |= join_queue;
+    }
+
+    /// The attempt was answered (granted, busy, or refused).
+    pub fn answered(&mut self) {
+        self.in_flight = false;
+    }
+
+    /// The attempt's reply was lost: it may have been granted.
+    pub fn unknown(&mut self) {
+        self.in_flight = false;
+        self.unknown = true;
+    }
+
+    /// The wait ended with a grant: the guard takes the hold over.
+    pub fn into_guard(mut self, fence: u64, holds: u32, sent: Instant) -> Guard<R> {
+        self.armed = false;
+        let token = std::mem::take(&mut self.token);
+        Guard::start(self.raw.clone(), token, fence, holds, sent)
+    }
+
+    fn cleanup(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        if !self.armed {
+            return None;
+        }
+        self.armed = false;
+        let release = self.in_flight || self.unknown;
+        let queue = self.queue.take().filter(|_| self.queued);
+        if !release && queue.is_none() {
+            return None;
+        }
+        let (raw, token) = (self.raw.clone(), std::mem::take(&mut self.token));
+        Some(async move {
+            if release {
+                match raw.release(&token).await {
+                    Ok(()) => {
+                        tracing::debug!(lock = %raw.name(), "gave back a grant whose reply was lost")
+                    }
+                    Err(Error::Lost { .. }) => {}
+                    Err(err) => {
+                        tracing::debug!(lock = %raw.name(), error = %err, "giving back a possible grant failed; its lease will expire")
+                    }
+                }
+            }
+            if let Some(queue) = queue {
+                if let Err(err) = queue.leave(raw.client(), &token).await {
+                    tracing::debug!(lock = %raw.name(), error = %err, "leaving the queue failed; the waiter lease will expire");
+                }
+            }
+        })
+    }
+
+    /// The wait ended without a guard: give back what may be ours, now.
+    pub async fn give_back(mut self) {
+        if let Some(cleanup) = self.cleanup() {
+            cleanup.await;
+        }
+    }
+}
+
+impl<R: RawLock> Drop for Claim<R> {
+    fn drop(&mut self) {
+        if let Some(cleanup) = self.cleanup() {
+            self.raw.client().inner.runtime.spawn(cleanup);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_waiters_sleep_until_the_holder_lease_ends() {
+        let sleep = next_sleep(
+            Some(Duration::from_secs(20)),
+            true,
+            Duration::from_millis(10),
+            Duration::from_millis(500),
+            None,
+            None,
+        );
+        assert!(sleep >= Duration::from_secs(20), "{sleep:?}");
+        let queued = next_sleep(
+            Some(Duration::from_secs(20)),
+            true,
+            Duration::from_millis(10),
+            Duration::from_millis(500),
+            Some(Duration::from_secs(3)),
+            None,
+        );
+        assert_eq!(queued, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn sleeps_never_overflow() {
+        let sleep = next_sleep(
+            Some(Duration::MAX),
+            false,
+            Duration::MAX,
+            Duration::MAX,
+            None,
+            None,
+        );
+        assert!(sleep > Duration::ZERO);
     }
 }

@@ -76,7 +76,8 @@ fn blocking_reentrant_mutex() {
     let outer = mutex.lock(&owner).unwrap();
     let inner = mutex.lock(&owner).unwrap();
     assert_eq!(inner.holds_at_grant(), 2);
-    assert_eq!(inner.unlock().unwrap(), 1);
+    inner.unlock().unwrap();
+    assert_eq!(mutex.hold_count(&owner).unwrap(), 1);
     assert!(matches!(
         mutex.try_lock(&Owner::new()),
         Err(Error::Busy { .. })
@@ -103,7 +104,7 @@ fn blocking_fair_mutex_semaphore_and_rwlock() {
     assert_eq!(pool.held().unwrap(), 2);
     drop(a); // gives the permit back before returning
     assert_eq!(pool.held().unwrap(), 1);
-    b.release().unwrap();
+    b.unlock().unwrap();
 
     let config = client.rwlock_with("config", no_wait).unwrap();
     let (me, you) = (Owner::new(), Owner::new());

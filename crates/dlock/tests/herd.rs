@@ -1,7 +1,8 @@
 //! No thundering herd: with many waiters on one lock, each hand-off costs a small constant
 //! number of Redis commands, measured with `INFO commandstats` deltas on a real server.
-//! The plain mutex, whose release wakes every waiter of a client, is the negative control
-//! that shows the measurement does catch a herd.
+//! A release of the plain mutex wakes one waiter per client; the negative control gives
+//! every waiter a client of its own, so each release wakes them all, and shows that the
+//! measurement does catch a herd.
 
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,7 @@ impl Holder {
             Holder::Write(g) => g.unlock().await.unwrap(),
             Holder::Permits(ps) => {
                 for p in ps {
-                    p.release().await.unwrap();
+                    p.unlock().await.unwrap();
                 }
             }
         }
@@ -84,15 +85,16 @@ async fn take(client: &Client, kind: Kind, first: bool) -> Holder {
     }
 }
 
-/// Commands Redis executed per hand-off while `waiters` waiters each take the lock once.
-async fn commands_per_handoff(kind: Kind, waiters: usize) -> f64 {
+/// Commands Redis executed per hand-off while `waiters` waiters spread over `clients`
+/// clients each take the lock once.
+async fn commands_per_handoff(kind: Kind, waiters: usize, clients: usize) -> f64 {
     let server = RedisServer::start();
     let clients: Vec<Client> = {
-        let mut clients = Vec::new();
-        for _ in 0..4 {
-            clients.push(Client::connect(&server.url()).await.unwrap());
+        let mut list = Vec::new();
+        for _ in 0..clients {
+            list.push(Client::connect(&server.url()).await.unwrap());
         }
-        clients
+        list
     };
     let holder = take(&clients[0], kind, true).await;
     let mut tasks = Vec::new();
@@ -105,7 +107,7 @@ async fn commands_per_handoff(kind: Kind, waiters: usize) -> f64 {
     // Everyone waits: queued ones are visible in the queue; give plain waiters time to subscribe.
     let deadline = Instant::now() + Duration::from_secs(30);
     match kind {
-        Kind::PlainMutex => tokio::time::sleep(Duration::from_millis(500)).await,
+        Kind::PlainMutex => tokio::time::sleep(Duration::from_millis(1000)).await,
         _ => {
             while server.cmd::<i64>(&["ZCARD", "{herd}:queue"]) < waiters as i64 {
                 assert!(Instant::now() < deadline, "waiters never all queued");
@@ -127,8 +129,8 @@ async fn commands_per_handoff(kind: Kind, waiters: usize) -> f64 {
 }
 
 async fn assert_constant(kind: Kind) {
-    let few = commands_per_handoff(kind, 20).await;
-    let many = commands_per_handoff(kind, 200).await;
+    let few = commands_per_handoff(kind, 20, 4).await;
+    let many = commands_per_handoff(kind, 200, 4).await;
     assert!(
         many < 45.0,
         "{kind:?}: {many:.1} commands per hand-off with 200 waiters"
@@ -155,11 +157,22 @@ async fn semaphore_hand_off_cost_is_constant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn negative_control_the_plain_mutex_wakes_a_herd() {
-    let many = commands_per_handoff(Kind::PlainMutex, 200).await;
+async fn plain_mutex_hand_off_cost_is_constant() {
+    // One waiter per client is woken per release, however many wait.
+    assert_constant(Kind::PlainMutex).await;
+    let one_client = commands_per_handoff(Kind::PlainMutex, 200, 1).await;
     assert!(
-        many > 60.0,
-        "the measurement shows a herd: {many:.1} per hand-off"
+        one_client <= 10.0,
+        "{one_client:.1} commands per hand-off with 200 waiters in one client"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_client_per_waiter_wakes_a_herd() {
+    let herd = commands_per_handoff(Kind::PlainMutex, 40, 40).await;
+    assert!(
+        herd > 45.0,
+        "the measurement shows a herd: {herd:.1} per hand-off"
     );
 }
 

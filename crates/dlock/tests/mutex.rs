@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::{Client, Error, LockOptions, Wait};
+mod common;
+
 use dlock_testkit::{RedisServer, ServerOptions};
 
 fn opts(ttl_ms: u64, wait: Wait) -> LockOptions {
@@ -421,7 +423,7 @@ async fn interoperates_with_plain_set_nx_px_locks() {
 async fn a_resent_acquire_with_the_same_token_is_granted_once() {
     let server = RedisServer::start();
     let mut conn = raw_conn(&server).await;
-    let acquire = redis::Script::new(include_str!("../src/mutex/acquire.lua"));
+    let acquire = common::script(&["mutex/acquire.lua"]);
     let invoke = |conn: &mut redis::aio::MultiplexedConnection, token: &'static str| {
         let mut conn = conn.clone();
         let acquire = acquire.clone();

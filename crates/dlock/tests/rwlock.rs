@@ -201,8 +201,11 @@ async fn a_writer_downgrades_without_a_gap() {
     let fence = writer.fence();
     let read = writer.downgrade(&me).await.unwrap();
     assert_eq!(read.fence(), fence);
-    let writer_key: Option<String> = server.cmd(&["GET", "config"]);
-    assert_eq!(writer_key, None);
+    let kind: String = server.cmd(&["TYPE", "config"]);
+    assert_eq!(
+        kind, "hash",
+        "the writer's token was replaced by the read holds"
+    );
     assert_eq!(lock.readers().await.unwrap(), 1);
     assert!(
         matches!(lock.try_write().await, Err(Error::Busy { .. })),

@@ -37,7 +37,7 @@ async fn most_concurrent(server: &RedisServer, limited: bool) -> usize {
                 tokio::time::sleep(Duration::from_millis(3 + task % 3)).await;
                 holding.fetch_sub(1, Ordering::SeqCst);
                 if let Some(permit) = permit {
-                    permit.release().await.unwrap();
+                    permit.unlock().await.unwrap();
                 }
             }
         }));
@@ -52,7 +52,7 @@ async fn most_concurrent(server: &RedisServer, limited: bool) -> usize {
 async fn never_more_than_n_holders_and_n_is_reached() {
     let server = RedisServer::start();
     assert_eq!(most_concurrent(&server, true).await, 3);
-    let left: i64 = server.cmd(&["EXISTS", "pool", "{pool}:queue", "{pool}:permit-fences"]);
+    let left: i64 = server.cmd(&["EXISTS", "pool", "{pool}:queue", "{pool}:queue-leases"]);
     assert_eq!(left, 0, "nothing left once every permit is back");
 }
 
@@ -85,10 +85,11 @@ async fn expired_permits_are_reclaimed_by_the_next_acquirer() {
         .acquire()
         .await
         .expect("an expired permit was reclaimed");
-    let members: i64 = server.cmd(&["ZCARD", "pool"]);
-    assert_eq!(members, 1, "both expired permits were removed");
+    let fields: Vec<String> = server.cmd(&["HKEYS", "pool"]);
+    let permits = fields.iter().filter(|f| f.starts_with("h:")).count();
+    assert_eq!(permits, 1, "both expired permits were removed: {fields:?}");
     assert_eq!(waiter.held().await.unwrap(), 1);
-    permit.release().await.unwrap();
+    permit.unlock().await.unwrap();
 }
 
 #[tokio::test]
@@ -102,18 +103,18 @@ async fn every_permit_has_its_own_token_fence_and_lost_signal() {
     let b = semaphore.try_acquire().await.unwrap();
     assert_ne!(a.token(), b.token());
     assert_eq!(b.fence(), a.fence() + 1);
-    let _: i64 = server.cmd(&["ZREM", "pool", a.token()]);
+    let _: i64 = server.cmd(&["HDEL", "pool", &format!("h:{}", a.token())]);
     let reason = tokio::time::timeout(Duration::from_secs(5), a.lost())
         .await
         .unwrap();
     assert_eq!(reason, LostReason::Taken);
-    assert!(matches!(a.release().await, Err(Error::Lost { .. })));
+    assert!(matches!(a.unlock().await, Err(Error::Lost { .. })));
     assert_eq!(
         b.lost_signal().lost(),
         None,
         "the other permit is unaffected"
     );
-    b.release().await.unwrap();
+    b.unlock().await.unwrap();
 }
 
 #[tokio::test]
@@ -139,10 +140,10 @@ async fn a_freed_permit_wakes_a_waiter() {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    held.release().await.unwrap();
+    held.unlock().await.unwrap();
     // 30 s permit leases, re-checks every 20 s: only the wake-up gets it within 8 s.
     let permit = waiting.await.unwrap().unwrap();
-    permit.release().await.unwrap();
+    permit.unlock().await.unwrap();
 }
 
 #[tokio::test]
@@ -188,7 +189,7 @@ async fn clients_with_different_n_each_enforce_their_own() {
     assert!(matches!(five.try_acquire().await, Err(Error::Busy { .. })));
     assert_eq!(five.held().await.unwrap(), 5);
     for permit in held.drain(..3) {
-        permit.release().await.unwrap();
+        permit.unlock().await.unwrap();
     }
     // Two held: N = 3 admits one more, then is full.
     held.push(three.try_acquire().await.unwrap());

@@ -4,20 +4,13 @@
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter lease ms, ARGV[4] wake channel prefix,
 -- ARGV[5] '1' to take (or refresh) a place in the queue when not granted, '0' for a single
 -- attempt that leaves no trace
--- Returns {1, fence}           granted (also for a resend by the holder)
+-- Returns {1, fence}           granted (a resend by the holder restarts the lease)
 --         {0, pttl, 0}         first in line; the holder's lease ends in pttl ms (-1: never)
 --         {0, -3, rank}        behind others (queued: woken when first in line)
---         {-1, n}              KEYS[n] holds a value that is not ours to interpret
-local current = redis.pcall('GET', KEYS[1])
-if type(current) == 'table' and current.err then
-  return {-1, 1}
-end
+local current = token_at(KEYS[1])
 if current == ARGV[1] then
-  local fence = tonumber(redis.pcall('GET', KEYS[2]))
-  if fence == nil then
-    return {-1, 2}
-  end
-  return {1, fence}
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, last_fence(KEYS[2])}
 end
 local now = now_ms()
 if queue_purge(KEYS[3], KEYS[4], now) > 0 and not current then
@@ -28,10 +21,7 @@ if queue_purge(KEYS[3], KEYS[4], now) > 0 and not current then
   end
 end
 if not current and queue_rank(KEYS[3], ARGV[1]) == 0 then
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' and fence.err then
-    return {-1, 2}
-  end
+  local fence = next_fence(KEYS[2])
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   queue_leave(KEYS[3], KEYS[4], ARGV[1])
   -- The next in line now watches this holder's lease.

@@ -1,12 +1,8 @@
 -- Releases the fair mutex if it still holds our token and wakes only the next waiter.
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiter leases
 -- ARGV[1] token, ARGV[2] wake channel prefix
--- Returns 1 released, 0 not ours (untouched), -1 not a string key.
-local current = redis.pcall('GET', KEYS[1])
-if type(current) == 'table' and current.err then
-  return -1
-end
-if current ~= ARGV[1] then
+-- Returns 1 released, 0 not ours (untouched).
+if token_at(KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])

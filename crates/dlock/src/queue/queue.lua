@@ -3,21 +3,7 @@
 --   queue  : member = waiter token, score = arrival (server microseconds, strictly increasing)
 --   leases : member = waiter token, score = end of the waiter's lease (server milliseconds)
 -- A waiter whose lease ends (crashed, cancelled without cleanup) is dropped by the next
--- script that touches the queue. Numbers are formatted by hand: Lua would print large
--- ones in exponent notation, which Redis does not parse as exact integers.
-
-local function fmt(n)
-  return string.format('%.0f', n)
-end
-
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function now_ms()
-  return math.floor(now_us() / 1000)
-end
+-- script that touches the queue.
 
 -- Removes waiters whose lease ended; returns how many.
 local function queue_purge(queue, leases, now)
@@ -44,11 +30,8 @@ local function queue_join(queue, leases, waiter, now, lease_ms)
   end
   redis.call('ZADD', leases, fmt(now + lease_ms), waiter)
   -- An abandoned queue disappears by itself.
-  for _, key in ipairs({queue, leases}) do
-    if redis.call('PTTL', key) < lease_ms then
-      redis.call('PEXPIRE', key, lease_ms)
-    end
-  end
+  keep_alive(queue, lease_ms)
+  keep_alive(leases, lease_ms)
   return redis.call('ZRANK', queue, waiter)
 end
 
@@ -73,6 +56,6 @@ end
 -- Wakes exactly one waiter on its own channel.
 local function wake(prefix, waiter)
   if waiter then
-    redis.call('PUBLISH', prefix .. waiter, 'wake')
+    redis.call('PUBLISH', prefix .. waiter, 'one')
   end
 end

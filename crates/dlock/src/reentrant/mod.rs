@@ -2,28 +2,31 @@
 //!
 //! Thread identity means nothing in async Rust (a task moves between threads), so the
 //! owner is explicit: an [`Owner`] a caller creates and passes to every lock call. The lock
-//! is a hash `{owner, count, fence, request}` at the lock key; it is released when the
-//! count returns to zero. The fencing token is drawn once per outermost grant; nested holds
-//! report the same one.
+//! is a hash at the lock key `{~kind: reentrant, owner, fence, count, h:<hold>...}`: every
+//! hold has its own token (so a resent or cancelled acquire is counted exactly once), and
+//! the holds share the key's lease. It is released when the last hold is given back. The
+//! fencing token is drawn once per outermost grant; nested holds report the same one.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
 
-use redis::Script;
-
-use crate::client::{Client, RunScript};
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
-use crate::lease::{self, Grant, Held, LostReason, LostSignal};
+use crate::guard::Guard;
+use crate::lease;
 use crate::options::LockOptions;
-use crate::renew::{OwnerField, Registration};
-use crate::wait::{acquire_waiting, Attempt};
+use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
+use crate::script::{lua_script, LuaScript};
+use crate::wait::acquire;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+static ACQUIRE: LazyLock<LuaScript> = lua_script!("reentrant acquire", "reentrant/acquire.lua");
+static RELEASE: LazyLock<LuaScript> = lua_script!("reentrant release", "reentrant/release.lua");
 
-/// The identity that holds a [`ReentrantMutex`]. Clone it to every place that acts for
-/// the same owner.
+/// One hold of a [`ReentrantMutex`]. See [`Guard`] for what every guard does;
+/// [`Guard::holds_at_grant`] tells the owner's hold count.
+pub type ReentrantGuard = Guard<OwnedBy>;
+
+/// The identity that holds a [`ReentrantMutex`] or reads a
+/// [`RwLock`](crate::RwLock). Clone it to every place that acts for the same owner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Owner(String);
 
@@ -50,12 +53,6 @@ impl Default for Owner {
     }
 }
 
-/// What a reentrant grant returned, beyond the common grant.
-struct ReentrantGrant {
-    grant: Grant,
-    holds: u32,
-}
-
 /// A named reentrant distributed mutex. Made by [`Client::reentrant_mutex`].
 ///
 /// ```no_run
@@ -72,221 +69,147 @@ struct ReentrantGrant {
 /// ```
 #[derive(Debug, Clone)]
 pub struct ReentrantMutex {
-    client: Client,
-    keys: LockKeys,
-    options: LockOptions,
+    core: LockCore,
 }
 
 impl ReentrantMutex {
     pub(crate) fn new(client: Client, name: &str, options: LockOptions) -> Result<Self> {
-        options.validate()?;
-        let keys = LockKeys::new(client.prefix(), name)?;
         Ok(ReentrantMutex {
-            client,
-            keys,
-            options,
+            core: LockCore::new(client, name, options)?,
         })
     }
 
     /// The lock name (without the client prefix).
     pub fn name(&self) -> &str {
-        &self.keys.name
+        &self.core.keys.name
+    }
+
+    fn owned_by(&self, owner: &Owner) -> OwnedBy {
+        OwnedBy {
+            mutex: self.clone(),
+            owner: owner.clone(),
+        }
     }
 
     /// One attempt to take (or re-enter) the lock for `owner`.
     pub async fn try_lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        let request = lease::new_token();
-        match self.attempt(owner, &request).await? {
-            Attempt::Granted(grant) => Ok(self.guard(owner, grant)),
-            Attempt::Busy { remaining } => Err(Error::Busy {
-                name: self.keys.name.clone(),
-                remaining,
-            }),
-        }
+        acquire(&self.owned_by(owner), true).await
     }
 
     /// Takes (or re-enters) the lock for `owner`, waiting per the options' wait policy.
+    /// Cancel-safe like [`Mutex::lock`](crate::Mutex::lock).
     pub async fn lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        // One request id for the whole wait: a retried attempt never counts twice.
-        let request = lease::new_token();
-        let grant = acquire_waiting(
-            &self.client,
-            &self.keys.name,
-            &self.keys.channel,
-            self.options.wait,
-            self.options.backoff,
-            self.options.backoff.max,
-            || self.attempt(owner, &request),
-        )
-        .await?;
-        Ok(self.guard(owner, grant))
+        acquire(&self.owned_by(owner), false).await
     }
 
-    /// Gives back one hold of `owner` and returns the holds left. Fails with
+    /// Gives back one (any) hold of `owner` and returns the holds left. Fails with
     /// [`Error::Lost`] when `owner` does not hold the lock (nothing is touched).
     pub async fn release_as(&self, owner: &Owner) -> Result<u32> {
+        self.release_hold(owner, "").await
+    }
+
+    async fn release_hold(&self, owner: &Owner, hold: &str) -> Result<u32> {
         let left: i64 = RELEASE
-            .key(&self.keys.key)
+            .call()
+            .key(&self.core.keys.key)
             .arg(owner.id())
-            .arg(&self.keys.channel)
-            .run(&self.client)
+            .arg(&self.core.keys.channel)
+            .arg(hold)
+            .run(&self.core.client)
             .await?;
         match left {
             n if n >= 0 => Ok(n as u32),
-            -1 => Err(Error::Lost {
-                name: self.keys.name.clone(),
+            _ => Err(Error::Lost {
+                name: self.core.keys.name.clone(),
             }),
-            _ => Err(self.wrong_type(&self.keys.key)),
         }
     }
 
     /// How many holds `owner` has on the lock now (0 when it does not hold it).
     pub async fn hold_count(&self, owner: &Owner) -> Result<u32> {
-        let (holder, count): (Option<String>, Option<u32>) = redis::cmd("HMGET")
-            .arg(&self.keys.key)
-            .arg("owner")
-            .arg("count")
-            .query_async(&mut self.client.conn())
-            .await
-            .map_err(|err| match err.code() {
-                Some("WRONGTYPE") => self.wrong_type(&self.keys.key),
-                _ => err.into(),
-            })?;
-        Ok(if holder.as_deref() == Some(owner.id()) {
-            count.unwrap_or(0)
-        } else {
-            0
-        })
-    }
-
-    async fn attempt(&self, owner: &Owner, request: &str) -> Result<Attempt<ReentrantGrant>> {
-        let sent = Instant::now();
-        let reply: Vec<i64> = ACQUIRE
-            .key(&self.keys.key)
-            .key(&self.keys.fence)
-            .arg(owner.id())
-            .arg(self.options.ttl.as_millis() as u64)
-            .arg(request)
-            .run(&self.client)
-            .await?;
-        match reply.as_slice() {
-            [1, fence, holds] => Ok(Attempt::Granted(ReentrantGrant {
-                grant: Grant {
-                    token: owner.id().to_string(),
-                    fence: *fence as u64,
-                    sent,
-                },
-                holds: *holds as u32,
-            })),
-            [0, pttl] => Ok(Attempt::Busy {
-                remaining: (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64)),
-            }),
-            [-1, 1] => Err(self.wrong_type(&self.keys.key)),
-            [-1, _] => Err(self.wrong_type(&self.keys.fence)),
-            other => Err(Error::unexpected_reply(other)),
-        }
-    }
-
-    fn guard(&self, owner: &Owner, grant: ReentrantGrant) -> ReentrantGuard {
-        let held = Held::start(
-            &self.client,
-            grant.grant,
-            &self.keys.key,
-            OwnerField::HashOwner,
-            self.options.ttl,
-            self.options.renewal,
-        );
-        ReentrantGuard {
-            mutex: self.clone(),
-            owner: owner.clone(),
-            held,
-            holds: grant.holds,
-            released: false,
-        }
-    }
-
-    fn wrong_type(&self, key: &str) -> Error {
-        Error::WrongType {
-            key: key.to_string(),
-            what: if key == self.keys.key {
-                "expected a dlock reentrant-lock hash".into()
-            } else {
-                "expected an integer fencing counter".into()
-            },
-        }
-    }
-
-    fn release_in_background(&self, owner: Owner, renewal: Option<Registration>) {
-        let mutex = self.clone();
-        self.client.inner.runtime.spawn(async move {
-            if let Some(renewal) = renewal {
-                renewal.cancel().await;
+        let reply: redis::RedisResult<(Option<String>, Option<String>, Option<u32>)> =
+            redis::cmd("HMGET")
+                .arg(&self.core.keys.key)
+                .arg("~kind")
+                .arg("owner")
+                .arg("count")
+                .query_async(&mut self.core.client.conn())
+                .await;
+        match reply {
+            Ok((Some(kind), holder, count)) if kind == "reentrant" => {
+                Ok(if holder.as_deref() == Some(owner.id()) {
+                    count.unwrap_or(0)
+                } else {
+                    0
+                })
             }
-            if let Err(err) = mutex.release_as(&owner).await {
-                tracing::debug!(lock = %mutex.keys.name, error = %err, "background release failed; the lease will expire");
-            }
-        });
+            Ok((None, None, None)) => Ok(0),
+            Ok(_) => Err(self
+                .core
+                .client
+                .wrong_type(&self.core.keys.key, "reentrant")
+                .await),
+            Err(err) if err.code() == Some("WRONGTYPE") => Err(self
+                .core
+                .client
+                .wrong_type(&self.core.keys.key, "reentrant")
+                .await),
+            Err(err) => Err(Error::from_redis("HMGET", err)),
+        }
     }
 }
 
-/// One hold of a [`ReentrantMutex`]. Dropping it without [`ReentrantGuard::unlock`] gives
-/// the hold back in the background.
-#[derive(Debug)]
-pub struct ReentrantGuard {
+/// A [`ReentrantMutex`] as held by one [`Owner`]: the lock kind of a [`ReentrantGuard`].
+#[derive(Debug, Clone)]
+pub struct OwnedBy {
     mutex: ReentrantMutex,
     owner: Owner,
-    held: Held,
-    holds: u32,
-    released: bool,
 }
 
-impl ReentrantGuard {
-    /// The owner of this hold.
+impl OwnedBy {
+    /// The owner.
     pub fn owner(&self) -> &Owner {
         &self.owner
     }
 
-    /// The fencing token of the outermost grant this hold belongs to.
-    pub fn fence(&self) -> u64 {
-        self.held.fence
-    }
-
-    /// The owner's number of holds right after this one was granted.
-    pub fn holds_at_grant(&self) -> u32 {
-        self.holds
-    }
-
-    /// Until when this hold may assume ownership, by the local monotonic clock.
-    pub fn valid_until(&self) -> Instant {
-        self.held.valid_until()
-    }
-
-    /// A signal that fires when the owner may have lost the lock.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.held.lost_signal()
-    }
-
-    /// Resolves when the owner may have lost the lock, with the reason.
-    pub async fn lost(&self) -> LostReason {
-        self.held.lost_signal().wait().await
-    }
-
-    /// Gives this hold back (stopping its renewal first) and returns the holds left;
-    /// the lock is released at zero. Fails with [`Error::Lost`] when the owner no longer
-    /// holds the lock.
-    pub async fn unlock(mut self) -> Result<u32> {
-        self.released = true;
-        self.held.stop_renewal().await;
-        self.mutex.release_as(&self.owner).await
+    /// The mutex.
+    pub fn mutex(&self) -> &ReentrantMutex {
+        &self.mutex
     }
 }
 
-impl Drop for ReentrantGuard {
-    fn drop(&mut self) {
-        if !self.released {
-            let (_, renewal) = self.held.detach();
-            self.mutex
-                .release_in_background(self.owner.clone(), renewal);
-        }
+impl Guard<OwnedBy> {
+    /// The owner of this hold.
+    pub fn owner(&self) -> &Owner {
+        &self.raw.owner
+    }
+}
+
+impl RawProtocol for OwnedBy {
+    const HOLD: HoldKind = HoldKind::Reentrant;
+
+    fn core(&self) -> &LockCore {
+        &self.mutex.core
+    }
+
+    fn waiting(&self) -> Waiting<'_> {
+        Waiting::Channel(&self.mutex.core.keys.channel)
+    }
+
+    async fn attempt(&self, token: &str, _join_queue: bool) -> Result<Attempt> {
+        let reply: Vec<i64> = ACQUIRE
+            .call()
+            .key(&self.mutex.core.keys.key)
+            .key(&self.mutex.core.keys.fence)
+            .arg(self.owner.id())
+            .arg(self.mutex.core.options.ttl.as_millis() as u64)
+            .arg(token)
+            .run(&self.mutex.core.client)
+            .await?;
+        Attempt::from_reply(&reply)
+    }
+
+    async fn release(&self, token: &str) -> Result<()> {
+        self.mutex.release_hold(&self.owner, token).await.map(drop)
     }
 }

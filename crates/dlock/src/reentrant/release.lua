@@ -1,18 +1,28 @@
--- Gives back one hold of the reentrant mutex; deletes it (and wakes waiters) at zero.
--- KEYS[1] lock hash; ARGV[1] owner id; ARGV[2] release channel
--- Returns the holds left (>= 0), -1 when the owner does not hold it (nothing touched),
--- -2 when the key holds a value that is not a dlock hash.
-local owner = redis.pcall('HGET', KEYS[1], 'owner')
-if type(owner) == 'table' and owner.err then
-  return -2
+-- Gives back one hold of the reentrant mutex; deletes it (and wakes a waiter) at zero.
+-- KEYS[1] lock hash; ARGV[1] owner id; ARGV[2] release channel; ARGV[3] hold token, or ''
+-- for any one hold of the owner
+-- Returns the holds left (>= 0), or -1 when that hold is not held (nothing touched).
+if not hash_kind(KEYS[1], 'reentrant') or redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+  return -1
 end
-if owner ~= ARGV[1] then
+local field = 'h:' .. ARGV[3]
+if ARGV[3] == '' then
+  field = nil
+  local fields = redis.call('HKEYS', KEYS[1])
+  for _, name in ipairs(fields) do
+    if string.sub(name, 1, 2) == 'h:' then
+      field = name
+      break
+    end
+  end
+end
+if not field or redis.call('HDEL', KEYS[1], field) == 0 then
   return -1
 end
 local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
 if count <= 0 then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'one')
   return 0
 end
 return count

@@ -17,41 +17,22 @@ use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
-use redis::Script;
 use tokio::sync::mpsc;
 
 use crate::lease::{self, LeaseCell, LostReason};
+use crate::raw::HoldKind;
+use crate::script::{lua_script, LuaScript};
 
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
+pub(crate) static RENEW: LazyLock<LuaScript> =
+    lua_script!("renew", "entries.lua", "renew/holds.lua", "renew/renew.lua");
 
 /// Most leases renewed by one script call (keeps each call short on the server).
 pub const BATCH: usize = 200;
 
-/// How an owner is recorded at the lock key (see renew.lua).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum OwnerField {
-    /// The key is a string holding the token.
-    StringValue,
-    /// The key is a hash whose `owner` field holds the token.
-    HashOwner,
-    /// The key is a sorted set: member = token, score = end of its lease (server ms).
-    SortedSetMember,
-}
-
-impl OwnerField {
-    fn code(self) -> &'static str {
-        match self {
-            OwnerField::StringValue => "s",
-            OwnerField::HashOwner => "h",
-            OwnerField::SortedSetMember => "z",
-        }
-    }
-}
-
 /// What the scheduler needs to renew one lease.
 pub(crate) struct RenewalSpec {
     pub key: String,
-    pub owner: OwnerField,
+    pub kind: HoldKind,
     pub token: String,
     pub ttl: Duration,
     /// Stop renewing after this instant (a cap on the total hold time).
@@ -71,6 +52,8 @@ struct Shared {
     /// Held while a round is on the wire; `cancel` takes it to wait out such a round.
     in_flight: tokio::sync::Mutex<()>,
     next_id: AtomicU64,
+    /// Set by [`Renewer::stop`]: nothing is renewed any more.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// The renewal scheduler of one client.
@@ -85,16 +68,33 @@ impl Renewer {
             entries: StdMutex::new(HashMap::new()),
             in_flight: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         });
         let (wake, wakeups) = mpsc::unbounded_channel();
         runtime.spawn(run(conn, shared.clone(), wakeups));
         Renewer { shared, wake }
     }
 
+    /// Stops every renewal and waits out a round in flight ([`Client::shutdown`]).
+    ///
+    /// [`Client::shutdown`]: crate::Client::shutdown
+    pub(crate) async fn stop(&self) {
+        self.shared.stopped.store(true, Ordering::Release);
+        self.shared.entries.lock().unwrap().clear();
+        drop(self.shared.in_flight.lock().await);
+        let _ = self.wake.send(());
+    }
+
     /// Starts renewing a lease that was just granted or renewed at `renewed_at`.
     pub(crate) fn register(&self, spec: RenewalSpec, renewed_at: Instant) -> Registration {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let next_due = renewed_at + spec.ttl / 3;
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return Registration {
+                id,
+                shared: self.shared.clone(),
+            };
+        }
         self.shared.entries.lock().unwrap().insert(
             id,
             Entry {
@@ -137,6 +137,9 @@ async fn run(
     mut wakeups: mpsc::UnboundedReceiver<()>,
 ) {
     loop {
+        if shared.stopped.load(Ordering::Acquire) {
+            return;
+        }
         let next_wake = {
             let entries = shared.entries.lock().unwrap();
             entries.values().map(|e| e.next_due).min()
@@ -164,7 +167,7 @@ async fn run(
 async fn round(conn: &ConnectionManager, shared: &Shared) {
     let in_flight = shared.in_flight.lock().await;
     let now = Instant::now();
-    let due: Vec<(u64, String, OwnerField, String, Duration)> = {
+    let due: Vec<(u64, String, HoldKind, String, Duration)> = {
         let mut entries = shared.entries.lock().unwrap();
         entries.retain(|_, entry| {
             let state = *entry.spec.cell.borrow();
@@ -189,7 +192,7 @@ async fn round(conn: &ConnectionManager, shared: &Shared) {
                 (
                     *id,
                     e.spec.key.clone(),
-                    e.spec.owner,
+                    e.spec.kind,
                     e.spec.token.clone(),
                     e.spec.ttl,
                 )
@@ -197,11 +200,11 @@ async fn round(conn: &ConnectionManager, shared: &Shared) {
             .collect()
     };
     for chunk in due.chunks(BATCH) {
-        let mut invocation = RENEW.prepare_invoke();
-        for (_, key, owner, token, ttl) in chunk {
+        let mut invocation = RENEW.invocation();
+        for (_, key, kind, token, ttl) in chunk {
             invocation
                 .key(key)
-                .arg(owner.code())
+                .arg(kind.code())
                 .arg(token)
                 .arg(ttl.as_millis() as u64);
         }

@@ -1,14 +1,23 @@
--- Turns a held write lock into a read hold of ARGV[2] without a gap: the read hold exists
--- before the writer key is deleted, so no other writer can slip in between.
--- ARGV[1] writer token, ARGV[2] owner id, ARGV[3] lease ms, ARGV[4] request id,
+-- Turns a held write lock into a read hold without a gap: the read hold replaces the
+-- writer's token in one step, so no other writer can slip in between.
+-- ARGV[1] writer token, ARGV[2] owner id, ARGV[3] lease ms, ARGV[4] read hold token,
 -- ARGV[5] the write grant's fence, ARGV[6] readers' channel
--- Returns the owner's read holds, or 0 when the write lock was no longer ours.
-if writer_of(KEYS[1]) ~= ARGV[1] then
-  return 0
+-- Returns {1, fence, holds} (also for a resend that finds the read hold made), or
+--         {0, -1} when the write lock was no longer ours.
+local state = rw_state(KEYS[1])
+local now, lease = now_ms(), tonumber(ARGV[3])
+if state == 'read' and redis.call('HEXISTS', KEYS[1], 'h:' .. ARGV[4]) == 1 then
+  entry_put(KEYS[1], ARGV[4], now + lease, ARGV[2])
+  keep_alive(KEYS[1], lease)
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'f:' .. ARGV[2])),
+    tonumber(redis.call('HGET', KEYS[1], 'o:' .. ARGV[2]))}
 end
-local holds = add_reader(ARGV[2], now_ms(), tonumber(ARGV[3]), ARGV[4], ARGV[5])
+if state ~= 'write' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {0, -1}
+end
 redis.call('DEL', KEYS[1])
-if redis.call('ZCARD', KEYS[5]) == 0 then
-  redis.call('PUBLISH', ARGV[6], KEYS[1]) -- other readers may join now
+local fence, holds = add_read(KEYS[1], ARGV[2], ARGV[4], now, lease, tonumber(ARGV[5]))
+if redis.call('ZCARD', KEYS[3]) == 0 then
+  redis.call('PUBLISH', ARGV[6], 'all') -- other readers may join now
 end
-return holds
+return {1, fence, holds}

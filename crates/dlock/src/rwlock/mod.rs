@@ -1,47 +1,58 @@
-//! The read-write lock: many readers or one writer, with every reader tracked on its own.
+//! The read-write lock: many readers or one writer, with every read hold tracked on its
+//! own.
 //!
 //! The common single-hash recipe that stores one `read` timestamp is wrong: readers
 //! overwrite each other's lease and one reader's release or expiry can strand another.
-//! Here each reader owner has its own entry (lease, hold count, fencing token) in a sorted
-//! set, so a release or expiry removes only that reader's hold. A writer waits while any
-//! valid reader holds; once a writer waits (a leased place in the writer queue), new
-//! readers wait behind it, so a stream of readers cannot starve writers. The same owner may
-//! re-enter a read lock (even while a writer waits), and a writer may downgrade to a read
-//! hold without a gap. All keys share one hash slot.
+//! Here every read hold has its own token and lease in a hash at the lock key (see
+//! `rwlock.lua`), so a release or expiry removes only that hold, and the hash expires with
+//! its last lease. The writer holds the same key as a string (the Mutex format), so both
+//! sides, and every other kind of lock on the name, exclude each other. A writer waits
+//! while any valid reader holds; once a writer waits (a leased place in the writer queue),
+//! new readers wait behind it, so a stream of readers cannot starve writers. The same
+//! owner may re-enter a read lock (even while a writer waits), and a writer may downgrade
+//! to a read hold without a gap. All keys share one hash slot.
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use redis::Script;
-
-use crate::client::{Client, RunScript};
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::GuardCore;
-use crate::keys::LockKeys;
-use crate::lease::{self, Grant};
+use crate::guard::Guard;
 use crate::options::LockOptions;
-use crate::queue::{busy_remaining, wait_in_line, QueueKeys};
+use crate::queue::QueueKeys;
+use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::reentrant::Owner;
-use crate::renew::OwnerField;
-use crate::wait::{acquire_waiting, Attempt, Wait};
+use crate::script::{lua_script, LuaScript};
+use crate::wait::{acquire, Claim};
 
 macro_rules! rw_script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("../queue/queue.lua"),
-                include_str!("readers.lua"),
-                include_str!($file)
-            ))
-        })
+    ($name:literal, $file:literal) => {
+        lua_script!(
+            $name,
+            "queue/queue.lua",
+            "entries.lua",
+            "rwlock/rwlock.lua",
+            $file
+        )
     };
 }
 
-static WRITE_ACQUIRE: LazyLock<Script> = rw_script!("write_acquire.lua");
-static WRITE_RELEASE: LazyLock<Script> = rw_script!("write_release.lua");
-static READ_ACQUIRE: LazyLock<Script> = rw_script!("read_acquire.lua");
-static READ_RELEASE: LazyLock<Script> = rw_script!("read_release.lua");
-static DOWNGRADE: LazyLock<Script> = rw_script!("downgrade.lua");
+static WRITE_ACQUIRE: LazyLock<LuaScript> =
+    rw_script!("write lock acquire", "rwlock/write_acquire.lua");
+static WRITE_RELEASE: LazyLock<LuaScript> =
+    rw_script!("write lock release", "rwlock/write_release.lua");
+static READ_ACQUIRE: LazyLock<LuaScript> =
+    rw_script!("read lock acquire", "rwlock/read_acquire.lua");
+static READ_RELEASE: LazyLock<LuaScript> =
+    rw_script!("read lock release", "rwlock/read_release.lua");
+static DOWNGRADE: LazyLock<LuaScript> = rw_script!("downgrade", "rwlock/downgrade.lua");
+
+/// One read hold of a [`RwLock`]. See [`Guard`] for what every guard does.
+pub type ReadGuard = Guard<Reading>;
+/// The write hold of a [`RwLock`]. See [`Guard`] for what every guard does, and
+/// [`Guard::downgrade`].
+pub type WriteGuard = Guard<Writing>;
 
 /// A named distributed read-write lock. Made by [`Client::rwlock`].
 ///
@@ -59,366 +70,245 @@ static DOWNGRADE: LazyLock<Script> = rw_script!("downgrade.lua");
 /// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
-    client: Client,
-    keys: LockKeys,
-    options: LockOptions,
-    readers: String,
-    reads: String,
+    core: LockCore,
     writers: QueueKeys,
-}
-
-/// What a read grant returned.
-struct ReadGrant {
-    grant: Grant,
-    holds: u32,
 }
 
 impl RwLock {
     pub(crate) fn new(client: Client, name: &str, options: LockOptions) -> Result<RwLock> {
-        options.validate()?;
-        let keys = LockKeys::new(client.prefix(), name)?;
+        let core = LockCore::new(client, name, options)?;
         Ok(RwLock {
-            readers: keys.companion("readers"),
-            reads: keys.companion("reads"),
             writers: QueueKeys {
                 // A writer that gives up waiting may be the last one holding readers back.
-                on_empty: Some(keys.channel.clone()),
-                ..QueueKeys::new(&keys)
+                on_empty: Some(core.keys.channel.clone()),
+                ..QueueKeys::new(&core.keys)
             },
-            client,
-            keys,
-            options,
+            core,
         })
     }
 
     /// The lock name.
     pub fn name(&self) -> &str {
-        &self.keys.name
+        &self.core.keys.name
     }
 
-    fn invoke<'a>(&'a self, script: &'a Script) -> redis::ScriptInvocation<'a> {
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&self.keys.key)
-            .key(&self.keys.fence)
-            .key(&self.readers)
-            .key(&self.reads)
+    fn call<'a>(&'a self, script: &'a LuaScript) -> crate::script::Call<'a> {
+        script
+            .call()
+            .key(&self.core.keys.key)
+            .key(&self.core.keys.fence)
             .key(&self.writers.queue)
-            .key(&self.writers.leases);
-        invocation
+            .key(&self.writers.leases)
+    }
+
+    fn reading(&self, owner: &Owner) -> Reading {
+        Reading {
+            lock: self.clone(),
+            owner: owner.clone(),
+        }
     }
 
     /// One attempt to take a read hold for `owner`.
     pub async fn try_read(&self, owner: &Owner) -> Result<ReadGuard> {
-        let request = lease::new_token();
-        match self.read_attempt(owner, &request).await? {
-            Attempt::Granted(grant) => Ok(self.read_guard(owner, grant)),
-            Attempt::Busy { remaining } => Err(self.busy(remaining)),
-        }
+        acquire(&self.reading(owner), true).await
     }
 
     /// Takes a read hold for `owner`, waiting per the wait policy. Readers waiting for a
-    /// writer are all woken by its release.
+    /// writer are all woken by its release. Cancel-safe like
+    /// [`Mutex::lock`](crate::Mutex::lock).
     pub async fn read(&self, owner: &Owner) -> Result<ReadGuard> {
-        let request = lease::new_token();
-        let grant = acquire_waiting(
-            &self.client,
-            &self.keys.name,
-            &self.keys.channel,
-            self.options.wait,
-            self.options.backoff,
-            self.options.backoff.max.max(self.options.waiter_lease / 3),
-            || self.read_attempt(owner, &request),
-        )
-        .await?;
-        Ok(self.read_guard(owner, grant))
+        acquire(&self.reading(owner), false).await
     }
 
     /// One attempt to take the write lock.
     pub async fn try_write(&self) -> Result<WriteGuard> {
-        let token = lease::new_token();
-        match self.write_attempt(&token, false).await? {
-            Attempt::Granted(grant) => Ok(self.write_guard(grant)),
-            Attempt::Busy { remaining } => Err(self.busy(remaining)),
-        }
+        acquire(&Writing { lock: self.clone() }, true).await
     }
 
     /// Takes the write lock, waiting per the wait policy. While it waits, new readers wait
     /// behind it; it is woken alone when the last reader or the previous writer leaves.
+    /// Cancel-safe: a dropped wait gives its queue place back at once.
     pub async fn write(&self) -> Result<WriteGuard> {
-        if self.options.wait == Wait::NoWait {
-            return self.try_write().await;
-        }
-        let token = lease::new_token();
-        let grant = wait_in_line(
-            &self.client,
-            &self.writers,
-            &self.keys.name,
-            &token,
-            &self.options,
-            || self.write_attempt(&token, true),
-        )
-        .await?;
-        Ok(self.write_guard(grant))
-    }
-
-    /// Gives back one read hold of `owner`; returns the holds left.
-    /// [`Error::Lost`] when the owner holds no valid read lock.
-    pub async fn release_read(&self, owner: &Owner) -> Result<u32> {
-        let left: i64 = self
-            .invoke(&READ_RELEASE)
-            .arg(owner.id())
-            .arg(&self.writers.wake_prefix)
-            .run(&self.client)
-            .await?;
-        match left {
-            n if n >= 0 => Ok(n as u32),
-            -1 => Err(self.lost()),
-            _ => Err(self.wrong_type(&self.readers)),
-        }
-    }
-
-    /// Releases the write lock held with `token`; [`Error::Lost`] when not ours any more.
-    pub async fn release_write(&self, token: &str) -> Result<()> {
-        let outcome: i64 = self
-            .invoke(&WRITE_RELEASE)
-            .arg(token)
-            .arg(&self.writers.wake_prefix)
-            .arg(&self.keys.channel)
-            .run(&self.client)
-            .await?;
-        match outcome {
-            1 => Ok(()),
-            0 => Err(self.lost()),
-            _ => Err(self.wrong_type(&self.keys.key)),
-        }
+        acquire(&Writing { lock: self.clone() }, false).await
     }
 
     /// The number of readers (distinct owners) holding now.
     pub async fn readers(&self) -> Result<u32> {
-        let now: (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut self.client.conn())
+        let entries = self
+            .core
+            .client
+            .leased_entries(&self.core.keys.key, "read", true)
             .await?;
-        let now_ms = now.0 * 1000 + now.1 / 1000;
-        Ok(redis::cmd("ZCOUNT")
-            .arg(&self.readers)
-            .arg(format!("({now_ms}"))
-            .arg("+inf")
-            .query_async(&mut self.client.conn())
-            .await?)
+        let owners: HashSet<&str> = entries.iter().map(|(_, data)| data.as_str()).collect();
+        Ok(owners.len() as u32)
     }
 
-    async fn read_attempt(&self, owner: &Owner, request: &str) -> Result<Attempt<ReadGrant>> {
-        let sent = Instant::now();
-        let reply: Vec<i64> = self
-            .invoke(&READ_ACQUIRE)
-            .arg(owner.id())
-            .arg(self.options.ttl.as_millis() as u64)
-            .arg(request)
-            .run(&self.client)
-            .await?;
-        match reply.as_slice() {
-            [1, fence, holds] => Ok(Attempt::Granted(ReadGrant {
-                grant: Grant {
-                    token: owner.id().to_string(),
-                    fence: *fence as u64,
-                    sent,
-                },
-                holds: *holds as u32,
-            })),
-            [0, ..] => Ok(Attempt::Busy {
-                remaining: busy_remaining(&reply),
-            }),
-            [-1, n] => Err(self.wrong_type_at(*n)),
-            other => Err(Error::unexpected_reply(other)),
-        }
-    }
-
-    /// One write acquire; takes (or refreshes) a place in the writer queue when `queue` is
-    /// set and the lock is not granted.
-    async fn write_attempt(&self, token: &str, queue: bool) -> Result<Attempt<Grant>> {
-        let sent = Instant::now();
-        let reply: Vec<i64> = self
-            .invoke(&WRITE_ACQUIRE)
-            .arg(token)
-            .arg(self.options.ttl.as_millis() as u64)
-            .arg(self.options.waiter_lease.as_millis() as u64)
+    async fn release_read(&self, hold: &str) -> Result<()> {
+        let released: i64 = self
+            .call(&READ_RELEASE)
+            .arg(hold)
             .arg(&self.writers.wake_prefix)
-            .arg(if queue { "1" } else { "0" })
-            .run(&self.client)
+            .run(&self.core.client)
             .await?;
-        match reply.as_slice() {
-            [1, fence] => Ok(Attempt::Granted(Grant {
-                token: token.to_string(),
-                fence: *fence as u64,
-                sent,
-            })),
-            [0, ..] => Ok(Attempt::Busy {
-                remaining: busy_remaining(&reply),
+        self.released(released)
+    }
+
+    async fn release_write(&self, token: &str) -> Result<()> {
+        let released: i64 = self
+            .call(&WRITE_RELEASE)
+            .arg(token)
+            .arg(&self.writers.wake_prefix)
+            .arg(&self.core.keys.channel)
+            .run(&self.core.client)
+            .await?;
+        self.released(released)
+    }
+
+    fn released(&self, outcome: i64) -> Result<()> {
+        match outcome {
+            1 => Ok(()),
+            0 => Err(Error::Lost {
+                name: self.core.keys.name.clone(),
             }),
-            [-1, n] => Err(self.wrong_type_at(*n)),
             other => Err(Error::unexpected_reply(other)),
-        }
-    }
-
-    fn read_guard(&self, owner: &Owner, grant: ReadGrant) -> ReadGuard {
-        let lock = self.clone();
-        let release = move |owner_id: String| {
-            let lock = lock.clone();
-            async move { lock.release_read(&Owner::from_id(owner_id)).await.map(drop) }
-        };
-        ReadGuard {
-            lock: self.clone(),
-            owner: owner.clone(),
-            holds: grant.holds,
-            core: GuardCore::start(
-                &self.client,
-                grant.grant,
-                &self.readers,
-                OwnerField::SortedSetMember,
-                &self.options,
-                release,
-            ),
-        }
-    }
-
-    fn write_guard(&self, grant: Grant) -> WriteGuard {
-        let lock = self.clone();
-        let release = move |token: String| {
-            let lock = lock.clone();
-            async move { lock.release_write(&token).await }
-        };
-        WriteGuard {
-            lock: self.clone(),
-            core: GuardCore::start(
-                &self.client,
-                grant,
-                &self.keys.key,
-                OwnerField::StringValue,
-                &self.options,
-                release,
-            ),
-        }
-    }
-
-    fn busy(&self, remaining: Option<Duration>) -> Error {
-        Error::Busy {
-            name: self.keys.name.clone(),
-            remaining,
-        }
-    }
-
-    fn lost(&self) -> Error {
-        Error::Lost {
-            name: self.keys.name.clone(),
-        }
-    }
-
-    fn wrong_type_at(&self, index: i64) -> Error {
-        match index {
-            1 => self.wrong_type(&self.keys.key),
-            2 => self.wrong_type(&self.keys.fence),
-            _ => self.wrong_type(&self.readers),
-        }
-    }
-
-    fn wrong_type(&self, key: &str) -> Error {
-        Error::WrongType {
-            key: key.to_string(),
-            what: "expected a dlock read-write lock key".into(),
         }
     }
 }
 
-/// One read hold of a [`RwLock`]. Dropping it gives the hold back in the background.
-#[derive(Debug)]
-pub struct ReadGuard {
+/// An [`RwLock`] as read by one [`Owner`]: the lock kind of a [`ReadGuard`].
+#[derive(Debug, Clone)]
+pub struct Reading {
     lock: RwLock,
     owner: Owner,
-    holds: u32,
-    core: GuardCore,
 }
 
-impl ReadGuard {
-    crate::guard::hold_accessors!("read hold");
+/// The write side of an [`RwLock`]: the lock kind of a [`WriteGuard`].
+#[derive(Debug, Clone)]
+pub struct Writing {
+    lock: RwLock,
+}
 
+impl Guard<Reading> {
     /// The reading owner.
     pub fn owner(&self) -> &Owner {
-        &self.owner
-    }
-
-    /// The fencing token of the owner's outermost read grant.
-    pub fn fence(&self) -> u64 {
-        self.core.fence()
-    }
-
-    /// The owner's read holds right after this one was granted.
-    pub fn holds_at_grant(&self) -> u32 {
-        self.holds
-    }
-
-    /// Gives this hold back; [`Error::Lost`] when the owner's read lease had ended.
-    pub async fn unlock(self) -> Result<()> {
-        self.core.unlock().await
+        &self.raw.owner
     }
 
     /// The lock this hold belongs to.
     pub fn lock(&self) -> &RwLock {
-        &self.lock
+        &self.raw.lock
     }
 }
 
-/// The write hold of a [`RwLock`]. Dropping it releases in the background.
-#[derive(Debug)]
-pub struct WriteGuard {
-    lock: RwLock,
-    core: GuardCore,
-}
-
-impl WriteGuard {
-    crate::guard::hold_accessors!("write lock");
-
-    /// The fencing token of this write grant.
-    pub fn fence(&self) -> u64 {
-        self.core.fence()
-    }
-
-    /// Releases the write lock; [`Error::Lost`] when it had expired or been taken.
-    pub async fn unlock(self) -> Result<()> {
-        self.core.unlock().await
-    }
-
+impl Guard<Writing> {
     /// Turns this write lock into a read hold of `owner` without a gap: no other writer
     /// can get in between. Other readers may join afterwards unless writers wait. The read
     /// hold keeps the write grant's fencing token. [`Error::Lost`] when the write lock was
     /// no longer ours.
+    ///
+    /// The write lock stays renewed until the read hold exists. If this future is
+    /// dropped midway, both the write lock and a read hold that may have been made are
+    /// given back.
     pub async fn downgrade(self, owner: &Owner) -> Result<ReadGuard> {
-        let lock = self.lock.clone();
-        let fence = self.core.fence();
-        let request = lease::new_token();
-        let token = self.core.into_token();
+        let reading = self.raw.lock.reading(owner);
+        let mut claim = Claim::new(reading.clone(), None);
+        let lock = &self.raw.lock;
         let sent = Instant::now();
-        let holds: i64 = lock
-            .invoke(&DOWNGRADE)
-            .arg(&token)
+        claim.sending(false);
+        let reply: Result<Vec<i64>> = lock
+            .call(&DOWNGRADE)
+            .arg(self.token())
             .arg(owner.id())
-            .arg(lock.options.ttl.as_millis() as u64)
-            .arg(&request)
-            .arg(fence)
-            .arg(&lock.keys.channel)
-            .run(&lock.client)
-            .await?;
-        if holds <= 0 {
-            return Err(lock.lost());
-        }
-        let grant = ReadGrant {
-            grant: Grant {
-                token: owner.id().to_string(),
-                fence,
-                sent,
-            },
-            holds: holds as u32,
+            .arg(lock.core.options.ttl.as_millis() as u64)
+            .arg(&claim.token)
+            .arg(self.fence())
+            .arg(&lock.core.keys.channel)
+            .run(&lock.core.client)
+            .await;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(err) => {
+                if err.is_transient() {
+                    claim.unknown();
+                } else {
+                    claim.answered();
+                }
+                // Dropping `self` releases the write lock if it is still ours.
+                claim.give_back().await;
+                return Err(err);
+            }
         };
-        Ok(lock.read_guard(owner, grant))
+        claim.answered();
+        match Attempt::from_reply(&reply)? {
+            Attempt::Granted { fence, holds } => {
+                let read = claim.into_guard(fence, holds, sent);
+                self.retire().await;
+                Ok(read)
+            }
+            Attempt::Busy { .. } => {
+                claim.give_back().await;
+                Err(Error::Lost {
+                    name: lock.core.keys.name.clone(),
+                })
+            }
+        }
+    }
+}
+
+impl RawProtocol for Reading {
+    const HOLD: HoldKind = HoldKind::Entry;
+
+    fn core(&self) -> &LockCore {
+        &self.lock.core
+    }
+
+    fn waiting(&self) -> Waiting<'_> {
+        Waiting::Channel(&self.lock.core.keys.channel)
+    }
+
+    async fn attempt(&self, token: &str, _join_queue: bool) -> Result<Attempt> {
+        let reply: Vec<i64> = self
+            .lock
+            .call(&READ_ACQUIRE)
+            .arg(self.owner.id())
+            .arg(self.lock.core.options.ttl.as_millis() as u64)
+            .arg(token)
+            .run(&self.lock.core.client)
+            .await?;
+        Attempt::from_reply(&reply)
+    }
+
+    async fn release(&self, token: &str) -> Result<()> {
+        self.lock.release_read(token).await
+    }
+}
+
+impl RawProtocol for Writing {
+    const HOLD: HoldKind = HoldKind::String;
+
+    fn core(&self) -> &LockCore {
+        &self.lock.core
+    }
+
+    fn waiting(&self) -> Waiting<'_> {
+        Waiting::Queue(&self.lock.writers)
+    }
+
+    async fn attempt(&self, token: &str, join_queue: bool) -> Result<Attempt> {
+        let reply: Vec<i64> = self
+            .lock
+            .call(&WRITE_ACQUIRE)
+            .arg(token)
+            .arg(self.lock.core.options.ttl.as_millis() as u64)
+            .arg(self.lock.core.options.waiter_lease.as_millis() as u64)
+            .arg(&self.lock.writers.wake_prefix)
+            .arg(if join_queue { "1" } else { "0" })
+            .run(&self.lock.core.client)
+            .await?;
+        Attempt::from_reply(&reply)
+    }
+
+    async fn release(&self, token: &str) -> Result<()> {
+        self.lock.release_write(token).await
     }
 }

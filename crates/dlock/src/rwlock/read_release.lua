@@ -1,25 +1,25 @@
--- Gives back one read hold of an owner. When the last reader leaves, only the first
--- waiting writer is woken.
--- ARGV[1] owner id, ARGV[2] writer wake prefix
--- Returns holds left (>= 0), -1 when the owner holds no valid read lock, -2 wrong type.
+-- Gives back one read hold. When the last hold leaves, only the first waiting writer is
+-- woken.
+-- ARGV[1] hold token, ARGV[2] writer wake prefix
+-- Returns 1 released, 0 not held (its lease had ended, or unknown: nothing else touched).
+if rw_state(KEYS[1]) ~= 'read' then
+  return 0
+end
 local now = now_ms()
-local score = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
-if type(score) == 'table' and score.err then
-  return -2
+local value = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
+local released = 0
+if value then
+  local ends, owner = entry_parse(value)
+  if ends > now then
+    released = 1
+  end
+  redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1])
+  if redis.call('HINCRBY', KEYS[1], 'o:' .. owner, -1) <= 0 then
+    redis.call('HDEL', KEYS[1], 'o:' .. owner, 'f:' .. owner)
+  end
 end
-if not score or tonumber(score) <= now then
-  purge_readers(KEYS[3], KEYS[4], now)
-  return -1
+if purge_reads(KEYS[1], now) == 0 then
+  queue_purge(KEYS[3], KEYS[4], now)
+  wake(ARGV[2], queue_head(KEYS[3]))
 end
-local holds = redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':n', -1)
-if holds > 0 then
-  return holds
-end
-redis.call('ZREM', KEYS[3], ARGV[1])
-forget_reader(KEYS[4], ARGV[1])
-purge_readers(KEYS[3], KEYS[4], now)
-if redis.call('ZCARD', KEYS[3]) == 0 then
-  queue_purge(KEYS[5], KEYS[6], now)
-  wake(ARGV[2], queue_head(KEYS[5]))
-end
-return 0
+return released

@@ -1,8 +1,9 @@
 //! The semaphore: at most N holders at once, each with its own permit.
 //!
-//! Permits live in a sorted set at the semaphore's key: member = the permit's token, score
-//! = the end of its lease by Redis's clock. Every permit has its own token, lease, renewal
-//! and fencing token; a permit whose lease ended is reclaimed by the next acquire. Waiters
+//! Permits live in a hash at the semaphore's key, one leased entry per permit (see
+//! `entries.lua`): `h:<permit token> = '<end of its lease, server ms>|<fence>'`. Every
+//! permit has its own token, lease, renewal and fencing token; a permit whose lease ended
+//! is reclaimed by the next acquire, and the hash expires with its last lease. Waiters
 //! queue in arrival order and a freed permit wakes only the next one.
 //!
 //! N is not stored: each acquire checks the live permits against the N of the caller.
@@ -11,35 +12,34 @@
 //! held. Keep N in shared configuration.
 
 use std::sync::LazyLock;
-use std::time::Instant;
 
-use redis::Script;
-
-use crate::client::{Client, RunScript};
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::GuardCore;
-use crate::keys::LockKeys;
-use crate::lease::{self, Grant};
+use crate::guard::Guard;
 use crate::options::LockOptions;
-use crate::queue::{busy_remaining, wait_in_line, QueueKeys};
-use crate::renew::OwnerField;
-use crate::wait::{Attempt, Wait};
+use crate::queue::QueueKeys;
+use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
+use crate::script::{lua_script, LuaScript};
+use crate::wait::acquire;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../queue/queue.lua"),
-        include_str!("acquire.lua")
-    ))
-});
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../queue/queue.lua"),
-        include_str!("release.lua")
-    ))
-});
+static ACQUIRE: LazyLock<LuaScript> = lua_script!(
+    "semaphore acquire",
+    "queue/queue.lua",
+    "entries.lua",
+    "semaphore/acquire.lua"
+);
+static RELEASE: LazyLock<LuaScript> = lua_script!(
+    "semaphore release",
+    "queue/queue.lua",
+    "entries.lua",
+    "semaphore/release.lua"
+);
 
 /// Most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
+
+/// One permit of a [`Semaphore`]. See [`Guard`] for what every guard does.
+pub type SemaphorePermit = Guard<Semaphore>;
 
 /// A named distributed semaphore with `N` permits. Made by [`Client::semaphore`].
 ///
@@ -48,17 +48,14 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// let gpus = client.semaphore("gpu-pool", 4)?;
 /// let permit = gpus.acquire().await?;      // at most 4 holders at once
 /// println!("permit fence {}", permit.fence());
-/// permit.release().await?;
+/// permit.unlock().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    client: Client,
-    keys: LockKeys,
+    core: LockCore,
     permits: u32,
-    options: LockOptions,
     queue: QueueKeys,
-    fences: String,
 }
 
 impl Semaphore {
@@ -68,26 +65,22 @@ impl Semaphore {
         permits: u32,
         options: LockOptions,
     ) -> Result<Semaphore> {
-        options.validate()?;
+        let core = LockCore::new(client, name, options)?;
         if permits == 0 || permits > MAX_PERMITS {
             return Err(Error::InvalidArgument(format!(
                 "a semaphore needs between 1 and {MAX_PERMITS} permits, not {permits}"
             )));
         }
-        let keys = LockKeys::new(client.prefix(), name)?;
         Ok(Semaphore {
-            queue: QueueKeys::new(&keys),
-            fences: keys.companion("permit-fences"),
-            client,
-            keys,
+            queue: QueueKeys::new(&core.keys),
+            core,
             permits,
-            options,
         })
     }
 
     /// The semaphore's name.
     pub fn name(&self) -> &str {
-        &self.keys.name
+        &self.core.keys.name
     }
 
     /// N, the number of permits this client allows.
@@ -98,161 +91,76 @@ impl Semaphore {
     /// One attempt to take a permit; [`Error::Busy`] when all are held or others are
     /// queued ahead.
     pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
-        let token = lease::new_token();
-        match self.attempt(&token, false).await? {
-            Attempt::Granted(grant) => Ok(self.permit(grant)),
-            Attempt::Busy { remaining } => Err(Error::Busy {
-                name: self.keys.name.clone(),
-                remaining,
-            }),
-        }
+        acquire(self, true).await
     }
 
-    /// Takes a permit, waiting in arrival order per the wait policy.
+    /// Takes a permit, waiting in arrival order per the wait policy. Cancel-safe: a
+    /// dropped wait gives back its queue place (and a permit that may have been granted).
     pub async fn acquire(&self) -> Result<SemaphorePermit> {
-        if self.options.wait == Wait::NoWait {
-            return self.try_acquire().await;
-        }
-        let token = lease::new_token();
-        let grant = wait_in_line(
-            &self.client,
-            &self.queue,
-            &self.keys.name,
-            &token,
-            &self.options,
-            || self.attempt(&token, true),
-        )
-        .await?;
-        Ok(self.permit(grant))
+        acquire(self, false).await
     }
 
     /// Gives back the permit held with `token`; [`Error::Lost`] when its lease had ended.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        let outcome: i64 = RELEASE
-            .key(&self.keys.key)
+        let released: i64 = RELEASE
+            .call()
+            .key(&self.core.keys.key)
             .key(&self.queue.queue)
             .key(&self.queue.leases)
-            .key(&self.fences)
             .arg(token)
             .arg(&self.queue.wake_prefix)
-            .run(&self.client)
+            .run(&self.core.client)
             .await?;
-        match outcome {
+        match released {
             1 => Ok(()),
             0 => Err(Error::Lost {
-                name: self.keys.name.clone(),
+                name: self.core.keys.name.clone(),
             }),
-            _ => Err(self.wrong_type(&self.keys.key)),
+            other => Err(Error::unexpected_reply(other)),
         }
     }
 
     /// The number of permits held now (leases still running).
     pub async fn held(&self) -> Result<u32> {
-        let now: (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut self.client.conn())
-            .await?;
-        let now_ms = now.0 * 1000 + now.1 / 1000;
-        let count: u32 = redis::cmd("ZCOUNT")
-            .arg(&self.keys.key)
-            .arg(format!("({now_ms}"))
-            .arg("+inf")
-            .query_async(&mut self.client.conn())
-            .await
-            .map_err(|err| match err.code() {
-                Some("WRONGTYPE") => self.wrong_type(&self.keys.key),
-                _ => err.into(),
-            })?;
-        Ok(count)
+        Ok(self
+            .core
+            .client
+            .leased_entries(&self.core.keys.key, "semaphore", false)
+            .await?
+            .len() as u32)
+    }
+}
+
+impl RawProtocol for Semaphore {
+    const HOLD: HoldKind = HoldKind::Entry;
+
+    fn core(&self) -> &LockCore {
+        &self.core
     }
 
-    /// One acquire; takes (or refreshes) a place in the queue when `queue` is set and no
-    /// permit is granted.
-    async fn attempt(&self, token: &str, queue: bool) -> Result<Attempt<Grant>> {
-        let sent = Instant::now();
+    fn waiting(&self) -> Waiting<'_> {
+        Waiting::Queue(&self.queue)
+    }
+
+    async fn attempt(&self, token: &str, join_queue: bool) -> Result<Attempt> {
         let reply: Vec<i64> = ACQUIRE
-            .key(&self.keys.key)
-            .key(&self.keys.fence)
+            .call()
+            .key(&self.core.keys.key)
+            .key(&self.core.keys.fence)
             .key(&self.queue.queue)
             .key(&self.queue.leases)
-            .key(&self.fences)
             .arg(token)
-            .arg(self.options.ttl.as_millis() as u64)
+            .arg(self.core.options.ttl.as_millis() as u64)
             .arg(self.permits)
-            .arg(self.options.waiter_lease.as_millis() as u64)
+            .arg(self.core.options.waiter_lease.as_millis() as u64)
             .arg(&self.queue.wake_prefix)
-            .arg(if queue { "1" } else { "0" })
-            .run(&self.client)
+            .arg(if join_queue { "1" } else { "0" })
+            .run(&self.core.client)
             .await?;
-        match reply.as_slice() {
-            [1, fence] => Ok(Attempt::Granted(Grant {
-                token: token.to_string(),
-                fence: *fence as u64,
-                sent,
-            })),
-            [0, ..] => Ok(Attempt::Busy {
-                remaining: busy_remaining(&reply),
-            }),
-            [-1, 2] => Err(self.wrong_type(&self.keys.fence)),
-            _ => Err(self.wrong_type(&self.keys.key)),
-        }
+        Attempt::from_reply(&reply)
     }
 
-    fn permit(&self, grant: Grant) -> SemaphorePermit {
-        let semaphore = self.clone();
-        let release = move |token: String| {
-            let semaphore = semaphore.clone();
-            async move { semaphore.release_token(&token).await }
-        };
-        SemaphorePermit {
-            name: self.keys.name.clone(),
-            core: GuardCore::start(
-                &self.client,
-                grant,
-                &self.keys.key,
-                OwnerField::SortedSetMember,
-                &self.options,
-                release,
-            ),
-        }
-    }
-
-    fn wrong_type(&self, key: &str) -> Error {
-        Error::WrongType {
-            key: key.to_string(),
-            what: if key == self.keys.key {
-                "expected a sorted set of dlock semaphore permits".into()
-            } else {
-                "expected an integer fencing counter".into()
-            },
-        }
-    }
-}
-
-/// One permit of a [`Semaphore`]. Dropping it without [`SemaphorePermit::release`] gives
-/// it back in the background.
-#[derive(Debug)]
-pub struct SemaphorePermit {
-    name: String,
-    core: GuardCore,
-}
-
-impl SemaphorePermit {
-    crate::guard::hold_accessors!("permit");
-
-    /// The semaphore's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// This permit's fencing token (from the semaphore's counter, larger than every
-    /// earlier permit's).
-    pub fn fence(&self) -> u64 {
-        self.core.fence()
-    }
-
-    /// Gives the permit back (stopping renewal first); [`Error::Lost`] when its lease had
-    /// already ended.
-    pub async fn release(self) -> Result<()> {
-        self.core.unlock().await
+    async fn release(&self, token: &str) -> Result<()> {
+        self.release_token(token).await
     }
 }

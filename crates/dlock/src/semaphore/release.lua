@@ -1,18 +1,18 @@
 -- Gives a permit back if its lease is still valid, and wakes only the next waiter.
--- KEYS[1] permits, KEYS[2] queue, KEYS[3] waiter leases, KEYS[4] permit fences
+-- KEYS[1] permits hash, KEYS[2] queue, KEYS[3] waiter leases
 -- ARGV[1] token, ARGV[2] wake prefix
--- Returns 1 released, 0 not held (expired or unknown), -1 wrong type.
-local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
-if type(score) == 'table' and score.err then
-  return -1
-end
-local now = now_ms()
-if not score then
+-- Returns 1 released, 0 not held (its lease had ended, or unknown).
+if not hash_kind(KEYS[1], 'semaphore') then
   return 0
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-if tonumber(score) <= now then
+local now = now_ms()
+local value = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
+if not value then
+  return 0
+end
+redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1])
+entries_purge(KEYS[1], now, nil)
+if entry_parse(value) <= now then
   return 0 -- its lease had ended: it was no longer ours to give back
 end
 queue_purge(KEYS[2], KEYS[3], now)

@@ -1,0 +1,268 @@
+//! The shared subscriber: one pub/sub connection per [`Client`](crate::Client) delivers
+//! release notifications to every waiter of that client.
+//!
+//! A release publishes `one` (wake one waiter of each client: the lock can go to one
+//! holder only) or `all` (a broadcast: e.g. every reader may go when a writer leaves).
+//! One waiter per client is woken by `one`, as Redisson's `LockPubSub` releases one
+//! permit per message, so a release costs one attempt per client instead of one per
+//! waiter. A woken waiter that gives up before using its wake passes it on.
+//!
+//! Pub/sub is fire-and-forget: when the subscriber connection drops, every waiter is woken,
+//! falls back to jittered polling, and the task resubscribes everything on reconnect (and
+//! wakes everyone again, since releases may have been missed meanwhile).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+
+/// How long a waiter waits for Redis to confirm its subscription before polling instead.
+const SUBSCRIBE_ACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One channel's waiters in this client.
+struct Entry {
+    /// Wakes one waiter (or keeps the wake for the next one to wait).
+    one: Arc<Notify>,
+    /// Bumped on every broadcast; a waiter marks the value seen before re-checking the
+    /// lock, so a broadcast in between is not missed.
+    all: watch::Sender<u64>,
+    waiters: usize,
+}
+
+/// State shared by the notifier task and the waiters.
+struct Channels {
+    entries: StdMutex<HashMap<String, Entry>>,
+    /// True while the subscriber connection is up and subscribed.
+    connected: AtomicBool,
+}
+
+impl Channels {
+    fn wake_all(&self) {
+        for entry in self.entries.lock().unwrap().values() {
+            entry.all.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn deliver(&self, channel: &str, payload: &[u8]) {
+        if let Some(entry) = self.entries.lock().unwrap().get(channel) {
+            if payload == b"all" {
+                entry.all.send_modify(|n| *n += 1);
+            } else {
+                entry.one.notify_one();
+            }
+        }
+    }
+}
+
+enum Command {
+    Subscribe(String, oneshot::Sender<bool>),
+    /// The last waiter of a channel left: unsubscribe unless a new one came meanwhile.
+    Forget(String),
+    Stop,
+}
+
+/// The shared subscriber of one client.
+pub(crate) struct Notifier {
+    channels: Arc<Channels>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Notifier {
+    pub(crate) fn start(
+        client: redis::Client,
+        connect_timeout: Duration,
+        runtime: &tokio::runtime::Handle,
+    ) -> Notifier {
+        let channels = Arc::new(Channels {
+            entries: StdMutex::new(HashMap::new()),
+            connected: AtomicBool::new(false),
+        });
+        let (commands, rx) = mpsc::unbounded_channel();
+        runtime.spawn(run_subscriber(
+            client,
+            connect_timeout,
+            channels.clone(),
+            rx,
+        ));
+        Notifier { channels, commands }
+    }
+
+    /// Stops the subscriber; waiters fall back to polling (and see the client closed).
+    pub(crate) fn stop(&self) {
+        let _ = self.commands.send(Command::Stop);
+        self.channels.connected.store(false, Ordering::Release);
+        self.channels.wake_all();
+    }
+
+    /// Registers interest in `channel` and returns once Redis confirmed the subscription
+    /// (or it could not be made, in which case the waiter polls).
+    pub(crate) async fn watch(&self, channel: &str) -> Watch {
+        let (one, all) = {
+            let mut entries = self.channels.entries.lock().unwrap();
+            let entry = entries.entry(channel.to_string()).or_insert_with(|| Entry {
+                one: Arc::new(Notify::new()),
+                all: watch::channel(0).0,
+                waiters: 0,
+            });
+            entry.waiters += 1;
+            (entry.one.clone(), entry.all.subscribe())
+        };
+        let watch = Watch {
+            channel: channel.to_string(),
+            one,
+            all,
+            holding_wake: false,
+            channels: self.channels.clone(),
+            commands: self.commands.clone(),
+        };
+        let (ack_tx, ack_rx) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::Subscribe(channel.to_string(), ack_tx))
+            .is_ok()
+        {
+            let _ = tokio::time::timeout(SUBSCRIBE_ACK_TIMEOUT, ack_rx).await;
+        }
+        watch
+    }
+}
+
+/// One waiter's registration on a release channel. Dropping it deregisters, and passes on
+/// a wake it received but did not use.
+pub(crate) struct Watch {
+    channel: String,
+    one: Arc<Notify>,
+    all: watch::Receiver<u64>,
+    /// Woken by a `one` message whose attempt has not answered yet.
+    holding_wake: bool,
+    channels: Arc<Channels>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Watch {
+    /// Marks every broadcast so far as seen. Call before re-checking the lock.
+    pub(crate) fn mark_seen(&mut self) {
+        self.all.borrow_and_update();
+    }
+
+    /// True while notifications are being delivered (otherwise, poll).
+    pub(crate) fn is_live(&self) -> bool {
+        self.channels.connected.load(Ordering::Acquire)
+    }
+
+    /// The attempt after a wake answered (granted or busy): the wake is used up.
+    pub(crate) fn wake_used(&mut self) {
+        self.holding_wake = false;
+    }
+
+    /// Resolves on the next wake for this waiter or broadcast after the last
+    /// [`Watch::mark_seen`].
+    pub(crate) async fn notified(&mut self) {
+        tokio::select! {
+            _ = self.one.notified() => self.holding_wake = true,
+            changed = self.all.changed() => {
+                if changed.is_err() {
+                    // The entry was dropped (cannot happen while we hold it); never resolve.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut entries = self.channels.entries.lock().unwrap();
+        if let Some(entry) = entries.get_mut(&self.channel) {
+            entry.waiters -= 1;
+            if entry.waiters == 0 {
+                entries.remove(&self.channel);
+                let _ = self.commands.send(Command::Forget(self.channel.clone()));
+            } else if self.holding_wake {
+                // This waiter was woken but leaves without using it: another one must try.
+                entry.one.notify_one();
+            }
+        }
+    }
+}
+
+async fn run_subscriber(
+    client: redis::Client,
+    connect_timeout: Duration,
+    channels: Arc<Channels>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut retry = Duration::from_millis(50);
+    loop {
+        let connection = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
+        let (mut sink, mut stream) = match connection {
+            Ok(Ok(pubsub)) => pubsub.split(),
+            _ => {
+                // Keep answering subscribe requests (with "no") while disconnected, so
+                // waiters fall back to polling at once instead of waiting for an ack.
+                let sleep = tokio::time::sleep(crate::wait::jitter(retry));
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        command = commands.recv() => match command {
+                            Some(Command::Subscribe(_, ack)) => { let _ = ack.send(false); }
+                            Some(Command::Forget(_)) => {}
+                            Some(Command::Stop) | None => return,
+                        },
+                    }
+                }
+                retry = (retry * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        retry = Duration::from_millis(50);
+
+        let mut subscribed: HashSet<String> = HashSet::new();
+        let wanted: Vec<String> = channels.entries.lock().unwrap().keys().cloned().collect();
+        let mut healthy = true;
+        for channel in wanted {
+            if sink.subscribe(&channel).await.is_err() {
+                healthy = false;
+                break;
+            }
+            subscribed.insert(channel);
+        }
+        if healthy {
+            channels.connected.store(true, Ordering::Release);
+            // Releases may have been missed while disconnected: everyone re-checks.
+            channels.wake_all();
+        }
+
+        while healthy {
+            tokio::select! {
+                message = stream.next() => match message {
+                    Some(message) => channels.deliver(message.get_channel_name(), message.get_payload_bytes()),
+                    None => healthy = false,
+                },
+                command = commands.recv() => match command {
+                    Some(Command::Subscribe(channel, ack)) => {
+                        let ok = subscribed.contains(&channel) || match sink.subscribe(&channel).await {
+                            Ok(()) => { subscribed.insert(channel); true }
+                            Err(_) => { healthy = false; false }
+                        };
+                        let _ = ack.send(ok);
+                    }
+                    Some(Command::Forget(channel)) => {
+                        let still_wanted = channels.entries.lock().unwrap().contains_key(&channel);
+                        if !still_wanted && subscribed.remove(&channel) && sink.unsubscribe(&channel).await.is_err() {
+                            healthy = false;
+                        }
+                    }
+                    Some(Command::Stop) | None => return,
+                },
+            }
+        }
+        channels.connected.store(false, Ordering::Release);
+        tracing::debug!("release notifications interrupted; waiters poll until reconnected");
+        channels.wake_all();
+    }
+}

@@ -1,0 +1,94 @@
+-- Prelude of every dlock script: time, number formatting, and the one way scripts report
+-- a key that holds something they cannot use.
+--
+-- What a lock key holds tells its kind:
+--   a string            a token: mutex, fair mutex, write lock (or another client's SET NX lock)
+--   a hash with '~kind' 'reentrant', 'read' (read holds of a read-write lock), 'semaphore'
+-- so every kind occupies the lock key itself while held, and any two kinds on one name
+-- exclude each other: busy, or a typed error naming what was found.
+--
+-- Refusals by the server (NOPERM, OOM, READONLY, ...) are never disguised: they are raised
+-- as they are. Only WRONGTYPE becomes a DLOCKTYPE error: 'DLOCKTYPE <found> <wanted> <key>'.
+
+local KIND = '~kind'
+
+-- Lua prints large numbers in exponent notation, which Redis does not parse as integers.
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+local function type_error(key, wanted)
+  local found = redis.call('TYPE', key).ok
+  if found == 'hash' then
+    found = redis.call('HGET', key, KIND) or 'hash'
+  end
+  return {err = 'DLOCKTYPE ' .. found .. ' ' .. wanted .. ' ' .. key}
+end
+
+-- redis.call that turns WRONGTYPE on `key` into a DLOCKTYPE error and re-raises the rest.
+local function call_on(wanted, command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    if string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
+      error(type_error(key, wanted))
+    end
+    error(reply)
+  end
+  return reply
+end
+
+-- The token in a string lock key (false when free).
+local function token_at(key)
+  return call_on('string', 'GET', key)
+end
+
+-- Draws the next fencing token. Counting comes first: if the counter is not a number,
+-- nothing is granted.
+local function next_fence(key)
+  local fence = redis.pcall('INCR', key)
+  if type(fence) == 'table' and fence.err then
+    if string.find(fence.err, 'not an integer', 1, true) or string.sub(fence.err, 1, 9) == 'WRONGTYPE' then
+      error(type_error(key, 'counter'))
+    end
+    error(fence)
+  end
+  return fence
+end
+
+-- The last fencing token drawn (for a resent acquire of a string lock).
+local function last_fence(key)
+  local fence = tonumber(call_on('counter', 'GET', key))
+  if fence == nil then
+    error(type_error(key, 'counter'))
+  end
+  return fence
+end
+
+-- The kind of dlock hash at `key` (false when the key does not exist); anything else that
+-- is not a hash of kind `wanted` is a DLOCKTYPE error.
+local function hash_kind(key, wanted)
+  local kind = call_on(wanted, 'HGET', key, KIND)
+  if kind == wanted then
+    return kind
+  end
+  if kind or redis.call('EXISTS', key) == 1 then
+    error(type_error(key, wanted))
+  end
+  return false
+end
+
+-- Never shortens: raises the key's expiry to at least `lease` ms.
+local function keep_alive(key, lease)
+  if redis.call('PTTL', key) < lease then
+    redis.call('PEXPIRE', key, lease)
+  end
+end

@@ -1,0 +1,36 @@
+-- How each kind of hold is found and restarted, for renewal and "is it still held?".
+--   's' the key is a string holding the token (mutex, fair mutex, write lock)
+--   'r' the key is a reentrant hash with a field 'h:<token>'; the holds share its expiry
+--   'e' the key is a hash of leased entries 'h:<token>' = '<end ms>|<data>' (read holds,
+--       semaphore permits; see entries.lua)
+
+-- What the hold is now: false when not held, else a value hold_restart uses.
+local function hold_state(kind, key, token, now)
+  if kind == 's' then
+    return token_at(key) == token
+  end
+  local value = call_on('hash', 'HGET', key, 'h:' .. token)
+  if not value then
+    return false
+  end
+  if kind == 'r' then
+    return true
+  end
+  local ends, data = entry_parse(value)
+  if ends <= now then
+    return false
+  end
+  return data
+end
+
+-- Starts the hold's lease over: `lease` ms from now.
+local function hold_restart(kind, key, token, now, lease, state)
+  if kind == 's' then
+    redis.call('PEXPIRE', key, lease)
+    return
+  end
+  if kind == 'e' then
+    entry_put(key, token, now + lease, state)
+  end
+  keep_alive(key, lease)
+end

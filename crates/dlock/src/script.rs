@@ -1,0 +1,154 @@
+//! dlock's Lua scripts and the one way they are run: through the client's connection,
+//! resent once over a dropped connection (every script is safe to run twice), with the
+//! server's refusals and DLOCKTYPE replies turned into typed errors in one place.
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+
+/// A script with the name its errors are reported under.
+pub(crate) struct LuaScript {
+    name: &'static str,
+    script: redis::Script,
+}
+
+/// Builds a `LazyLock<LuaScript>` from the shared prelude and the given files (paths
+/// relative to `src/`), concatenated in order.
+macro_rules! lua_script {
+    ($name:literal, $($file:literal),+ $(,)?) => {
+        std::sync::LazyLock::new(|| {
+            $crate::script::LuaScript::new(
+                $name,
+                concat!(
+                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/prelude.lua")),
+                    $(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+
+                ),
+            )
+        })
+    };
+}
+pub(crate) use lua_script;
+
+impl LuaScript {
+    pub fn new(name: &'static str, code: &str) -> LuaScript {
+        LuaScript {
+            name,
+            script: redis::Script::new(code),
+        }
+    }
+
+    /// A bare invocation, for callers that run it on a connection of their own (the
+    /// renewer).
+    pub fn invocation(&self) -> redis::ScriptInvocation<'_> {
+        self.script.prepare_invoke()
+    }
+
+    /// Starts a call: add keys and arguments, then [`Call::run`].
+    pub fn call(&self) -> Call<'_> {
+        Call {
+            name: self.name,
+            invocation: self.script.prepare_invoke(),
+        }
+    }
+}
+
+/// One prepared script call.
+pub(crate) struct Call<'a> {
+    name: &'static str,
+    invocation: redis::ScriptInvocation<'a>,
+}
+
+impl Call<'_> {
+    pub fn key<T: redis::ToRedisArgs>(mut self, key: T) -> Self {
+        self.invocation.key(key);
+        self
+    }
+
+    pub fn arg<T: redis::ToRedisArgs>(mut self, arg: T) -> Self {
+        self.invocation.arg(arg);
+        self
+    }
+
+    /// Runs the script. A request that met a dropped connection is sent once more on the
+    /// reconnected one (every dlock script may run twice: acquires recognise their own
+    /// token, releases and extends compare it); timeouts are not retried here.
+    pub async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T> {
+        let mut reply = self.invocation.invoke_async(&mut client.conn()).await;
+        if let Err(err) = &reply {
+            if !err.is_timeout() && (err.is_connection_dropped() || err.is_io_error()) {
+                tracing::debug!(script = self.name, error = %err, "connection dropped; sending the script again");
+                reply = self.invocation.invoke_async(&mut client.conn()).await;
+            }
+        }
+        reply.map_err(|err| script_error(self.name, err))
+    }
+}
+
+/// Maps a script's error: DLOCKTYPE (see prelude.lua) becomes [`Error::WrongType`], an
+/// unexpected reply shape a bug report, the rest as any Redis error.
+fn script_error(name: &str, err: redis::RedisError) -> Error {
+    if err.code() == Some("DLOCKTYPE") {
+        if let Some(wrong_type) = err.detail().and_then(parse_wrong_type) {
+            return wrong_type;
+        }
+    }
+    if err.kind() == redis::ErrorKind::UnexpectedReturnType || err.kind() == redis::ErrorKind::Parse
+    {
+        return Error::unexpected_reply(format!("{name} script: {err}"));
+    }
+    Error::from_redis(&format!("the {name} script"), err)
+}
+
+/// `<found> <wanted> <key>[ script: ...]` → WrongType.
+fn parse_wrong_type(detail: &str) -> Option<Error> {
+    let detail = match detail.rfind(" script: ") {
+        Some(at) => &detail[..at],
+        None => detail,
+    };
+    let mut parts = detail.splitn(3, ' ');
+    let (found, wanted, key) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(Error::WrongType {
+        key: key.to_string(),
+        what: format!(
+            "{}, where {} was expected",
+            describe(found),
+            describe(wanted)
+        ),
+    })
+}
+
+/// Words for what a key holds.
+pub(crate) fn describe(kind: &str) -> String {
+    match kind {
+        "string" => {
+            "a string (a dlock mutex, fair mutex or write lock, or another client's lock)".into()
+        }
+        "counter" => "an integer fencing counter".into(),
+        "reentrant" => "a dlock reentrant mutex".into(),
+        "read" => "the read holds of a dlock read-write lock".into(),
+        "semaphore" => "the permits of a dlock semaphore".into(),
+        "hash" => "a hash that dlock did not write".into(),
+        other => format!("a value of type {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrong_type_detail_is_parsed_with_or_without_the_script_suffix() {
+        for detail in [
+            "read string my lock",
+            "read string my lock script: 0123abcd, on @user_script:12.",
+        ] {
+            match parse_wrong_type(detail) {
+                Some(Error::WrongType { key, what }) => {
+                    assert_eq!(key, "my lock");
+                    assert!(what.starts_with("the read holds"), "{what}");
+                    assert!(!what.contains("delete") && !what.contains("remove"));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+/// One of dlock's scripts as the library builds it: the shared prelude, then `files`
+/// (paths relative to `src/`), read from the source tree so the test runs exactly what
+/// the library sends.
+pub fn script(files: &[&str]) -> redis::Script {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
+    let mut code = std::fs::read_to_string(format!("{src}prelude.lua")).unwrap();
+    for file in files {
+        code += &std::fs::read_to_string(format!("{src}{file}")).unwrap();
+    }
+    redis::Script::new(&code)
+}
+
+use dlock::{Client, LockOptions, Owner};
+
+/// Every kind of lock dlock has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Mutex,
+    Fair,
+    Reentrant,
+    Read,
+    Write,
+    Permit,
+}
+
+pub const KINDS: [Kind; 6] = [
+    Kind::Mutex,
+    Kind::Fair,
+    Kind::Reentrant,
+    Kind::Read,
+    Kind::Write,
+    Kind::Permit,
+];
+
+/// A hold of any kind.
+#[derive(Debug)]
+pub enum Held {
+    Mutex(dlock::MutexGuard),
+    Reentrant(dlock::ReentrantGuard),
+    Read(dlock::ReadGuard),
+    Write(dlock::WriteGuard),
+    Permit(dlock::SemaphorePermit),
+}
+
+impl Held {
+    pub fn token(&self) -> &str {
+        match self {
+            Held::Mutex(g) => g.token(),
+            Held::Reentrant(g) => g.token(),
+            Held::Read(g) => g.token(),
+            Held::Write(g) => g.token(),
+            Held::Permit(g) => g.token(),
+        }
+    }
+
+    pub fn lost_signal(&self) -> dlock::LostSignal {
+        match self {
+            Held::Mutex(g) => g.lost_signal(),
+            Held::Reentrant(g) => g.lost_signal(),
+            Held::Read(g) => g.lost_signal(),
+            Held::Write(g) => g.lost_signal(),
+            Held::Permit(g) => g.lost_signal(),
+        }
+    }
+
+    pub async fn unlock(self) -> dlock::Result<()> {
+        match self {
+            Held::Mutex(g) => g.unlock().await,
+            Held::Reentrant(g) => g.unlock().await,
+            Held::Read(g) => g.unlock().await,
+            Held::Write(g) => g.unlock().await,
+            Held::Permit(g) => g.unlock().await,
+        }
+    }
+}
+
+/// Takes `kind` on `name`: one attempt when `single`, else waiting per `options`. Every
+/// call uses a fresh owner (reentrant, read) and a semaphore of 2 permits.
+pub async fn take(
+    client: &Client,
+    kind: Kind,
+    name: &str,
+    options: LockOptions,
+    single: bool,
+) -> dlock::Result<Held> {
+    let owner = Owner::new();
+    Ok(match kind {
+        Kind::Mutex | Kind::Fair => {
+            let mutex = if kind == Kind::Mutex {
+                client.mutex_with(name, options)?
+            } else {
+                client.fair_mutex_with(name, options)?
+            };
+            Held::Mutex(if single {
+                mutex.try_lock().await?
+            } else {
+                mutex.lock().await?
+            })
+        }
+        Kind::Reentrant => {
+            let mutex = client.reentrant_mutex_with(name, options)?;
+            Held::Reentrant(if single {
+                mutex.try_lock(&owner).await?
+            } else {
+                mutex.lock(&owner).await?
+            })
+        }
+        Kind::Read => {
+            let lock = client.rwlock_with(name, options)?;
+            Held::Read(if single {
+                lock.try_read(&owner).await?
+            } else {
+                lock.read(&owner).await?
+            })
+        }
+        Kind::Write => {
+            let lock = client.rwlock_with(name, options)?;
+            Held::Write(if single {
+                lock.try_write().await?
+            } else {
+                lock.write().await?
+            })
+        }
+        Kind::Permit => {
+            let semaphore = client.semaphore_with(name, 2, options)?;
+            Held::Permit(if single {
+                semaphore.try_acquire().await?
+            } else {
+                semaphore.acquire().await?
+            })
+        }
+    })
+}
+
+/// The keys of lock `name` that would keep others out (the lock key and its queue),
+/// excluding the fencing counter, which lives forever by design.
+pub fn lock_keys(name: &str) -> Vec<String> {
+    vec![
+        name.to_string(),
+        format!("{{{name}}}:queue"),
+        format!("{{{name}}}:queue-leases"),
+    ]
+}
