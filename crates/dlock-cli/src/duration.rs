@@ -31,8 +31,10 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             "h" => 3600.0,
             _ => return Err(format!("{text:?} is not a duration; {hint}")),
         };
-        total += Duration::try_from_secs_f64(value * seconds_per_unit)
-            .map_err(|_| format!("{text:?} is out of range; {hint}"))?;
+        total = Duration::try_from_secs_f64(value * seconds_per_unit)
+            .ok()
+            .and_then(|part| total.checked_add(part))
+            .ok_or_else(|| format!("{text:?} is out of range; {hint}"))?;
         rest = &rest[number_len + unit_len..];
     }
     Ok(total)
@@ -54,8 +56,25 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "10", "s", "10x", "1..2s", "-1s", "1e400h"] {
+        for bad in [
+            "",
+            "10",
+            "s",
+            "10x",
+            "1..2s",
+            "-1s",
+            "1e400h",
+            "10000000000000000000s10000000000000000000s",
+            "99999999999999999999999h",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(text in "\\PC{0,40}|[0-9.]{1,25}(ms|s|m|h)([0-9.]{1,25}(ms|s|m|h))?") {
+            let _ = parse(&text);
         }
     }
 }

@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod proxy;
+pub use proxy::Proxy;
+
 /// How a server is started.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {

@@ -1,0 +1,662 @@
+//! The shared core at the edges real programs hit: cancelled waits, lost replies, resent
+//! acquires, Redis refusing, kinds mixed on one name, state that must die with its
+//! holders, shutdown. Each test would fail on a core that patched these per primitive.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{lock_keys, script, take, Held, Kind, KINDS};
+use dlock::{Client, Error, LockOptions, LostReason, Owner, Wait};
+use dlock_testkit::{Proxy, RedisServer};
+
+fn waiting(timeout: Duration) -> LockOptions {
+    LockOptions::default()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::Timeout(timeout))
+}
+
+/// Takes and gives back `kind` once, so its scripts are loaded before a fault is armed.
+async fn warm_up(client: &Client, kind: Kind, name: &str) {
+    let held = take(client, kind, name, waiting(Duration::from_secs(1)), true);
+    held.await.unwrap().unlock().await.unwrap();
+}
+
+fn exists(server: &RedisServer, keys: &[String]) -> i64 {
+    let mut args = vec!["EXISTS"];
+    args.extend(keys.iter().map(String::as_str));
+    server.cmd(&args)
+}
+
+/// Waits until none of `keys` exists; false if some still do after `within`.
+async fn all_gone(server: &RedisServer, keys: &[String], within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if exists(server, keys) == 0 {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_cancelled_while_redis_is_paused_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(150))
+        .connect()
+        .await
+        .unwrap();
+    for kind in KINDS {
+        let name = format!("cancel-{kind:?}");
+        // Load the scripts first, so the paused request is the acquire itself.
+        warm_up(&client, kind, &name).await;
+        let _: () = server.cmd(&["CLIENT", "PAUSE", "600", "ALL"]);
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(350),
+            take(
+                &client,
+                kind,
+                &name,
+                waiting(Duration::from_secs(60)),
+                false,
+            ),
+        )
+        .await;
+        assert!(cancelled.is_err(), "{kind:?}: the wait was cancelled");
+        // After the pause the queued acquire runs (and is granted); the give-back sent
+        // behind it on the same connection then releases it.
+        assert!(
+            all_gone(&server, &lock_keys(&name), Duration::from_secs(5)).await,
+            "{kind:?}: the cancelled wait left the lock held"
+        );
+    }
+
+    // Negative control: the same acquire sent during a pause and abandoned without
+    // dlock's give-back leaves the lock held, and the check above sees it.
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let acquire = script(&["mutex/acquire.lua"]);
+    let _: Vec<i64> = acquire
+        .key("control")
+        .key("{control}:fence")
+        .arg("warm-up")
+        .arg(10)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "300", "ALL"]);
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(100),
+        acquire
+            .key("control")
+            .key("{control}:fence")
+            .arg("orphan")
+            .arg(30_000)
+            .invoke_async::<Vec<i64>>(&mut raw),
+    )
+    .await;
+    assert!(abandoned.is_err());
+    assert!(
+        !all_gone(&server, &lock_keys("control"), Duration::from_secs(1)).await,
+        "without a give-back the orphan token keeps the lock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_acquire_reply_never_leaves_a_guard_on_a_free_lock() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    for kind in KINDS {
+        for lost in [1, 2] {
+            let name = format!("lost-{kind:?}-{lost}");
+            let options = LockOptions::default()
+                .ttl(Duration::from_secs(20))
+                .wait(Wait::Timeout(Duration::from_secs(10)));
+            warm_up(&client, kind, &name).await;
+            // The acquire runs but its reply is lost with the connection (once: the
+            // resend on the new connection answers; twice: the wait retries).
+            proxy.drop_next_replies_where(lost, is_grant);
+            let held = take(&client, kind, &name, options, false).await.unwrap();
+            assert!(proxy.dropped() > 0);
+            // Any clean-up racing the retry would free the lock under the guard.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(
+                is_held(&held).await,
+                "{kind:?}, {lost} lost: the guard's lock is free"
+            );
+            let pttl: i64 = server.cmd(&["PTTL", &name]);
+            assert!(
+                pttl > 19_000,
+                "{kind:?}: the resend restarted the lease ({pttl} ms left)"
+            );
+            held.unlock().await.unwrap();
+            proxy.drop_next_replies(0);
+        }
+    }
+
+    // A single attempt whose replies are all lost reports the connection problem and
+    // gives back what it may have been granted.
+    for kind in KINDS {
+        let name = format!("lost-try-{kind:?}");
+        warm_up(&client, kind, &name).await;
+        proxy.drop_next_replies_where(2, is_grant);
+        let result = take(&client, kind, &name, waiting(Duration::from_secs(1)), true).await;
+        assert!(
+            matches!(result, Err(Error::Connection(_))),
+            "{kind:?}: {result:?}"
+        );
+        proxy.drop_next_replies(0);
+        assert!(
+            all_gone(&server, &lock_keys(&name), Duration::from_secs(5)).await,
+            "{kind:?}: the possibly granted lock was not given back"
+        );
+    }
+}
+
+/// The reply of an acquire script that granted: `{1, fence}` or `{1, fence, holds}`.
+fn is_grant(reply: &[u8]) -> bool {
+    reply.starts_with(b"*2\r\n:1\r\n:") || reply.starts_with(b"*3\r\n:1\r\n:")
+}
+
+async fn is_held(held: &Held) -> bool {
+    match held {
+        Held::Mutex(g) => g.is_held().await.unwrap(),
+        Held::Reentrant(g) => g.is_held().await.unwrap(),
+        Held::Read(g) => g.is_held().await.unwrap(),
+        Held::Write(g) => g.is_held().await.unwrap(),
+        Held::Permit(g) => g.is_held().await.unwrap(),
+    }
+}
+
+/// Every acquire script, and how to call it with `token` for a 1 s lease (the waiter
+/// lease 10 s, joining the queue where there is one).
+fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
+    const QUEUED: &[&str] = &["k", "{k}:fence", "{k}:queue", "{k}:queue-leases"];
+    let (files, keys, args): (&[&str], &[&str], Vec<String>) = match kind {
+        Kind::Mutex => (
+            &["mutex/acquire.lua"],
+            &["k", "{k}:fence"],
+            vec![token.into(), "1000".into()],
+        ),
+        Kind::Reentrant => (
+            &["reentrant/acquire.lua"],
+            &["k", "{k}:fence"],
+            vec!["owner".into(), "1000".into(), token.into()],
+        ),
+        Kind::Read => (
+            &[
+                "queue/queue.lua",
+                "entries.lua",
+                "rwlock/rwlock.lua",
+                "rwlock/read_acquire.lua",
+            ],
+            QUEUED,
+            vec!["owner".into(), "1000".into(), token.into()],
+        ),
+        Kind::Fair | Kind::Write => (
+            if kind == Kind::Fair {
+                &["queue/queue.lua", "fair/acquire.lua"]
+            } else {
+                &[
+                    "queue/queue.lua",
+                    "entries.lua",
+                    "rwlock/rwlock.lua",
+                    "rwlock/write_acquire.lua",
+                ]
+            },
+            QUEUED,
+            vec![
+                token.into(),
+                "1000".into(),
+                "10000".into(),
+                "dlock:wake:k:".into(),
+                "1".into(),
+            ],
+        ),
+        Kind::Permit => (
+            &["queue/queue.lua", "entries.lua", "semaphore/acquire.lua"],
+            QUEUED,
+            vec![
+                token.into(),
+                "1000".into(),
+                "2".into(),
+                "10000".into(),
+                "dlock:wake:k:".into(),
+                "1".into(),
+            ],
+        ),
+    };
+    let script: &'static redis::Script = Box::leak(Box::new(script(files)));
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(*key);
+    }
+    for arg in args {
+        call.arg(arg);
+    }
+    call
+}
+
+/// The lease left on `token`'s hold: the key's PTTL, and for leased entries also the
+/// entry's own end.
+fn lease_left(server: &RedisServer, kind: Kind, token: &str) -> i64 {
+    let pttl: i64 = server.cmd(&["PTTL", "k"]);
+    if matches!(kind, Kind::Read | Kind::Permit) {
+        let entry: String = server.cmd(&["HGET", "k", &format!("h:{token}")]);
+        let ends: i64 = entry.split('|').next().unwrap().parse().unwrap();
+        let (secs, micros): (i64, i64) = server.cmd(&["TIME"]);
+        return pttl.min(ends - (secs * 1000 + micros / 1000));
+    }
+    pttl
+}
+
+#[tokio::test]
+async fn a_resent_acquire_restarts_the_whole_lease_for_every_kind() {
+    let server = RedisServer::start();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for kind in KINDS {
+        let _: () = server.cmd(&["FLUSHALL"]);
+        let first: Vec<i64> = acquire_call(kind, "tok")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(first[0], 1, "{kind:?}: granted");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let resent: Vec<i64> = acquire_call(kind, "tok")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(resent[..2], first[..2], "{kind:?}: same grant, same fence");
+        if let (Some(a), Some(b)) = (first.get(2), resent.get(2)) {
+            assert_eq!(a, b, "{kind:?}: a resend is not counted twice");
+        }
+        let left = lease_left(&server, kind, "tok");
+        assert!(
+            left > 900,
+            "{kind:?}: {left} ms left after the resend, not the full lease"
+        );
+        let fence: i64 = server.cmd(&["GET", "{k}:fence"]);
+        assert_eq!(fence, 1, "{kind:?}: the resend drew no second fence");
+    }
+}
+
+#[tokio::test]
+async fn refusals_carry_the_servers_words() {
+    // ACL: a user that may not touch the key.
+    let server = RedisServer::start();
+    let _: () = server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "limited",
+        "on",
+        ">pw",
+        "~allowed:*",
+        "~{allowed:*",
+        "&*",
+        "+@all",
+    ]);
+    let url = format!("redis://limited:pw@127.0.0.1:{}", server.port());
+    let client = Client::connect(&url).await.unwrap();
+    for kind in KINDS {
+        match take(
+            &client,
+            kind,
+            "forbidden",
+            waiting(Duration::from_secs(1)),
+            false,
+        )
+        .await
+        {
+            Err(Error::Refused { reason, .. }) => assert!(reason.starts_with("NOPERM"), "{reason}"),
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+    take(
+        &client,
+        Kind::Mutex,
+        "allowed:job",
+        waiting(Duration::from_secs(1)),
+        true,
+    )
+    .await
+    .unwrap()
+    .unlock()
+    .await
+    .unwrap();
+
+    // OOM: maxmemory reached with noeviction. Nothing is granted and the key is untouched.
+    let client = Client::connect(&server.url()).await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    for kind in KINDS {
+        let name = format!("oom-{kind:?}");
+        match take(&client, kind, &name, waiting(Duration::from_secs(1)), false).await {
+            Err(error @ Error::Refused { .. }) => {
+                let text = error.to_string();
+                assert!(text.contains("OOM"), "{text}");
+                assert!(
+                    !text.contains("fence") && !text.contains("remove"),
+                    "{text}"
+                );
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        assert_eq!(exists(&server, &lock_keys(&name)), 0);
+    }
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+
+    // READONLY: a replica.
+    let replica = RedisServer::start();
+    let port = server.port().to_string();
+    let _: () = replica.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    let client = Client::connect(&replica.url()).await.unwrap();
+    for kind in KINDS {
+        match take(&client, kind, "job", waiting(Duration::from_secs(1)), false).await {
+            Err(Error::Refused { reason, .. }) => {
+                assert!(reason.starts_with("READONLY"), "{reason}")
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn wrong_types_are_reported_without_destructive_advice() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let _: () = server.cmd(&["RPUSH", "queue-of-jobs", "a"]);
+    for kind in KINDS {
+        match take(
+            &client,
+            kind,
+            "queue-of-jobs",
+            waiting(Duration::from_secs(1)),
+            false,
+        )
+        .await
+        {
+            Err(Error::WrongType { key, what }) => {
+                assert_eq!(key, "queue-of-jobs");
+                assert!(what.contains("list"), "{what}");
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+    // A fencing counter that is not a number: named, and no advice to delete it (that
+    // would restart fencing tokens at zero).
+    let _: () = server.cmd(&["SET", "{job}:fence", "not-a-number"]);
+    for kind in KINDS {
+        match take(&client, kind, "job", waiting(Duration::from_secs(1)), false).await {
+            Err(error @ Error::WrongType { .. }) => {
+                let text = error.to_string();
+                assert!(
+                    text.contains("{job}:fence") && text.contains("counter"),
+                    "{text}"
+                );
+                assert!(
+                    !text.contains("remove") && !text.contains("delete"),
+                    "{text}"
+                );
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        assert_eq!(
+            exists(&server, &lock_keys("job")),
+            0,
+            "{kind:?}: nothing granted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn any_two_kinds_on_one_name_exclude_each_other() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let single = waiting(Duration::from_secs(1));
+    let mut pairs = 0;
+    for first in KINDS {
+        for second in KINDS {
+            if first == second {
+                continue; // same-kind exclusion is each primitive's own test
+            }
+            let _: () = server.cmd(&["FLUSHALL"]);
+            let held = take(&client, first, "shared", single, true).await.unwrap();
+            let other = take(&client, second, "shared", single, true).await;
+            match other {
+                Err(Error::Busy { .. } | Error::WrongType { .. }) => {}
+                other => panic!("{first:?} held, then {second:?}: {other:?}"),
+            }
+            // Another client's plain SET NX lock cannot get in either.
+            let foreign: Option<String> =
+                server.cmd(&["SET", "shared", "foreign", "NX", "PX", "10000"]);
+            assert_eq!(foreign, None, "{first:?} held: a foreign SET NX got in");
+            held.unlock().await.unwrap();
+            pairs += 1;
+        }
+        // A foreign SET NX lock keeps every kind out.
+        let _: () = server.cmd(&["FLUSHALL"]);
+        let _: () = server.cmd(&["SET", "shared", "foreign", "PX", "10000"]);
+        match take(&client, first, "shared", single, true).await {
+            Err(Error::Busy { .. } | Error::WrongType { .. }) => {}
+            other => panic!("foreign lock held, then {first:?}: {other:?}"),
+        }
+    }
+    assert_eq!(pairs, 30);
+}
+
+#[tokio::test]
+async fn negative_control_one_kind_does_take_a_free_name() {
+    // The matrix above would pass vacuously if no kind could ever be taken.
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    for kind in KINDS {
+        let held = take(&client, kind, "free", waiting(Duration::from_secs(1)), true)
+            .await
+            .unwrap();
+        held.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_reused_owner_id_after_expiry_starts_from_one_hold() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let short = LockOptions::default()
+        .ttl(Duration::from_millis(200))
+        .wait(Wait::NoWait);
+    let owner = Owner::from_id("service-a");
+    let lock = client.rwlock_with("config", short).unwrap();
+    let _abandoned = lock.try_read(&owner).await.unwrap().into_token();
+    let reentrant = client.reentrant_mutex_with("ledger", short).unwrap();
+    let _abandoned = reentrant.try_lock(&owner).await.unwrap().into_token();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Everything of the expired holders went with their keys.
+    assert_eq!(exists(&server, &["config".into(), "ledger".into()]), 0);
+
+    let read = lock.try_read(&owner).await.unwrap();
+    assert_eq!(
+        read.holds_at_grant(),
+        1,
+        "no holds inherited from the expired reader"
+    );
+    read.unlock().await.unwrap();
+    lock.try_write()
+        .await
+        .expect("free at once")
+        .unlock()
+        .await
+        .unwrap();
+
+    let again = reentrant.try_lock(&owner).await.unwrap();
+    assert_eq!(again.holds_at_grant(), 1);
+    again.unlock().await.unwrap();
+    assert_eq!(reentrant.hold_count(&owner).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn shutdown_releases_every_live_guard() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let options = LockOptions::default()
+        .renewed(Duration::from_secs(30))
+        .wait(Wait::Timeout(Duration::from_secs(5)));
+    let mut held = Vec::new();
+    let mut names = Vec::new();
+    for kind in KINDS {
+        let name = format!("shutdown-{kind:?}");
+        held.push(take(&client, kind, &name, options, false).await.unwrap());
+        names.extend(lock_keys(&name));
+    }
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move { take(&client, Kind::Mutex, "shutdown-Mutex", options, false).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(exists(&server, &names), 6);
+
+    client.shutdown().await;
+    assert_eq!(exists(&server, &names), 0, "every lock was released");
+    for hold in held {
+        assert_eq!(hold.lost_signal().lost(), Some(LostReason::Released));
+        assert!(matches!(hold.unlock().await, Err(Error::Lost { .. })));
+    }
+    assert!(matches!(waiter.await.unwrap(), Err(Error::Closed)));
+    assert!(matches!(
+        client.mutex("after").unwrap().lock().await,
+        Err(Error::Closed)
+    ));
+    assert_eq!(exists(&server, &["after".into()]), 0);
+}
+
+#[tokio::test]
+async fn a_live_waiter_does_not_poll_while_notifications_flow() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .mutex_with(
+            "quiet",
+            LockOptions::default()
+                .ttl(Duration::from_secs(30))
+                .wait(Wait::Timeout(Duration::from_secs(20))),
+        )
+        .unwrap();
+    let holder = mutex.try_lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = server.total_calls();
+    assert!(calls <= 1, "{calls} commands while waiting quietly");
+    let released = Instant::now();
+    holder.unlock().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "woken by the release, not by the lease"
+    );
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn inputs_that_used_to_panic_get_typed_errors_or_saturate() {
+    let server = RedisServer::start();
+    assert!(matches!(
+        Client::builder(&server.url())
+            .connect_timeout(Duration::MAX)
+            .connect()
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::builder(&server.url())
+            .response_timeout(Duration::MAX)
+            .connect()
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let client = Client::connect(&server.url()).await.unwrap();
+    assert!(matches!(
+        client.mutex_with(
+            "x",
+            LockOptions::default().backoff(Duration::MAX, Duration::MAX)
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        client.mutex_with(
+            "x",
+            LockOptions::default().wait(Wait::Timeout(Duration::MAX))
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A cap too long to represent is no cap: granted, renewed, released normally.
+    let mutex = client
+        .mutex_with(
+            "capped",
+            LockOptions::default()
+                .renewed(Duration::from_secs(1))
+                .max_hold(Duration::MAX),
+        )
+        .unwrap();
+    let guard = mutex.lock().await.unwrap();
+    assert!(guard.is_held().await.unwrap());
+    guard.unlock().await.unwrap();
+    assert_eq!(exists(&server, &lock_keys("capped")), 0);
+}
+
+#[test]
+fn bad_tls_files_are_rejected_before_connecting() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let result = Client::builder("rediss://127.0.0.1:1")
+            .tls_root_certificate(b"not a certificate".to_vec())
+            .connect()
+            .await;
+        match result {
+            Err(Error::InvalidArgument(text)) => assert!(text.contains("CA"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_tls_handshake_against_a_plain_port_fails_fast_and_says_tls() {
+    let server = RedisServer::start();
+    let url = format!("rediss://127.0.0.1:{}", server.port());
+    let started = Instant::now();
+    let result = Client::builder(&url)
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await;
+    match result {
+        Err(error @ Error::Connection(_)) => {
+            assert!(error.to_string().contains("TLS"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
