@@ -42,6 +42,12 @@ impl Client {
 
     /// Connects with the options of an async [`ClientBuilder`](crate::ClientBuilder).
     pub fn connect_with(builder: crate::ClientBuilder) -> Result<Client> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Error::InvalidArgument(
+                "dlock::blocking cannot be used inside an async runtime; use dlock::Client there"
+                    .into(),
+            ));
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("dlock-blocking")

@@ -70,9 +70,24 @@ pub(crate) struct ClientInner {
     /// Every hold a guard of this client still has, for [`Client::shutdown`].
     holds: StdMutex<HashMap<u64, TrackedHold>>,
     next_hold: AtomicU64,
+    /// Background give-backs (dropped guards, cancelled waits) still running.
+    background: tokio::sync::watch::Sender<usize>,
+    /// Put in front of every hold token (see [`ClientBuilder::holder_label`]).
+    holder_label: Option<String>,
+    response_timeout: Duration,
 }
 
 type GiveBack = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// A wait or background give-back in progress; finished when dropped (also when its
+/// runtime drops it).
+pub(crate) struct Busy(tokio::sync::watch::Sender<usize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.send_modify(|running| *running -= 1);
+    }
+}
 
 /// A live hold, as the client sees it: how to give it back and its lease state.
 struct TrackedHold {
@@ -89,9 +104,23 @@ pub struct ClientBuilder {
     response_timeout: Duration,
     tls_root: Option<Vec<u8>>,
     tls_client: Option<(Vec<u8>, Vec<u8>)>,
+    holder_label: Option<String>,
 }
 
+/// Longest holder label accepted ([`ClientBuilder::holder_label`]).
+pub const MAX_HOLDER_LABEL: usize = 128;
+
 impl ClientBuilder {
+    /// Puts `label` in front of every token this client's holds get (`label/<32 hex
+    /// digits>`), so `dlock inspect` can tell who holds a lock (the `dlock` CLI uses
+    /// `dlock@host:pid:start`). The token stays a plain string with 128 random bits, so
+    /// other clients' locks still interoperate. Letters, digits and `.:@_-` only, at most
+    /// [`MAX_HOLDER_LABEL`] bytes.
+    pub fn holder_label(mut self, label: impl Into<String>) -> Self {
+        self.holder_label = Some(label.into());
+        self
+    }
+
     /// A prefix put in front of every lock name to form its Redis key (default: none).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
@@ -144,6 +173,14 @@ impl ClientBuilder {
                 )));
             }
         }
+        if let Some(label) = &self.holder_label {
+            let allowed = |c: char| c.is_ascii_alphanumeric() || ".:@_-".contains(c);
+            if label.is_empty() || label.len() > MAX_HOLDER_LABEL || !label.chars().all(allowed) {
+                return Err(Error::InvalidArgument(format!(
+                    "holder label {label:?} must be 1 to {MAX_HOLDER_LABEL} letters, digits or .:@_- characters"
+                )));
+            }
+        }
         if let Some(ca) = &self.tls_root {
             check_pem_certificates("the TLS CA certificate", ca)?;
         }
@@ -191,7 +228,7 @@ impl ClientBuilder {
         if tls {
             refuse_plain_port(&redis, &self.url, self.connect_timeout).await?;
         }
-        let budget = self.connect_timeout.saturating_mul(2);
+        let budget = self.connect_timeout;
         let connect = ConnectionManager::new_with_config(redis.clone(), config);
         let conn = match tokio::time::timeout(budget, connect).await {
             Ok(Ok(conn)) => conn,
@@ -226,6 +263,9 @@ impl ClientBuilder {
                 closed: AtomicBool::new(false),
                 holds: StdMutex::new(HashMap::new()),
                 next_hold: AtomicU64::new(1),
+                background: tokio::sync::watch::channel(0).0,
+                holder_label: self.holder_label,
+                response_timeout: self.response_timeout,
             }),
         };
         client.check_server().await?;
@@ -250,6 +290,7 @@ impl Client {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             tls_root: None,
             tls_client: None,
+            holder_label: None,
         }
     }
 
@@ -337,10 +378,25 @@ impl Client {
     /// ```
     pub async fn shutdown(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        // Waiters wake up, see the client closed and give back what they may hold.
+        if let Some(notifier) = self.inner.notifier.get() {
+            notifier.stop();
+        }
+        // Waits in progress and give-backs of dropped guards and cancelled waits finish
+        // first. Bounded: a request that cannot reach Redis ends with its response
+        // timeout; a wait whose future is never polled again would otherwise hold us up.
+        let mut background = self.inner.background.subscribe();
+        let bound = self
+            .inner
+            .response_timeout
+            .saturating_mul(3)
+            .max(Duration::from_secs(5));
+        let _ = tokio::time::timeout(bound, background.wait_for(|running| *running == 0)).await;
         if let Some(renewer) = self.inner.renewer.get() {
             renewer.stop().await;
         }
         let holds: Vec<TrackedHold> = {
+            // Taken under the lock track_hold checks `closed` under: no hold slips in after.
             let mut holds = self.inner.holds.lock().unwrap();
             holds.drain().map(|(_, hold)| hold).collect()
         };
@@ -348,9 +404,15 @@ impl Client {
             lease::declare_lost(&hold.cell, LostReason::Released);
             (hold.give_back)()
         });
+        tracing::debug!("shutdown: releasing every lock still held");
         futures_util::future::join_all(releases).await;
-        if let Some(notifier) = self.inner.notifier.get() {
-            notifier.stop();
+    }
+
+    /// A fresh hold token: 128 random bits, behind the holder label if there is one.
+    pub(crate) fn new_token(&self) -> String {
+        match &self.inner.holder_label {
+            Some(label) => format!("{label}/{}", lease::new_token()),
+            None => lease::new_token(),
         }
     }
 
@@ -359,8 +421,40 @@ impl Client {
         self.inner.closed.load(Ordering::Acquire)
     }
 
-    /// Records a live hold for shutdown; returns its id.
-    pub(crate) fn track_hold<R: RawProtocol>(&self, raw: &R, token: &str, cell: &LeaseCell) -> u64 {
+    /// Runs a give-back (a dropped guard's release, a cancelled wait's clean-up) on the
+    /// client's runtime; [`Client::shutdown`] waits for those in flight.
+    /// The returned receiver resolves when the work is done (or was dropped).
+    pub(crate) fn spawn_background(
+        &self,
+        work: impl Future<Output = ()> + Send + 'static,
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        let done = self.busy();
+        let (finished, receiver) = tokio::sync::oneshot::channel();
+        // Handle::spawn never panics: after runtime shutdown the task is dropped (and
+        // `done` with it) and the lease frees the lock.
+        self.inner.runtime.spawn(async move {
+            let _done = done;
+            work.await;
+            let _ = finished.send(());
+        });
+        receiver
+    }
+
+    /// Counts a wait or give-back in progress until the returned value is dropped;
+    /// [`Client::shutdown`] waits for them.
+    pub(crate) fn busy(&self) -> Busy {
+        self.inner.background.send_modify(|running| *running += 1);
+        Busy(self.inner.background.clone())
+    }
+
+    /// Records a live hold for shutdown; returns its id, or `None` once shutdown began
+    /// (checked under the same lock shutdown drains the holds with).
+    pub(crate) fn track_hold<R: RawProtocol>(
+        &self,
+        raw: &R,
+        token: &str,
+        cell: &LeaseCell,
+    ) -> Option<u64> {
         let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
         let (raw, token) = (raw.clone(), token.to_string());
         let give_back: GiveBack = Box::new(move || {
@@ -370,14 +464,18 @@ impl Client {
                 }
             })
         });
-        self.inner.holds.lock().unwrap().insert(
+        let mut holds = self.inner.holds.lock().unwrap();
+        if self.is_closed() {
+            return None;
+        }
+        holds.insert(
             id,
             TrackedHold {
                 give_back,
                 cell: cell.clone(),
             },
         );
-        id
+        Some(id)
     }
 
     /// Forgets a hold; false when shutdown already took (and released) it.

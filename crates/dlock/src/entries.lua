@@ -13,10 +13,11 @@ local function entry_put(key, token, ends, data)
 end
 
 -- Removes the entries whose lease ended (calling forget(data) for each); deletes the hash
--- when none is left. Returns the number of live entries and the soonest end among them.
+-- when none is left, and otherwise lets it expire with its latest lease, so it never
+-- outlives its holders. Returns the number of live entries and the soonest end among them.
 local function entries_purge(key, now, forget)
   local fields = redis.call('HGETALL', key)
-  local live, soonest = 0, nil
+  local live, soonest, latest = 0, nil, 0
   for i = 1, #fields, 2 do
     if string.sub(fields[i], 1, 2) == 'h:' then
       local ends, data = entry_parse(fields[i + 1])
@@ -30,11 +31,16 @@ local function entries_purge(key, now, forget)
         if soonest == nil or ends < soonest then
           soonest = ends
         end
+        if ends > latest then
+          latest = ends
+        end
       end
     end
   end
   if live == 0 then
     redis.call('DEL', key)
+  elseif redis.call('PTTL', key) > latest - now then
+    redis.call('PEXPIRE', key, fmt(latest - now))
   end
   return live, soonest
 end

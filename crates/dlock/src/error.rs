@@ -116,6 +116,15 @@ impl Error {
         if is_transient(&err) {
             return Error::Connection(err);
         }
+        if err.kind() == redis::ErrorKind::Parse {
+            // Something answered, but not in the Redis protocol (e.g. an HTTP server).
+            return Error::Connection(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the server does not speak the Redis protocol ({err}); check the host and port"
+                ),
+            )));
+        }
         if err.kind() == redis::ErrorKind::InvalidClientConfig {
             return Error::InvalidArgument(err.to_string());
         }
@@ -138,7 +147,9 @@ impl Error {
 
 fn is_transient(err: &redis::RedisError) -> bool {
     use redis::ServerErrorKind as S;
-    err.is_io_error()
+    // BUSY: another client's script is running long; the server answers again after it.
+    err.code() == Some("BUSY")
+        || err.is_io_error()
         || err.is_timeout()
         || err.is_connection_refusal()
         || err.is_connection_dropped()

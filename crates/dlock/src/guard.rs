@@ -41,9 +41,18 @@ pub struct Guard<R: RawLock> {
 }
 
 impl<R: RawLock> Guard<R> {
-    /// Starts holding what an attempt sent at `sent` granted to `token`.
-    pub(crate) fn start(raw: R, token: String, fence: u64, holds: u32, sent: Instant) -> Guard<R> {
+    /// Starts holding what an attempt sent at `sent` granted to `token`; `None` when the
+    /// client was shut down meanwhile (the caller gives the grant back).
+    pub(crate) fn start(
+        raw: R,
+        token: String,
+        fence: u64,
+        holds: u32,
+        sent: Instant,
+    ) -> Option<Guard<R>> {
         let options = raw.options();
+        let cell = lease::new_cell(lease::valid_until(sent, options.ttl));
+        let hold_id = raw.client().track_hold(&raw, &token, &cell)?;
         let held = Held::start(
             raw.client(),
             &token,
@@ -51,9 +60,9 @@ impl<R: RawLock> Guard<R> {
             raw.hold_key(),
             options.ttl,
             options.renewal,
+            cell,
         );
-        let hold_id = raw.client().track_hold(&raw, &token, &held.cell);
-        Guard {
+        Some(Guard {
             raw,
             token,
             fence,
@@ -61,7 +70,7 @@ impl<R: RawLock> Guard<R> {
             held,
             hold_id,
             done: false,
-        }
+        })
     }
 
     /// The lock name.
@@ -114,25 +123,13 @@ impl<R: RawLock> Guard<R> {
     /// [`Error::Lost`] when it does not. (The holds of a reentrant owner share one lease,
     /// which an extend never shortens.)
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        lease::validate_ttl(ttl)?;
+        // No renewal round may interleave: the later reply must be the lease Redis has.
+        let paused = self.held.pause_renewal().await;
         let sent = Instant::now();
-        let (key, kind) = self.raw.hold_key();
-        let outcome: Vec<i64> = crate::renew::RENEW
-            .call()
-            .key(key)
-            .arg(kind.code())
-            .arg(&self.token)
-            .arg(ttl.as_millis() as u64)
-            .run(self.raw.client())
-            .await?;
-        match outcome.as_slice() {
-            [1] => {
-                self.held.extended(sent, ttl);
-                Ok(())
-            }
-            [0 | -1] => Err(self.lost_error()),
-            other => Err(Error::unexpected_reply(other)),
-        }
+        extend_hold(&self.raw, &self.token, ttl).await?;
+        self.held.extended(sent, ttl);
+        drop(paused);
+        Ok(())
     }
 
     /// Asks Redis whether this hold is still held.
@@ -153,12 +150,16 @@ impl<R: RawLock> Guard<R> {
     /// lock now (which is left untouched), or when
     /// [`Client::shutdown`](crate::Client::shutdown) already released it.
     pub async fn unlock(mut self) -> Result<()> {
-        self.done = true;
         self.held.stop_renewal().await;
-        if !self.raw.client().untrack_hold(self.hold_id) {
-            return Err(self.lost_error());
+        let released = self.raw.release(&self.token).await;
+        // Only now: if this future is dropped before, the drop releases in the background
+        // (releasing twice is harmless, the second finds the token gone).
+        self.done = true;
+        self.raw.client().untrack_hold(self.hold_id);
+        if released.is_ok() {
+            crate::observe::released(self.raw.kind_name(), self.raw.name());
         }
-        self.raw.release(&self.token).await
+        released
     }
 
     /// Gives up the guard without releasing: renewal stops and the lock stays held until
@@ -173,15 +174,32 @@ impl<R: RawLock> Guard<R> {
     /// Ends this guard without releasing, for a conversion that took the hold over
     /// (downgrade); renewal stops.
     pub(crate) async fn retire(mut self) {
-        self.done = true;
         self.held.stop_renewal().await;
+        self.done = true;
         self.raw.client().untrack_hold(self.hold_id);
     }
+}
 
-    fn lost_error(&self) -> Error {
-        Error::Lost {
-            name: self.raw.name().to_string(),
-        }
+/// Restarts the lease of the hold `token` of `raw`'s kind at `ttl`;
+/// [`Error::Lost`] when it is not held.
+pub(crate) async fn extend_hold<R: RawLock>(raw: &R, token: &str, ttl: Duration) -> Result<()> {
+    lease::validate_ttl(ttl)?;
+    let (key, kind) = raw.hold_key();
+    let outcome: Vec<i64> = crate::renew::RENEW
+        .call()
+        .key(key)
+        .arg(kind.code())
+        .arg(token)
+        .arg(ttl.as_millis() as u64)
+        .run(raw.client())
+        .await?;
+    match outcome.as_slice() {
+        [1] => Ok(()),
+        [0] => Err(Error::Lost {
+            name: raw.name().to_string(),
+        }),
+        [-1] => Err(raw.client().wrong_type(key, kind.wanted()).await),
+        other => Err(Error::unexpected_reply(other)),
     }
 }
 
@@ -207,15 +225,14 @@ impl<R: RawLock> Drop for Guard<R> {
         }
         let renewal = self.held.detach();
         let (raw, token) = (self.raw.clone(), std::mem::take(&mut self.token));
-        // Handle::spawn never panics: after runtime shutdown the task is dropped and the
-        // lease frees the lock.
-        client.inner.runtime.spawn(async move {
+        // Nobody waits for it here; shutdown does.
+        drop(client.spawn_background(async move {
             if let Some(renewal) = renewal {
                 renewal.cancel().await;
             }
             if let Err(err) = raw.release(&token).await {
                 tracing::debug!(lock = %raw.name(), error = %err, "background release failed; the lease will expire");
             }
-        });
+        }));
     }
 }

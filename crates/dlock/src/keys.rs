@@ -11,6 +11,13 @@ use crate::error::{Error, Result};
 /// Longest accepted lock name, in bytes (prefix excluded).
 pub const MAX_NAME_LEN: usize = 512;
 
+/// Checks a lock name (with the prefix it will get) the way every lock constructor does,
+/// without a client: not empty, at most [`MAX_NAME_LEN`] bytes, no control characters, no
+/// `}` outside a hash tag.
+pub fn check_name(prefix: &str, name: &str) -> Result<()> {
+    LockKeys::new(prefix, name).map(drop)
+}
+
 /// The keys and channel of one named lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {

@@ -64,8 +64,8 @@ impl Held {
         (key, kind): (&str, HoldKind),
         ttl: Duration,
         renewal: Renewal,
+        cell: LeaseCell,
     ) -> Held {
-        let cell = new_cell(valid_until(sent, ttl));
         let registration = match renewal {
             Renewal::Manual => None,
             Renewal::Auto { max_hold } => Some(client.renewer().register(
@@ -92,9 +92,21 @@ impl Held {
         LostSignal::new(&self.cell)
     }
 
-    /// Records a successful manual extension sent at `sent`.
+    /// Records a successful manual extension sent at `sent`: the lease is now exactly
+    /// `ttl` from then (shorter or longer), and renewals go on with that `ttl`.
     pub fn extended(&self, sent: Instant, ttl: Duration) {
         renewed(&self.cell, valid_until(sent, ttl));
+        if let Some(registration) = &self.registration {
+            registration.set_ttl(ttl, sent);
+        }
+    }
+
+    /// Holds off renewal rounds while a manual extension is on the wire.
+    pub async fn pause_renewal(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match &self.registration {
+            Some(registration) => Some(registration.pause().await),
+            None => None,
+        }
     }
 
     /// Stops renewal; when this returns no renewal of this lease is on the wire.
@@ -160,10 +172,13 @@ pub(crate) fn new_cell(valid_until: Instant) -> LeaseCell {
     }))
 }
 
-/// Moves the deadline forward (never backward, never after the lease was declared lost).
+/// Sets the deadline after a successful renewal or extension: exactly the new lease, which
+/// may be shorter than the old one (an extension to a shorter ttl shortens the lease in
+/// Redis too). Renewals and extensions never overlap, so the last reply is Redis's lease.
+/// Never after the lease was declared lost.
 pub(crate) fn renewed(cell: &LeaseCell, valid_until: Instant) {
     cell.send_if_modified(|state| {
-        if state.lost.is_none() && valid_until > state.valid_until {
+        if state.lost.is_none() && valid_until != state.valid_until {
             state.valid_until = valid_until;
             true
         } else {
@@ -172,8 +187,8 @@ pub(crate) fn renewed(cell: &LeaseCell, valid_until: Instant) {
     });
 }
 
-/// Declares the lease lost (the first reason sticks).
-pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) {
+/// Declares the lease lost (the first reason sticks); true if this declared it.
+pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) -> bool {
     cell.send_if_modified(|state| {
         if state.lost.is_none() {
             state.lost = Some(reason);
@@ -181,7 +196,7 @@ pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) {
         } else {
             false
         }
-    });
+    })
 }
 
 /// Tells a holder that it may have lost its lock.

@@ -30,6 +30,12 @@
 //!
 //! See the README for the safety model: what is guaranteed, under which Redis settings,
 //! and where it ends.
+//!
+//! Observability: every acquire, renewal failure, loss and release is a `tracing` event
+//! naming the lock; with the `metrics` feature dlock also records counters and a wait-time
+//! histogram through the `metrics` facade (`dlock_acquired_total`, `dlock_busy_total`,
+//! `dlock_timed_out_total`, `dlock_lost_total`, `dlock_renew_failures_total`,
+//! `dlock_wait_seconds`).
 
 #![warn(missing_docs)]
 
@@ -37,10 +43,12 @@ pub mod blocking;
 mod client;
 mod error;
 mod guard;
+pub mod inspect;
 mod keys;
 mod lease;
 pub mod mutex;
 mod notifier;
+mod observe;
 mod options;
 mod queue;
 mod raw;
@@ -52,12 +60,13 @@ pub mod semaphore;
 mod wait;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_TIMEOUT,
-    MIN_REDIS_VERSION,
+    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_HOLDER_LABEL,
+    MAX_TIMEOUT, MIN_REDIS_VERSION,
 };
 pub use error::{Error, Result};
 pub use guard::Guard;
-pub use keys::MAX_NAME_LEN;
+pub use inspect::{Holder, LockInfo, LockKind};
+pub use keys::{check_name, MAX_NAME_LEN};
 pub use lease::{drift_allowance, LostReason, LostSignal, MAX_TTL, MIN_TTL};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{LockOptions, Renewal, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF};
@@ -66,6 +75,11 @@ pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use wait::{Backoff, Wait};
+
+/// The README's Rust snippets, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeSnippets;
 
 /// Formats a duration for people: `250ms`, `1.5s`, `5m`, `1h30m`, `24h`.
 pub fn humane(duration: std::time::Duration) -> String {

@@ -30,6 +30,9 @@ struct Entry {
     /// lock, so a broadcast in between is not missed.
     all: watch::Sender<u64>,
     waiters: usize,
+    /// Subscribed on the current connection (false when the server refused, e.g. an ACL
+    /// user without the channel: its waiters poll).
+    live: Arc<AtomicBool>,
 }
 
 /// State shared by the notifier task and the waiters.
@@ -43,6 +46,12 @@ impl Channels {
     fn wake_all(&self) {
         for entry in self.entries.lock().unwrap().values() {
             entry.all.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn set_live(&self, channel: &str, live: bool) {
+        if let Some(entry) = self.entries.lock().unwrap().get(channel) {
+            entry.live.store(live, Ordering::Release);
         }
     }
 
@@ -100,20 +109,22 @@ impl Notifier {
     /// Registers interest in `channel` and returns once Redis confirmed the subscription
     /// (or it could not be made, in which case the waiter polls).
     pub(crate) async fn watch(&self, channel: &str) -> Watch {
-        let (one, all) = {
+        let (one, all, live) = {
             let mut entries = self.channels.entries.lock().unwrap();
             let entry = entries.entry(channel.to_string()).or_insert_with(|| Entry {
                 one: Arc::new(Notify::new()),
                 all: watch::channel(0).0,
                 waiters: 0,
+                live: Arc::new(AtomicBool::new(false)),
             });
             entry.waiters += 1;
-            (entry.one.clone(), entry.all.subscribe())
+            (entry.one.clone(), entry.all.subscribe(), entry.live.clone())
         };
         let watch = Watch {
             channel: channel.to_string(),
             one,
             all,
+            live,
             holding_wake: false,
             channels: self.channels.clone(),
             commands: self.commands.clone(),
@@ -136,6 +147,7 @@ pub(crate) struct Watch {
     channel: String,
     one: Arc<Notify>,
     all: watch::Receiver<u64>,
+    live: Arc<AtomicBool>,
     /// Woken by a `one` message whose attempt has not answered yet.
     holding_wake: bool,
     channels: Arc<Channels>,
@@ -148,9 +160,9 @@ impl Watch {
         self.all.borrow_and_update();
     }
 
-    /// True while notifications are being delivered (otherwise, poll).
+    /// True while notifications for this channel are being delivered (otherwise, poll).
     pub(crate) fn is_live(&self) -> bool {
-        self.channels.connected.load(Ordering::Acquire)
+        self.channels.connected.load(Ordering::Acquire) && self.live.load(Ordering::Acquire)
     }
 
     /// The attempt after a wake answered (granted or busy): the wake is used up.
@@ -189,49 +201,81 @@ impl Drop for Watch {
     }
 }
 
+/// What subscribing one channel came to.
+enum Subscribed {
+    Yes,
+    /// The server refused this channel (e.g. NOPERM): its waiters poll.
+    Refused,
+    /// The connection failed.
+    Broken,
+}
+
+async fn subscribe(sink: &mut redis::aio::PubSubSink, channel: &str) -> Subscribed {
+    match sink.subscribe(channel).await {
+        Ok(()) => Subscribed::Yes,
+        Err(err) if err.code().is_some() && !err.is_connection_dropped() => {
+            tracing::debug!(channel, error = %err, "subscription refused; waiters on it poll");
+            Subscribed::Refused
+        }
+        Err(_) => Subscribed::Broken,
+    }
+}
+
+/// Waits `pause` before the next connection attempt, answering subscribe requests with
+/// "no" meanwhile (so waiters poll at once instead of waiting for an answer). False when
+/// the notifier was stopped.
+async fn back_off(pause: Duration, commands: &mut mpsc::UnboundedReceiver<Command>) -> bool {
+    let sleep = tokio::time::sleep(crate::wait::jitter(pause));
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            _ = &mut sleep => return true,
+            command = commands.recv() => match command {
+                Some(Command::Subscribe(_, ack)) => { let _ = ack.send(false); }
+                Some(Command::Forget(_)) => {}
+                Some(Command::Stop) | None => return false,
+            },
+        }
+    }
+}
+
 async fn run_subscriber(
     client: redis::Client,
     connect_timeout: Duration,
     channels: Arc<Channels>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
-    let mut retry = Duration::from_millis(50);
+    const FIRST_PAUSE: Duration = Duration::from_millis(50);
+    let mut pause = FIRST_PAUSE;
     loop {
         let connection = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
-        let (mut sink, mut stream) = match connection {
-            Ok(Ok(pubsub)) => pubsub.split(),
-            _ => {
-                // Keep answering subscribe requests (with "no") while disconnected, so
-                // waiters fall back to polling at once instead of waiting for an ack.
-                let sleep = tokio::time::sleep(crate::wait::jitter(retry));
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        command = commands.recv() => match command {
-                            Some(Command::Subscribe(_, ack)) => { let _ = ack.send(false); }
-                            Some(Command::Forget(_)) => {}
-                            Some(Command::Stop) | None => return,
-                        },
-                    }
-                }
-                retry = (retry * 2).min(Duration::from_secs(2));
-                continue;
+        let Ok(Ok(pubsub)) = connection else {
+            if !back_off(pause, &mut commands).await {
+                return;
             }
+            pause = (pause * 2).min(Duration::from_secs(2));
+            continue;
         };
-        retry = Duration::from_millis(50);
-
+        let (mut sink, mut stream) = pubsub.split();
         let mut subscribed: HashSet<String> = HashSet::new();
         let wanted: Vec<String> = channels.entries.lock().unwrap().keys().cloned().collect();
         let mut healthy = true;
         for channel in wanted {
-            if sink.subscribe(&channel).await.is_err() {
-                healthy = false;
-                break;
+            match subscribe(&mut sink, &channel).await {
+                Subscribed::Yes => {
+                    channels.set_live(&channel, true);
+                    subscribed.insert(channel);
+                }
+                Subscribed::Refused => channels.set_live(&channel, false),
+                Subscribed::Broken => {
+                    healthy = false;
+                    break;
+                }
             }
-            subscribed.insert(channel);
         }
         if healthy {
+            // Only a connection that subscribed resets the pause between attempts.
+            pause = FIRST_PAUSE;
             channels.connected.store(true, Ordering::Release);
             // Releases may have been missed while disconnected: everyone re-checks.
             channels.wake_all();
@@ -245,10 +289,22 @@ async fn run_subscriber(
                 },
                 command = commands.recv() => match command {
                     Some(Command::Subscribe(channel, ack)) => {
-                        let ok = subscribed.contains(&channel) || match sink.subscribe(&channel).await {
-                            Ok(()) => { subscribed.insert(channel); true }
-                            Err(_) => { healthy = false; false }
+                        let ok = if subscribed.contains(&channel) {
+                            true
+                        } else {
+                            match subscribe(&mut sink, &channel).await {
+                                Subscribed::Yes => {
+                                    subscribed.insert(channel.clone());
+                                    true
+                                }
+                                Subscribed::Refused => false,
+                                Subscribed::Broken => {
+                                    healthy = false;
+                                    false
+                                }
+                            }
                         };
+                        channels.set_live(&channel, ok);
                         let _ = ack.send(ok);
                     }
                     Some(Command::Forget(channel)) => {
@@ -264,5 +320,9 @@ async fn run_subscriber(
         channels.connected.store(false, Ordering::Release);
         tracing::debug!("release notifications interrupted; waiters poll until reconnected");
         channels.wake_all();
+        if !back_off(pause, &mut commands).await {
+            return;
+        }
+        pause = (pause * 2).min(Duration::from_secs(2));
     }
 }

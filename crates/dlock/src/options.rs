@@ -110,7 +110,10 @@ impl LockOptions {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// Checks the options the way every lock constructor does, without a client: a lease
+    /// within [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL), sane backoff and
+    /// waits. [`Error::InvalidArgument`] says what is wrong.
+    pub fn validate(&self) -> Result<()> {
         lease::validate_ttl(self.ttl)?;
         lease::validate_ttl(self.waiter_lease)?;
         if self.backoff.min.is_zero()

@@ -30,6 +30,8 @@ local function type_error(key, wanted)
   local found = redis.call('TYPE', key).ok
   if found == 'hash' then
     found = redis.call('HGET', key, KIND) or 'hash'
+  elseif found == 'string' and wanted == 'counter' then
+    found = 'text' -- a string, but not a number
   end
   return {err = 'DLOCKTYPE ' .. found .. ' ' .. wanted .. ' ' .. key}
 end
@@ -91,4 +93,11 @@ local function keep_alive(key, lease)
   if redis.call('PTTL', key) < lease then
     redis.call('PEXPIRE', key, lease)
   end
+end
+
+-- Announces on a channel. Notifications only spare waiters a poll: a user whose ACL does
+-- not allow the channel still locks and releases (its waiters poll), so a refused
+-- PUBLISH is ignored.
+local function notify(channel, payload)
+  redis.pcall('PUBLISH', channel, payload)
 end

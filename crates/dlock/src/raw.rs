@@ -57,6 +57,15 @@ pub enum HoldKind {
 }
 
 impl HoldKind {
+    /// What a key holding this kind of hold is, in the words of `DLOCKTYPE` errors.
+    pub fn wanted(self) -> &'static str {
+        match self {
+            HoldKind::String => "string",
+            HoldKind::Reentrant => "reentrant",
+            HoldKind::Entry => "entries",
+        }
+    }
+
     pub fn code(self) -> &'static str {
         match self {
             HoldKind::String => "s",
@@ -116,6 +125,9 @@ pub mod private {
         const HOLD: HoldKind;
         /// The named lock this kind acts on.
         fn core(&self) -> &LockCore;
+        /// The kind's name in logs and metrics: `mutex`, `fair`, `reentrant`, `read`,
+        /// `write`, `semaphore`.
+        fn kind_name(&self) -> &'static str;
         fn waiting(&self) -> Waiting<'_>;
         /// One attempt for the hold `token`; with `join_queue`, a queued kind takes (or
         /// refreshes) the waiter's place when not granted. A resend with the same token

@@ -123,9 +123,12 @@ pub(crate) fn describe(kind: &str) -> String {
             "a string (a dlock mutex, fair mutex or write lock, or another client's lock)".into()
         }
         "counter" => "an integer fencing counter".into(),
+        "text" => "a string that is not a number".into(),
+        "queue" => "a dlock waiter queue (a sorted set)".into(),
         "reentrant" => "a dlock reentrant mutex".into(),
         "read" => "the read holds of a dlock read-write lock".into(),
         "semaphore" => "the permits of a dlock semaphore".into(),
+        "entries" => "dlock read holds or semaphore permits".into(),
         "hash" => "a hash that dlock did not write".into(),
         other => format!("a value of type {other}"),
     }

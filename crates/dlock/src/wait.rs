@@ -19,8 +19,8 @@ use rand::Rng;
 
 use crate::error::{Error, Result};
 use crate::guard::Guard;
-use crate::lease;
 use crate::notifier::Watch;
+use crate::observe;
 use crate::queue::QueueKeys;
 use crate::raw::{Attempt, RawLock, Waiting};
 
@@ -100,9 +100,18 @@ fn next_sleep(
     sleep
 }
 
+/// How often a wait that keeps failing on a transient error says so at warn level.
+const RETRY_WARNING_EVERY: Duration = Duration::from_secs(10);
+
 /// Takes a hold of `raw`: one attempt when `single` (or the wait policy is
 /// [`Wait::NoWait`]), otherwise waiting per the options.
 pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> {
+    use tracing::Instrument;
+    let span = tracing::debug_span!("dlock.acquire", lock = %raw.name(), kind = raw.kind_name());
+    acquire_in_span(raw, single).instrument(span).await
+}
+
+async fn acquire_in_span<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> {
     let client = raw.client().clone();
     let options = *raw.options();
     let wait = if single { Wait::NoWait } else { options.wait };
@@ -111,6 +120,8 @@ pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R
         _ => None,
     };
     let join_queue = queue.is_some();
+    // Shutdown waits for this wait to end (it ends at once when it sees the client closed).
+    let _busy = client.busy();
     let mut claim = Claim::new(raw.clone(), queue);
     let started = Instant::now();
     let deadline = match wait {
@@ -121,6 +132,7 @@ pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R
     let mut poll = options.backoff.min;
     let mut watch: Option<Watch> = None;
     let mut attempts: u32 = 0;
+    let mut last_warning: Option<Instant> = None;
     let outcome = loop {
         if client.is_closed() {
             break Err(Error::Closed);
@@ -138,12 +150,17 @@ pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R
                 if let Some(watch) = watch.as_mut() {
                     watch.wake_used();
                 }
-                if client.is_closed() {
-                    claim.unknown(); // granted after shutdown began: give it back
-                    break Err(Error::Closed);
+                match claim.into_guard(fence, holds, sent) {
+                    Ok(guard) => {
+                        observe::acquired(raw.kind_name(), raw.name(), attempts, started.elapsed());
+                        return Ok(guard);
+                    }
+                    Err(returned) => {
+                        // Granted after shutdown began: give it back.
+                        claim = returned;
+                        break Err(Error::Closed);
+                    }
                 }
-                tracing::debug!(lock = %raw.name(), attempts, fence, waited = ?started.elapsed(), "acquired");
-                return Ok(claim.into_guard(fence, holds, sent));
             }
             Ok(Attempt::Busy { remaining }) => {
                 claim.answered();
@@ -157,7 +174,11 @@ pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R
                 if wait == Wait::NoWait || past_deadline() {
                     break Err(err);
                 }
-                tracing::debug!(lock = %raw.name(), error = %err, "acquire attempt failed; retrying");
+                let loud = !matches!(last_warning, Some(at) if at.elapsed() < RETRY_WARNING_EVERY);
+                if loud {
+                    last_warning = Some(Instant::now());
+                }
+                observe::retrying(raw.kind_name(), raw.name(), &err, loud);
                 (None, true)
             }
             Err(err) => {
@@ -166,12 +187,14 @@ pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R
             }
         };
         if wait == Wait::NoWait {
+            observe::busy(raw.kind_name(), raw.name());
             break Err(Error::Busy {
                 name: raw.name().to_string(),
                 remaining,
             });
         }
         if past_deadline() {
+            observe::timed_out(raw.kind_name(), raw.name(), started.elapsed());
             break Err(Error::TimedOut {
                 name: raw.name().to_string(),
                 waited: started.elapsed(),
@@ -228,8 +251,8 @@ pub(crate) struct Claim<R: RawLock> {
 impl<R: RawLock> Claim<R> {
     pub fn new(raw: R, queue: Option<QueueKeys>) -> Claim<R> {
         Claim {
+            token: raw.client().new_token(),
             raw,
-            token: lease::new_token(),
             queue,
             in_flight: false,
             unknown: false,
@@ -255,13 +278,23 @@ impl<R: RawLock> Claim<R> {
         self.unknown = true;
     }
 
-    /// The wait ended with a grant: the guard takes the hold over.
-    pub fn into_guard(mut self, fence: u64, holds: u32, sent: Instant) -> Guard<R> {
-        self.armed = false;
-        let token = std::mem::take(&mut self.token);
-        Guard::start(self.raw.clone(), token, fence, holds, sent)
+    /// The wait ended with a grant: the guard takes the hold over. When the client was
+    /// shut down meanwhile the claim comes back, to give the grant back.
+    pub fn into_guard(mut self, fence: u64, holds: u32, sent: Instant) -> Result<Guard<R>, Self> {
+        match Guard::start(self.raw.clone(), self.token.clone(), fence, holds, sent) {
+            Some(guard) => {
+                self.armed = false;
+                Ok(guard)
+            }
+            None => {
+                self.unknown = true;
+                Err(self)
+            }
+        }
     }
 
+    /// What giving back needs, as a task of its own (so dropping whoever awaits it
+    /// cannot cut it short), or `None` when nothing may be ours.
     fn cleanup(&mut self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         if !self.armed {
             return None;
@@ -274,8 +307,16 @@ impl<R: RawLock> Claim<R> {
         }
         let (raw, token) = (self.raw.clone(), std::mem::take(&mut self.token));
         Some(async move {
-            if release {
-                match raw.release(&token).await {
+            let options = *raw.options();
+            // Independent steps, run together: a grant we may have (its lease is at most
+            // `ttl` from now: past that there is nothing to give back), and our place in
+            // the queue (at most the waiter lease).
+            let give_back_grant = async {
+                if !release {
+                    return;
+                }
+                let until = Instant::now() + options.ttl;
+                match retrying(until, || raw.release(&token)).await {
                     Ok(()) => {
                         tracing::debug!(lock = %raw.name(), "gave back a grant whose reply was lost")
                     }
@@ -284,19 +325,42 @@ impl<R: RawLock> Claim<R> {
                         tracing::debug!(lock = %raw.name(), error = %err, "giving back a possible grant failed; its lease will expire")
                     }
                 }
-            }
-            if let Some(queue) = queue {
-                if let Err(err) = queue.leave(raw.client(), &token).await {
+            };
+            let leave_queue = async {
+                let Some(queue) = &queue else { return };
+                let until = Instant::now() + options.waiter_lease;
+                if let Err(err) = retrying(until, || queue.leave(raw.client(), &token)).await {
                     tracing::debug!(lock = %raw.name(), error = %err, "leaving the queue failed; the waiter lease will expire");
                 }
-            }
+            };
+            futures_util::future::join(give_back_grant, leave_queue).await;
         })
     }
 
-    /// The wait ended without a guard: give back what may be ours, now.
+    /// The wait ended without a guard: give back what may be ours before returning.
     pub async fn give_back(mut self) {
         if let Some(cleanup) = self.cleanup() {
-            cleanup.await;
+            let done = self.raw.client().spawn_background(cleanup);
+            let _ = done.await;
+        }
+    }
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or `until` passes, retrying transient
+/// errors (a give-back whose request timed out, perhaps before its script was loaded).
+async fn retrying<T, F, Fut>(until: Instant, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match attempt().await {
+            Err(err) if err.is_transient() && Instant::now() + pause < until => {
+                tokio::time::sleep(jitter(pause)).await;
+                pause = (pause * 2).min(Duration::from_millis(250));
+            }
+            other => return other,
         }
     }
 }
@@ -304,7 +368,7 @@ impl<R: RawLock> Claim<R> {
 impl<R: RawLock> Drop for Claim<R> {
     fn drop(&mut self) {
         if let Some(cleanup) = self.cleanup() {
-            self.raw.client().inner.runtime.spawn(cleanup);
+            drop(self.raw.client().spawn_background(cleanup));
         }
     }
 }

@@ -281,3 +281,43 @@ async fn readers_held_back_by_a_writer_that_gives_up_proceed_at_once() {
     second.unlock().await.unwrap();
     first_reader.unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_crashed_writer_waiter_holds_readers_back_only_for_its_waiter_lease() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client
+        .rwlock_with("config", options(Wait::NoWait).ttl(Duration::from_secs(30)))
+        .unwrap();
+    let writer = lock.try_write().await.unwrap();
+    // A writer that queued and then crashed: its place (lease ends in 1 s) is all that
+    // is left of it; nobody will wake anyone for it.
+    let (secs, micros): (u64, u64) = server.cmd(&["TIME"]);
+    let now_ms = secs * 1000 + micros / 1000;
+    let _: i64 = server.cmd(&[
+        "ZADD",
+        "{config}:queue",
+        &(now_ms * 1000).to_string(),
+        "ghost",
+    ]);
+    let _: i64 = server.cmd(&[
+        "ZADD",
+        "{config}:queue-leases",
+        &(now_ms + 1000).to_string(),
+        "ghost",
+    ]);
+    let reader_lock = client
+        .rwlock_with("config", options(Wait::Timeout(Duration::from_secs(20))))
+        .unwrap();
+    let reader = tokio::spawn(async move { reader_lock.read(&Owner::new()).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    writer.unlock().await.unwrap();
+    // The release woke the ghost, not the reader; the reader must look again when the
+    // ghost's waiter lease ends (1 s), not when the old writer's lease would have (30 s).
+    let read = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("the reader waited for the old writer's whole lease")
+        .unwrap()
+        .unwrap();
+    read.unlock().await.unwrap();
+}

@@ -13,7 +13,6 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
-use crate::lease;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
@@ -185,27 +184,7 @@ impl Mutex {
     /// Resets the lease of the lock held with `token` to `ttl`. Fails with [`Error::Lost`]
     /// when that token no longer holds it.
     pub async fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
-        lease::validate_ttl(ttl)?;
-        let outcome: Vec<i64> = crate::renew::RENEW
-            .call()
-            .key(&self.core.keys.key)
-            .arg(HoldKind::String.code())
-            .arg(token)
-            .arg(ttl.as_millis() as u64)
-            .run(&self.core.client)
-            .await?;
-        match outcome.as_slice() {
-            [1] => Ok(()),
-            [0] => Err(Error::Lost {
-                name: self.core.keys.name.clone(),
-            }),
-            [-1] => Err(self
-                .core
-                .client
-                .wrong_type(&self.core.keys.key, "string")
-                .await),
-            other => Err(Error::unexpected_reply(other)),
-        }
+        crate::guard::extend_hold(self, token, ttl).await
     }
 
     /// The token that holds the lock now, if any (a plain `GET`; `None` when free).
@@ -242,6 +221,14 @@ impl RawProtocol for Mutex {
 
     fn core(&self) -> &LockCore {
         &self.core
+    }
+
+    fn kind_name(&self) -> &'static str {
+        if self.queue.is_some() {
+            "fair"
+        } else {
+            "mutex"
+        }
     }
 
     fn waiting(&self) -> Waiting<'_> {

@@ -5,5 +5,5 @@ if token_at(KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'one')
+notify(ARGV[2], 'one')
 return 1

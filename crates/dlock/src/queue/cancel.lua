@@ -14,6 +14,6 @@ if was_head then
   wake(ARGV[2], queue_head(KEYS[1]))
 end
 if ARGV[3] and redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('PUBLISH', ARGV[3], 'all')
+  notify(ARGV[3], 'all')
 end
 return 1

@@ -7,7 +7,7 @@
 
 -- Removes waiters whose lease ended; returns how many.
 local function queue_purge(queue, leases, now)
-  local dead = redis.call('ZRANGEBYSCORE', leases, '-inf', fmt(now))
+  local dead = call_on('queue', 'ZRANGEBYSCORE', leases, '-inf', fmt(now))
   for _, waiter in ipairs(dead) do
     redis.call('ZREM', queue, waiter)
   end
@@ -50,12 +50,12 @@ local function queue_rank(queue, waiter)
 end
 
 local function queue_head(queue)
-  return redis.call('ZRANGE', queue, 0, 0)[1]
+  return call_on('queue', 'ZRANGE', queue, 0, 0)[1]
 end
 
 -- Wakes exactly one waiter on its own channel.
 local function wake(prefix, waiter)
   if waiter then
-    redis.call('PUBLISH', prefix .. waiter, 'one')
+    notify(prefix .. waiter, 'one')
   end
 end

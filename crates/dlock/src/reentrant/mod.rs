@@ -192,6 +192,10 @@ impl RawProtocol for OwnedBy {
         &self.mutex.core
     }
 
+    fn kind_name(&self) -> &'static str {
+        "reentrant"
+    }
+
     fn waiting(&self) -> Waiting<'_> {
         Waiting::Channel(&self.mutex.core.keys.channel)
     }

@@ -22,7 +22,7 @@ end
 local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
 if count <= 0 then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'one')
+  notify(ARGV[2], 'one')
   return 0
 end
 return count

@@ -1,6 +1,14 @@
 -- Whether a hold is still held. KEYS[1] lock key; ARGV[1] kind ('s', 'r', 'e'; see
--- holds.lua); ARGV[2] token. Returns 1 held, 0 not held.
-if hold_state(ARGV[1], KEYS[1], ARGV[2], now_ms()) then
+-- holds.lua); ARGV[2] token. Returns 1 held, 0 not held (also when another kind holds
+-- the key now).
+local ok, held = pcall(hold_state, ARGV[1], KEYS[1], ARGV[2], now_ms())
+if not ok then
+  if type(held) == 'table' and held.err and string.sub(held.err, 1, 9) == 'DLOCKTYPE' then
+    return 0 -- another kind holds the key now: not us
+  end
+  error(held)
+end
+if held then
   return 1
 end
 return 0

@@ -20,6 +20,7 @@ use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 
 use crate::lease::{self, LeaseCell, LostReason};
+use crate::observe;
 use crate::raw::HoldKind;
 use crate::script::{lua_script, LuaScript};
 
@@ -125,6 +126,22 @@ impl Registration {
     }
 }
 
+impl Registration {
+    /// Renew with `ttl` from now on (after a manual extension sent at `extended_at`).
+    pub(crate) fn set_ttl(&self, ttl: Duration, extended_at: Instant) {
+        if let Some(entry) = self.shared.entries.lock().unwrap().get_mut(&self.id) {
+            entry.spec.ttl = ttl;
+            entry.next_due = extended_at + ttl / 3;
+            entry.retrying = false;
+        }
+    }
+
+    /// Holds off renewal rounds until the returned guard is dropped.
+    pub(crate) async fn pause(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.shared.in_flight.lock().await
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
         self.shared.entries.lock().unwrap().remove(&self.id);
@@ -172,7 +189,9 @@ async fn round(conn: &ConnectionManager, shared: &Shared) {
         entries.retain(|_, entry| {
             let state = *entry.spec.cell.borrow();
             if state.lost.is_some() || now >= state.valid_until {
-                lease::declare_lost(&entry.spec.cell, LostReason::Expired);
+                if lease::declare_lost(&entry.spec.cell, LostReason::Expired) {
+                    observe::lost(&entry.spec.key, LostReason::Expired);
+                }
                 return false;
             }
             // A capped lease is left to run out; its lost signal fires at the deadline.
@@ -222,11 +241,13 @@ async fn round(conn: &ConnectionManager, shared: &Shared) {
                     entry.retrying = false;
                 }
                 Ok(_) => {
-                    lease::declare_lost(&entry.spec.cell, LostReason::Taken);
+                    if lease::declare_lost(&entry.spec.cell, LostReason::Taken) {
+                        observe::lost(&entry.spec.key, LostReason::Taken);
+                    }
                     entries.remove(id);
                 }
                 Err(err) => {
-                    tracing::debug!(key = %entry.spec.key, error = %err, "renewal failed; retrying");
+                    observe::renew_failed(&entry.spec.key, err);
                     // Retry soon, but not in a tight loop.
                     entry.next_due = Instant::now()
                         + (*ttl / 10).clamp(Duration::from_millis(5), Duration::from_millis(250));

@@ -18,6 +18,6 @@ end
 redis.call('DEL', KEYS[1])
 local fence, holds = add_read(KEYS[1], ARGV[2], ARGV[4], now, lease, tonumber(ARGV[5]))
 if redis.call('ZCARD', KEYS[3]) == 0 then
-  redis.call('PUBLISH', ARGV[6], 'all') -- other readers may join now
+  notify(ARGV[6], 'all') -- other readers may join now
 end
 return {1, fence, holds}

@@ -143,6 +143,30 @@ impl RwLock {
         Ok(owners.len() as u32)
     }
 
+    /// Gives back the read hold with `token` (e.g. one printed by `dlock acquire --read`);
+    /// [`Error::Lost`] when it is not held.
+    pub async fn release_read_token(&self, token: &str) -> Result<()> {
+        self.release_read(token).await
+    }
+
+    /// Releases the write lock held with `token`; [`Error::Lost`] when not ours.
+    pub async fn release_write_token(&self, token: &str) -> Result<()> {
+        self.release_write(token).await
+    }
+
+    /// Resets the lease of the read hold with `token` to `ttl`; [`Error::Lost`] when it
+    /// is not held.
+    pub async fn extend_read_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
+        // The owner is not needed to find a hold by its token.
+        crate::guard::extend_hold(&self.reading(&Owner::from_id("")), token, ttl).await
+    }
+
+    /// Resets the lease of the write lock held with `token` to `ttl`; [`Error::Lost`] when
+    /// not ours.
+    pub async fn extend_write_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
+        crate::guard::extend_hold(&Writing { lock: self.clone() }, token, ttl).await
+    }
+
     async fn release_read(&self, hold: &str) -> Result<()> {
         let released: i64 = self
             .call(&READ_RELEASE)
@@ -240,11 +264,16 @@ impl Guard<Writing> {
         };
         claim.answered();
         match Attempt::from_reply(&reply)? {
-            Attempt::Granted { fence, holds } => {
-                let read = claim.into_guard(fence, holds, sent);
-                self.retire().await;
-                Ok(read)
-            }
+            Attempt::Granted { fence, holds } => match claim.into_guard(fence, holds, sent) {
+                Ok(read) => {
+                    self.retire().await;
+                    Ok(read)
+                }
+                Err(claim) => {
+                    claim.give_back().await;
+                    Err(Error::Closed)
+                }
+            },
             Attempt::Busy { .. } => {
                 claim.give_back().await;
                 Err(Error::Lost {
@@ -260,6 +289,10 @@ impl RawProtocol for Reading {
 
     fn core(&self) -> &LockCore {
         &self.lock.core
+    }
+
+    fn kind_name(&self) -> &'static str {
+        "read"
     }
 
     fn waiting(&self) -> Waiting<'_> {
@@ -288,6 +321,10 @@ impl RawProtocol for Writing {
 
     fn core(&self) -> &LockCore {
         &self.lock.core
+    }
+
+    fn kind_name(&self) -> &'static str {
+        "write"
     }
 
     fn waiting(&self) -> Waiting<'_> {

@@ -4,11 +4,26 @@
 -- Returns {1, fence, holds}  granted (a resent request restarts its lease, counted once)
 --         {0, ms}            busy; ms until the blocking lease ends (-1 unknown)
 local state = rw_state(KEYS[1])
-if state == 'write' then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
 local owner, lease, hold = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = now_ms()
+-- While writers queue, a reader re-checks when the first one's waiter lease would end (a
+-- crashed writer must not hold readers back longer than that).
+local function writers_wait_until()
+  queue_purge(KEYS[3], KEYS[4], now)
+  local head = queue_head(KEYS[3])
+  if head then
+    return tonumber(redis.call('ZSCORE', KEYS[4], head) or now)
+  end
+  return nil
+end
+if state == 'write' then
+  local pttl = redis.call('PTTL', KEYS[1])
+  local writer_mark = writers_wait_until()
+  if writer_mark and (pttl < 0 or writer_mark - now < pttl) then
+    pttl = math.max(writer_mark - now, 0)
+  end
+  return {0, pttl}
+end
 local live = 0
 if state == 'read' then
   live = purge_reads(KEYS[1], now)
@@ -23,12 +38,9 @@ if live > 0 then
   end
   reading = redis.call('HEXISTS', KEYS[1], 'o:' .. owner) == 1
 end
-queue_purge(KEYS[3], KEYS[4], now)
-if not reading and redis.call('ZCARD', KEYS[3]) > 0 then
-  -- Writers wait: re-check when the first one's waiter lease would end.
-  local head = queue_head(KEYS[3])
-  local lease_end = tonumber(redis.call('ZSCORE', KEYS[4], head) or now)
-  return {0, math.max(lease_end - now, 0)}
+local writer_mark = writers_wait_until()
+if not reading and writer_mark then
+  return {0, math.max(writer_mark - now, 0)}
 end
 local fence = 0
 if not reading then

@@ -11,6 +11,6 @@ local head = queue_head(KEYS[3])
 if head then
   wake(ARGV[2], head)
 else
-  redis.call('PUBLISH', ARGV[3], 'all')
+  notify(ARGV[3], 'all')
 end
 return 1

@@ -120,6 +120,12 @@ impl Semaphore {
         }
     }
 
+    /// Resets the lease of the permit held with `token` to `ttl`; [`Error::Lost`] when its
+    /// lease had ended.
+    pub async fn extend_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
+        crate::guard::extend_hold(self, token, ttl).await
+    }
+
     /// The number of permits held now (leases still running).
     pub async fn held(&self) -> Result<u32> {
         Ok(self
@@ -136,6 +142,10 @@ impl RawProtocol for Semaphore {
 
     fn core(&self) -> &LockCore {
         &self.core
+    }
+
+    fn kind_name(&self) -> &'static str {
+        "semaphore"
     }
 
     fn waiting(&self) -> Waiting<'_> {

@@ -1,0 +1,19 @@
+-- An operator's forced release: deletes whatever dlock lock (or another client's string
+-- lock) holds the name, whoever holds it, and draws a fencing token, so storage that
+-- checks fences refuses the evicted holder's writes from now on. Waiters are woken.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases
+-- ARGV[1] release channel, ARGV[2] wake channel prefix
+-- Returns the new fencing token, or 0 when nothing held the name.
+local found = redis.call('TYPE', KEYS[1]).ok
+if found == 'none' then
+  return 0
+end
+if found ~= 'string' and not (found == 'hash' and redis.call('HGET', KEYS[1], KIND)) then
+  error(type_error(KEYS[1], 'lock'))
+end
+local fence = next_fence(KEYS[2])
+redis.call('DEL', KEYS[1])
+notify(ARGV[1], 'all')
+queue_purge(KEYS[3], KEYS[4], now_ms())
+wake(ARGV[2], queue_head(KEYS[3]))
+return fence

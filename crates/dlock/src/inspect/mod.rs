@@ -1,0 +1,232 @@
+//! Looking at locks from outside: who holds a lock, for how long, what is queued; finding
+//! locks by pattern; and an operator's forced release.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::queue::QueueKeys;
+use crate::script::{lua_script, LuaScript};
+
+static INSPECT: LazyLock<LuaScript> = lua_script!("inspect", "entries.lua", "inspect/inspect.lua");
+static FORCE_RELEASE: LazyLock<LuaScript> = lua_script!(
+    "forced release",
+    "queue/queue.lua",
+    "inspect/force_release.lua"
+);
+
+/// What holds a lock's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// Nothing: the lock is free.
+    Free,
+    /// A token string: a mutex, fair mutex or write lock (they share the format), or
+    /// another client's `SET NX` lock.
+    Exclusive,
+    /// A reentrant mutex.
+    Reentrant,
+    /// Read holds of a read-write lock.
+    Read,
+    /// Semaphore permits.
+    Semaphore,
+    /// A value dlock did not write (its Redis type).
+    Other(String),
+}
+
+impl std::fmt::Display for LockKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LockKind::Free => "free",
+            LockKind::Exclusive => "exclusive",
+            LockKind::Reentrant => "reentrant",
+            LockKind::Read => "read",
+            LockKind::Semaphore => "semaphore",
+            LockKind::Other(kind) => kind,
+        })
+    }
+}
+
+/// One holder of a lock, as [`Client::inspect`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The hold's token.
+    pub token: String,
+    /// The holder label in front of the token, if its client set one
+    /// ([`ClientBuilder::holder_label`](crate::ClientBuilder::holder_label)); the `dlock`
+    /// CLI's is `dlock@host:pid:start`.
+    pub label: Option<String>,
+    /// The owner id of a read hold or reentrant hold.
+    pub owner: Option<String>,
+    /// How long its lease still runs (`None`: no expiry).
+    pub remaining: Option<Duration>,
+}
+
+/// A snapshot of one lock, from [`Client::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The lock name (without prefix).
+    pub name: String,
+    /// The Redis key.
+    pub key: String,
+    /// What holds the key.
+    pub kind: LockKind,
+    /// The holders (one per hold: a reentrant owner's nested holds are listed each).
+    pub holders: Vec<Holder>,
+    /// The key's own remaining lease (`None` when free or without expiry).
+    pub remaining: Option<Duration>,
+    /// The last fencing token drawn for this name (0 if never).
+    pub last_fence: u64,
+    /// Waiters in the queue (fair mutex, write lock, semaphore).
+    pub queued: u64,
+}
+
+fn millis(text: &str) -> Option<Duration> {
+    text.parse::<i64>()
+        .ok()
+        .filter(|ms| *ms >= 0)
+        .map(|ms| Duration::from_millis(ms as u64))
+}
+
+impl Client {
+    /// Describes the lock `name`: kind, holders with their remaining leases, the last
+    /// fencing token, queued waiters. Changes nothing.
+    pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
+        let keys = LockKeys::new(self.prefix(), name)?;
+        let queue = QueueKeys::new(&keys);
+        let reply: Vec<String> = INSPECT
+            .call()
+            .key(&keys.key)
+            .key(&keys.fence)
+            .key(&queue.queue)
+            .run(self)
+            .await?;
+        if reply.len() < 4 || (reply.len() - 4) % 4 != 0 {
+            return Err(Error::unexpected_reply(reply));
+        }
+        let kind = match reply[0].as_str() {
+            "free" => LockKind::Free,
+            "string" => LockKind::Exclusive,
+            "reentrant" => LockKind::Reentrant,
+            "read" => LockKind::Read,
+            "semaphore" => LockKind::Semaphore,
+            other => LockKind::Other(other.to_string()),
+        };
+        let holders = reply[4..]
+            .chunks_exact(4)
+            .map(|h| Holder {
+                label: h[0].rsplit_once('/').map(|(label, _)| label.to_string()),
+                token: h[0].clone(),
+                remaining: millis(&h[1]),
+                owner: (!h[2].is_empty()).then(|| h[2].clone()),
+            })
+            .collect();
+        Ok(LockInfo {
+            name: name.to_string(),
+            key: keys.key,
+            kind,
+            holders,
+            remaining: millis(&reply[1]),
+            last_fence: reply[2].parse().unwrap_or(0),
+            queued: reply[3].parse().unwrap_or(0),
+        })
+    }
+
+    /// The names of the locks whose name matches the glob `pattern` (Redis `MATCH`
+    /// syntax: `*`, `?`, `[...]`), found with `SCAN` (never `KEYS`), the client prefix
+    /// applied and stripped. Companion keys (fencing counters, queues) and values of other
+    /// types are left out; sorted.
+    pub async fn find_locks(&self, pattern: &str) -> Result<Vec<String>> {
+        let escaped: String = self
+            .prefix()
+            .chars()
+            .flat_map(|c| {
+                let special = matches!(c, '*' | '?' | '[' | ']' | '\\');
+                special
+                    .then_some('\\')
+                    .into_iter()
+                    .chain(std::iter::once(c))
+            })
+            .collect();
+        let mut conn = self.conn();
+        let mut iter: redis::AsyncIter<'_, String> = redis::AsyncCommands::scan_options(
+            &mut conn,
+            redis::ScanOptions::default()
+                .with_pattern(format!("{escaped}{pattern}"))
+                .with_count(500),
+        )
+        .await
+        .map_err(|e| Error::from_redis("SCAN", e))?;
+        let mut keys = Vec::new();
+        while let Some(key) = iter.next().await {
+            keys.push(key.map_err(|e| Error::from_redis("SCAN", e))?);
+        }
+        drop(iter);
+        let mut names = Vec::new();
+        for key in keys {
+            let Some(name) = key.strip_prefix(self.prefix()) else {
+                continue;
+            };
+            if is_companion(&key) {
+                continue;
+            }
+            let Ok(info) = self.inspect(name).await else {
+                continue;
+            };
+            if !matches!(info.kind, LockKind::Other(_) | LockKind::Free) {
+                names.push(name.to_string());
+            }
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// An operator's forced release of `name`, whoever holds it: deletes the lock and
+    /// draws a new fencing token, so storage that checks fences refuses the evicted
+    /// holder's late writes; waiters are woken. Returns that fencing token, or `None` when
+    /// nothing held the name. The evicted holder learns of it at its next renewal (its
+    /// lost signal fires) — until then it may believe it holds the lock, which is why the
+    /// fence is bumped.
+    pub async fn force_release(&self, name: &str) -> Result<Option<u64>> {
+        let keys = LockKeys::new(self.prefix(), name)?;
+        let queue = QueueKeys::new(&keys);
+        let fence: u64 = FORCE_RELEASE
+            .call()
+            .key(&keys.key)
+            .key(&keys.fence)
+            .key(&queue.queue)
+            .key(&queue.leases)
+            .arg(&keys.channel)
+            .arg(&queue.wake_prefix)
+            .run(self)
+            .await?;
+        tracing::warn!(lock = name, fence, "lock released by force");
+        Ok((fence > 0).then_some(fence))
+    }
+}
+
+/// True for the companion keys dlock keeps beside a lock key (`{K}:fence`, queues).
+fn is_companion(key: &str) -> bool {
+    ["fence", "queue", "queue-leases"].iter().any(|suffix| {
+        key.strip_suffix(suffix)
+            .and_then(|base| base.strip_suffix(':'))
+            .is_some_and(|base| base.starts_with('{') && base.contains('}'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn companions_are_recognised() {
+        assert!(super::is_companion("{job}:fence"));
+        assert!(super::is_companion("{job}:queue-leases"));
+        assert!(super::is_companion("{tenant}-job:queue"));
+        assert!(!super::is_companion("job"));
+        assert!(!super::is_companion("reports:fence"));
+    }
+}

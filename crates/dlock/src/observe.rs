@@ -1,0 +1,80 @@
+//! What dlock tells about itself: `tracing` events that name the lock, and — with the
+//! `metrics` feature — counters and a histogram through the `metrics` facade:
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `dlock_acquired_total` | `kind` | grants |
+//! | `dlock_busy_total` | `kind` | single attempts that found the lock held |
+//! | `dlock_timed_out_total` | `kind` | waits that used up their budget |
+//! | `dlock_lost_total` | `reason` | holds that may have been lost (`expired`, `taken`, `released`) |
+//! | `dlock_renew_failures_total` | | renewal calls that failed (retried until the deadline) |
+//! | `dlock_wait_seconds` | `kind` | time from the first attempt to the grant |
+//!
+//! Labels never carry lock names (unbounded cardinality); the events do.
+
+use std::time::Duration;
+
+use crate::lease::LostReason;
+
+pub(crate) fn acquired(kind: &'static str, lock: &str, attempts: u32, waited: Duration) {
+    tracing::debug!(
+        lock,
+        kind,
+        attempts,
+        waited_ms = waited.as_millis() as u64,
+        "acquired"
+    );
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("dlock_acquired_total", "kind" => kind).increment(1);
+        metrics::histogram!("dlock_wait_seconds", "kind" => kind).record(waited.as_secs_f64());
+    }
+}
+
+pub(crate) fn busy(kind: &'static str, lock: &str) {
+    tracing::debug!(lock, kind, "busy");
+    #[cfg(feature = "metrics")]
+    metrics::counter!("dlock_busy_total", "kind" => kind).increment(1);
+}
+
+pub(crate) fn timed_out(kind: &'static str, lock: &str, waited: Duration) {
+    tracing::info!(
+        lock,
+        kind,
+        waited_ms = waited.as_millis() as u64,
+        "not acquired within the wait budget"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("dlock_timed_out_total", "kind" => kind).increment(1);
+}
+
+/// A transient error while waiting; `loud` for the first one and then every few seconds,
+/// so a wait against a Redis that went away says it is retrying without flooding.
+pub(crate) fn retrying(kind: &'static str, lock: &str, error: &crate::Error, loud: bool) {
+    if loud {
+        tracing::warn!(lock, kind, %error, "Redis is not answering; still waiting for the lock and retrying");
+    } else {
+        tracing::debug!(lock, kind, %error, "acquire attempt failed; retrying");
+    }
+}
+
+pub(crate) fn lost(key: &str, reason: LostReason) {
+    tracing::warn!(lock = key, %reason, "lock may have been lost");
+    #[cfg(feature = "metrics")]
+    metrics::counter!("dlock_lost_total", "reason" => match reason {
+        LostReason::Expired => "expired",
+        LostReason::Taken => "taken",
+        LostReason::Released => "released",
+    })
+    .increment(1);
+}
+
+pub(crate) fn renew_failed(key: &str, error: &dyn std::fmt::Display) {
+    tracing::debug!(lock = key, %error, "renewal failed; retrying until the lease's deadline");
+    #[cfg(feature = "metrics")]
+    metrics::counter!("dlock_renew_failures_total").increment(1);
+}
+
+pub(crate) fn released(kind: &'static str, lock: &str) {
+    tracing::debug!(lock, kind, "released");
+}

@@ -1,0 +1,613 @@
+//! More edges of the shared core, found by an adversarial review: cancelled unlocks and
+//! give-backs, shutdown racing waits and dropped guards, extensions that shorten a lease,
+//! hashes that must expire with their last holder, servers that are busy or refuse
+//! channels, wakes of aborted waiters.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use dlock::{Client, LockOptions, Owner, Wait};
+use dlock_testkit::RedisServer;
+
+/// extend() to a shorter lease: server lease shrinks, local validity does not.
+#[tokio::test]
+async fn extending_to_a_shorter_lease_shortens_the_local_validity() {
+    let server = RedisServer::start();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
+    let opts = LockOptions::default()
+        .ttl(Duration::from_secs(10))
+        .wait(Wait::NoWait);
+    let mut g = a.mutex_with("ext", opts).unwrap().try_lock().await.unwrap();
+    g.extend(Duration::from_millis(300)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = b.mutex_with("ext", opts).unwrap().try_lock().await;
+    eprintln!(
+        "other grant: {:?}; first guard remaining {:?}, lost {:?}",
+        other.as_ref().map(|g| g.fence()),
+        g.remaining(),
+        g.lost_signal().lost()
+    );
+    assert!(
+        !(other.is_ok() && g.lost_signal().lost().is_none()),
+        "double holding: B granted while A's guard still reports {:?} valid",
+        g.remaining()
+    );
+}
+
+/// Same for a read hold ('e' entries).
+#[tokio::test]
+async fn a_read_hold_extended_shorter_is_not_believed_longer() {
+    let server = RedisServer::start();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let opts = LockOptions::default()
+        .ttl(Duration::from_secs(10))
+        .wait(Wait::NoWait);
+    let lock = a.rwlock_with("rx", opts).unwrap();
+    let mut g = lock.try_read(&Owner::new()).await.unwrap();
+    g.extend(Duration::from_millis(300)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let w = lock.try_write().await;
+    assert!(
+        !(w.is_ok() && g.lost_signal().lost().is_none()),
+        "writer granted while reader believes it holds ({:?} left)",
+        g.remaining()
+    );
+}
+
+/// shutdown() while an acquire is on the wire, then the runtime ends (end of main).
+#[test]
+fn shutdown_with_an_acquire_in_flight_leaves_no_key() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = &server;
+    rt.block_on(async {
+        let client = Client::connect(&server.url()).await.unwrap();
+        let m = client.mutex("inflight").unwrap();
+        m.try_lock().await.unwrap().unlock().await.unwrap();
+        server.pause();
+        let task = tokio::spawn({
+            let m = m.clone();
+            async move { m.lock().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        client.shutdown().await;
+        drop(task);
+    });
+    rt.shutdown_timeout(Duration::from_millis(10));
+    server.resume();
+    std::thread::sleep(Duration::from_millis(300));
+    let pttl: i64 = server.cmd(&["PTTL", "inflight"]);
+    assert!(
+        pttl < 0,
+        "after shutdown + end of runtime the lock is held for {pttl} ms more"
+    );
+}
+
+/// A read hold with a long lease released, a short one abandoned: does the read hash
+/// outlive every live holder (keeping other kinds / foreign SET NX out)?
+#[tokio::test]
+async fn read_holds_expire_with_their_last_live_holder() {
+    let server = RedisServer::start();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let long = c
+        .rwlock_with(
+            "rw",
+            LockOptions::default()
+                .ttl(Duration::from_secs(20))
+                .wait(Wait::NoWait),
+        )
+        .unwrap();
+    let short = c
+        .rwlock_with(
+            "rw",
+            LockOptions::default()
+                .ttl(Duration::from_millis(300))
+                .wait(Wait::NoWait),
+        )
+        .unwrap();
+    let g1 = long.try_read(&Owner::new()).await.unwrap();
+    let _g2 = short.try_read(&Owner::new()).await.unwrap().into_token();
+    g1.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(short.readers().await.unwrap(), 0, "no live reader");
+    let pttl: i64 = server.cmd(&["PTTL", "rw"]);
+    let m = c
+        .mutex_with("rw", LockOptions::default().wait(Wait::NoWait))
+        .unwrap()
+        .try_lock()
+        .await;
+    let foreign: Option<String> = server.cmd(&["SET", "rw", "x", "NX", "PX", "1000"]);
+    assert!(pttl < 0, "no reader holds, yet the key lives {pttl} ms more; mutex: {m:?}; foreign SET NX: {foreign:?}");
+}
+
+/// Same for semaphore permits.
+#[tokio::test]
+async fn permits_expire_with_their_last_live_holder() {
+    let server = RedisServer::start();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let long = c
+        .semaphore_with(
+            "sem",
+            3,
+            LockOptions::default()
+                .ttl(Duration::from_secs(20))
+                .wait(Wait::NoWait),
+        )
+        .unwrap();
+    let short = c
+        .semaphore_with(
+            "sem",
+            3,
+            LockOptions::default()
+                .ttl(Duration::from_millis(300))
+                .wait(Wait::NoWait),
+        )
+        .unwrap();
+    let p1 = long.try_acquire().await.unwrap();
+    let _p2 = short.try_acquire().await.unwrap().into_token();
+    p1.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(short.held().await.unwrap(), 0);
+    let pttl: i64 = server.cmd(&["PTTL", "sem"]);
+    assert!(pttl < 0, "no permit held, yet the key lives {pttl} ms more");
+}
+
+/// Downgrade cancelled while Redis is paused: nothing left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_cancelled_under_pause_leaves_nothing() {
+    let server = RedisServer::start();
+    let c = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(150))
+        .connect()
+        .await
+        .unwrap();
+    let lock = c
+        .rwlock_with(
+            "dg",
+            LockOptions::default().renewed(Duration::from_secs(30)),
+        )
+        .unwrap();
+    let me = Owner::new();
+    // warm up scripts
+    lock.write()
+        .await
+        .unwrap()
+        .downgrade(&me)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let w = lock.write().await.unwrap();
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "500", "ALL"]);
+    let r = tokio::time::timeout(Duration::from_millis(100), w.downgrade(&me)).await;
+    assert!(r.is_err());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let n: i64 = server.cmd(&["EXISTS", "dg"]);
+        if n == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "downgrade cancelled: key still there"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// BUSY (a long script elsewhere) ends a Wait::Forever lock() at once as a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_server_is_retried_within_the_wait() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&["CONFIG", "SET", "busy-reply-threshold", "100"]);
+    let c = Client::builder(&server.url())
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let m = c
+        .mutex_with(
+            "b",
+            LockOptions::default().wait(Wait::Timeout(Duration::from_secs(10))),
+        )
+        .unwrap();
+    m.try_lock().await.unwrap().unlock().await.unwrap();
+    let url = server.url();
+    let spin = std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: redis::RedisResult<()> = redis::cmd("EVAL")
+            .arg("local t=redis.call('TIME')[1]+0 while redis.call('TIME')[1]+0 < t+2 do end")
+            .arg(0)
+            .query(&mut conn);
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = m.lock().await;
+    spin.join().unwrap();
+    eprintln!("lock() during BUSY: {r:?}");
+    assert!(
+        r.is_ok(),
+        "lock() with a 10 s budget failed during a 2 s BUSY: {r:?}"
+    );
+}
+
+/// A guard dropped just before shutdown(): its background release is not awaited.
+#[test]
+fn a_guard_dropped_before_shutdown_is_released_current_thread() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = Client::connect(&server.url()).await.unwrap();
+        let m = client.mutex("dropped").unwrap();
+        {
+            let _g = m.lock().await.unwrap();
+            // work, then `?` returns early / scope ends
+        }
+        client.shutdown().await;
+    });
+    drop(rt);
+    std::thread::sleep(Duration::from_millis(200));
+    let pttl: i64 = server.cmd(&["PTTL", "dropped"]);
+    assert!(
+        pttl < 0,
+        "guard dropped, shutdown() awaited, main returned: lock held {pttl} ms more"
+    );
+}
+
+#[test]
+fn a_guard_dropped_before_shutdown_is_released_multi_thread() {
+    let server = RedisServer::start();
+    let mut held = 0;
+    for i in 0..20 {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let name = format!("dropped-{i}");
+        rt.block_on(async {
+            let client = Client::connect(&server.url()).await.unwrap();
+            let m = client.mutex(&name).unwrap();
+            {
+                let _g = m.lock().await.unwrap();
+            }
+            client.shutdown().await;
+        });
+        drop(rt);
+        std::thread::sleep(Duration::from_millis(50));
+        let pttl: i64 = server.cmd(&["PTTL", &name]);
+        if pttl > 0 {
+            held += 1;
+        }
+    }
+    assert_eq!(held, 0, "{held}/20 runs left the lock held after shutdown");
+}
+
+/// A cancelled wait (timeout around lock()) right before shutdown: give-back not awaited.
+#[test]
+fn a_cancelled_wait_is_given_back_before_shutdown_returns() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let srv = &server;
+    rt.block_on(async {
+        let client = Client::connect(&srv.url()).await.unwrap();
+        let m = client.fair_mutex("cw").unwrap();
+        let holder = m.try_lock().await.unwrap();
+        let _ = tokio::time::timeout(Duration::from_millis(100), m.lock()).await;
+        holder.unlock().await.unwrap();
+        client.shutdown().await;
+    });
+    drop(rt);
+    std::thread::sleep(Duration::from_millis(200));
+    let n: i64 = server.cmd(&["EXISTS", "{cw}:queue", "{cw}:queue-leases"]);
+    assert_eq!(n, 0, "the cancelled waiter's queue place outlived shutdown");
+}
+
+/// Renewal restores the configured lease after a longer extend(): server shorter than local.
+#[tokio::test]
+async fn renewal_after_a_longer_extend_keeps_both_leases_in_step() {
+    let server = RedisServer::start();
+    let c = Client::connect(&server.url()).await.unwrap();
+    let mut g = c
+        .mutex_with(
+            "el",
+            LockOptions::default().renewed(Duration::from_millis(900)),
+        )
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    g.extend(Duration::from_secs(20)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await; // a renewal ran
+    let pttl: i64 = server.cmd(&["PTTL", "el"]);
+    let local = g.remaining();
+    eprintln!("server {pttl} ms, local {local:?}");
+    assert!(
+        local.as_millis() as i64 <= pttl + 50,
+        "local validity {local:?} exceeds the server lease {pttl} ms"
+    );
+}
+
+/// Stress: a woken waiter aborted around the release must not strand the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wake_is_not_lost_when_its_waiter_is_aborted() {
+    use rand::Rng;
+    let server = RedisServer::start();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
+    let opts = LockOptions::default().ttl(Duration::from_secs(30));
+    let mut stranded = 0;
+    for i in 0..150 {
+        let name = format!("w{i}");
+        let holder = b.mutex_with(&name, opts).unwrap().try_lock().await.unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let m = a.mutex_with(&name, opts).unwrap();
+            tasks.push(tokio::spawn(async move {
+                let g = m.lock().await?;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                g.unlock().await
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let victim = rand::rng().random_range(0..3);
+        let delay = rand::rng().random_range(0..1500u64);
+        let unlock = tokio::spawn(holder.unlock());
+        tokio::time::sleep(Duration::from_micros(delay)).await;
+        tasks[victim].abort();
+        unlock.await.unwrap().unwrap();
+        let mut got = None;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        // whoever gets it releases; all non-victims must finish
+        for (k, t) in tasks.into_iter().enumerate() {
+            if k == victim {
+                let _ = t.await;
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left + Duration::from_secs(2), t).await {
+                Ok(Ok(Ok(()))) => {
+                    got = Some(());
+                }
+                Ok(other) => panic!("{other:?}"),
+                Err(_) => {
+                    stranded += 1;
+                    eprintln!("iteration {i}: waiter {k} stranded (delay {delay}us)");
+                    break;
+                }
+            }
+        }
+        let _ = got;
+        let _: () = server.cmd(&["DEL", &name]);
+    }
+    assert_eq!(stranded, 0);
+}
+
+/// unlock() dropped (timeout) while a renewal is on the wire: nothing releases the lock.
+#[test]
+fn a_cancelled_unlock_still_releases() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let srv = &server;
+    rt.block_on(async {
+        let client = Client::connect(&srv.url()).await.unwrap();
+        let g = client
+            .mutex_with("ul", LockOptions::default().renewed(Duration::from_secs(3)))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        srv.pause();
+        tokio::time::sleep(Duration::from_millis(300)).await; // renewal round now in flight
+        let r = tokio::time::timeout(Duration::from_millis(50), g.unlock()).await;
+        assert!(r.is_err(), "unlock did not finish while Redis is frozen");
+        srv.resume();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let pttl: i64 = srv.cmd(&["PTTL", "ul"]);
+        assert!(
+            pttl < 0,
+            "unlock() was cancelled: nobody holds the guard, yet the lock lives {pttl} ms more"
+        );
+    });
+}
+
+/// A user that may not SUBSCRIBE: does the notifier spin reconnecting?
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_without_channel_permission_poll_without_reconnecting() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "nosub",
+        "on",
+        ">pw",
+        "~*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let url = format!("redis://nosub:pw@127.0.0.1:{}", server.port());
+    let c = Client::connect(&url).await.unwrap();
+    let m = c
+        .mutex_with(
+            "ns",
+            LockOptions::default().wait(Wait::Timeout(Duration::from_secs(2))),
+        )
+        .unwrap();
+    let holder = m.try_lock().await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let waited = m.lock().await;
+    assert!(
+        matches!(waited, Err(dlock::Error::TimedOut { .. })),
+        "{waited:?}"
+    );
+    let stats: String = server.cmd(&["INFO", "stats"]);
+    let connections: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        connections < 20,
+        "{connections} connections opened during a 2 s wait"
+    );
+    holder.unlock().await.unwrap();
+}
+
+/// The future is dropped while Claim::give_back is awaiting its release: the queue place
+/// is never given back (armed was cleared before the await).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_wait_while_it_gives_back_still_leaves_the_queue() {
+    let server = RedisServer::start();
+    let c = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let opts = LockOptions::default()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::Timeout(Duration::from_millis(400)));
+    let m = c.fair_mutex_with("gb", opts).unwrap();
+    // warm up: acquire, release and queue-leave scripts cached
+    let h0 = m.try_lock().await.unwrap();
+    let _ = c
+        .fair_mutex_with(
+            "gb",
+            LockOptions::default().wait(Wait::Timeout(Duration::from_millis(50))),
+        )
+        .unwrap()
+        .lock()
+        .await;
+    h0.unlock().await.unwrap();
+    let holder = m.try_lock().await.unwrap();
+    let srv = &server;
+    let outer = tokio::time::timeout(Duration::from_millis(700), async {
+        let w = m.lock();
+        tokio::pin!(w);
+        // let the waiter queue up, then freeze Redis
+        tokio::select! { r = &mut w => return Some(r), _ = tokio::time::sleep(Duration::from_millis(150)) => {} }
+        srv.pause();
+        Some(w.await)
+    }).await;
+    eprintln!(
+        "outer: {:?}",
+        outer
+            .as_ref()
+            .map(|o| o.as_ref().map(|r| r.as_ref().map(|_| ())))
+    );
+    server.resume();
+    let queued = queue_length_settles(&server, "{gb}:queue").await;
+    holder.unlock().await.unwrap();
+    assert_eq!(
+        queued, 0,
+        "a dropped wait left its queue place (head of line) behind"
+    );
+}
+
+/// The queue's length once it stops shrinking (give-backs retry while Redis was frozen;
+/// give them up to 3 s after it thaws).
+async fn queue_length_settles(server: &RedisServer, queue: &str) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let queued: i64 = server.cmd(&["ZCARD", queue]);
+        if queued == 0 || Instant::now() > deadline {
+            return queued;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_a_wait_that_gives_back_undisturbed_leaves_the_queue() {
+    let server = RedisServer::start();
+    let c = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let opts = LockOptions::default()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::Timeout(Duration::from_millis(400)));
+    let m = c.fair_mutex_with("gb", opts).unwrap();
+    // warm up: acquire, release and queue-leave scripts cached
+    let h0 = m.try_lock().await.unwrap();
+    let _ = c
+        .fair_mutex_with(
+            "gb",
+            LockOptions::default().wait(Wait::Timeout(Duration::from_millis(50))),
+        )
+        .unwrap()
+        .lock()
+        .await;
+    h0.unlock().await.unwrap();
+    let holder = m.try_lock().await.unwrap();
+    let srv = &server;
+    let outer = tokio::time::timeout(Duration::from_millis(5000), async {
+        let w = m.lock();
+        tokio::pin!(w);
+        // let the waiter queue up, then freeze Redis
+        tokio::select! { r = &mut w => return Some(r), _ = tokio::time::sleep(Duration::from_millis(150)) => {} }
+        srv.pause();
+        Some(w.await)
+    }).await;
+    eprintln!(
+        "outer: {:?}",
+        outer
+            .as_ref()
+            .map(|o| o.as_ref().map(|r| r.as_ref().map(|_| ())))
+    );
+    server.resume();
+    let queued = queue_length_settles(&server, "{gb}:queue").await;
+    holder.unlock().await.unwrap();
+    assert_eq!(
+        queued, 0,
+        "a dropped wait left its queue place (head of line) behind"
+    );
+}
+
+/// Item 1 again, but the release script was never run on this server (fresh server,
+/// restart or failover): the give-back's EVALSHA answers NOSCRIPT after its timeout and
+/// is never retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_gives_back_even_before_its_script_is_loaded() {
+    let server = RedisServer::start();
+    let c = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(150))
+        .connect()
+        .await
+        .unwrap();
+    let opts = LockOptions::default()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::Timeout(Duration::from_secs(60)));
+    let m = c.mutex_with("cold", opts).unwrap();
+    // acquire script cached, release script not
+    let _t = m.try_lock().await.unwrap().into_token();
+    let _: () = server.cmd(&["DEL", "cold"]);
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "600", "ALL"]);
+    let r = tokio::time::timeout(Duration::from_millis(350), m.lock()).await;
+    assert!(r.is_err());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pttl: i64 = server.cmd(&["PTTL", "cold"]);
+    assert!(
+        pttl < 0,
+        "cancelled wait left the lock held for {pttl} ms more"
+    );
+}
