@@ -4,8 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
-cargo build --quiet --release -p dlock-cli
-DLOCK="$PWD/target/release/dlock"
+source scripts/build-dlock.sh
 source scripts/private-redis.sh
 echo "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on port $port, $(nproc) cores"
 "$DLOCK" bench "$@"

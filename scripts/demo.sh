@@ -5,8 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
 
-cargo build --quiet --release -p dlock-cli
-DLOCK="$PWD/target/release/dlock"
+source scripts/build-dlock.sh
 source scripts/private-redis.sh
 echo "redis-server on port $port; 5 workers x 4 rounds on lock 'demo-counter'"
 

@@ -19,7 +19,7 @@ use clap::Args;
 use dlock::{Client, LockOptions, Wait};
 use redis::aio::ConnectionManager;
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// How long each throughput scenario runs
     #[arg(long, value_parser = crate::duration::parse, default_value = "3s")]
@@ -30,6 +30,25 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table
     #[arg(long)]
     json: bool,
+}
+
+impl BenchArgs {
+    /// Refuses runs that would measure nothing (before any connection).
+    pub fn check(&self) -> dlock::Result<()> {
+        if self.duration < Duration::from_millis(100) || self.duration > Duration::from_secs(3600) {
+            return Err(dlock::Error::InvalidArgument(format!(
+                "--duration {} is out of range; use 100ms to 1h",
+                dlock::humane(self.duration)
+            )));
+        }
+        if self.renew_locks == 0 || self.renew_locks > 1_000_000 {
+            return Err(dlock::Error::InvalidArgument(format!(
+                "--renew-locks {} is out of range; use 1 to 1000000",
+                self.renew_locks
+            )));
+        }
+        Ok(())
+    }
 }
 
 const RAW_RELEASE: &str =

@@ -10,6 +10,9 @@ pub const USAGE: i32 = 64;
 pub const WRONG_TYPE: i32 = 65;
 /// Redis unreachable (EX_UNAVAILABLE).
 pub const UNAVAILABLE: i32 = 69;
+/// `acquire` could not print the token (stdout closed or failing); nothing is left held
+/// (EX_IOERR).
+pub const IO_ERROR: i32 = 74;
 /// The lock was lost while the command ran (EX_SOFTWARE).
 pub const LOST: i32 = 70;
 /// Not acquired within the wait budget (EX_TEMPFAIL).
@@ -24,12 +27,14 @@ pub const NOT_OWNER: i32 = 77;
 pub const HELP: &str = "\
 EXIT CODES:
     0    success (for `run`: the command's own exit code is passed through,
-         128+N when signal N ended it)
+         128+N when signal N ended it, 126 when it could not be executed, 127
+         when it was not found; 128+N also when signal N interrupted a wait)
     64   invalid arguments
     65   the key holds another kind of lock or data dlock did not write (wrong type)
     69   Redis unreachable, or too old (dlock needs Redis 6.2 or newer)
     70   the lock was lost while the command ran (`run`)
-    75   not acquired within the wait budget (busy)
+    74   `acquire` could not print the token (stdout closed); nothing was left held
+    75   not acquired within the wait budget (busy); -E N changes it
     76   Redis refused the request (wrong credentials, ACL, out of memory,
          read-only replica, script error); the server's words are printed
     77   release/extend refused: not the owner (expired or taken)";
@@ -63,6 +68,7 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
             REDIS_REFUSED,
             "see the server's words above: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
         ),
-        _ => (LOST, "see the message above"),
+        Error::Closed => (UNAVAILABLE, "the dlock client was shut down; run the command again"),
+        _ => (UNAVAILABLE, "see the message above"),
     }
 }

@@ -3,13 +3,19 @@
 mod bench;
 mod duration;
 mod exit;
+mod hold;
+mod inspect;
 mod run;
+mod tree;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 use dlock::{Client, LockOptions, Wait};
+
+use hold::KindArgs;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -19,12 +25,13 @@ use dlock::{Client, LockOptions, Wait};
     after_help = exit::HELP
 )]
 struct Cli {
-    /// Redis URL: redis://[user:password@]host[:port][/db]
+    /// Redis URL: redis://[user:password@]host[:port][/db] or rediss:// for TLS
     #[arg(
         long,
         global = true,
         env = "DLOCK_REDIS",
-        default_value = "redis://127.0.0.1:6379"
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
     )]
     redis: String,
 
@@ -56,6 +63,14 @@ struct Cli {
     )]
     tls_key: Option<std::path::PathBuf>,
 
+    /// More log output on stderr (-v: info, -vv: debug); RUST_LOG overrides
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    verbose: u8,
+
+    /// Quiet: say nothing when the lock is busy (cron mails nothing), log only errors
+    #[arg(short, long, global = true)]
+    quiet: bool,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -63,7 +78,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a command while holding the lock; exit with the command's exit code
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = run::help())]
     Run(run::RunArgs),
     /// Take the lock and leave it held for its lease; print "TOKEN FENCE"
     #[command(after_help = exit::HELP)]
@@ -72,56 +87,110 @@ enum Command {
         name: String,
         #[command(flatten)]
         lease: LeaseArgs,
-        /// Print one JSON object: name, key, token, fence, ttl_ms
+        #[command(flatten)]
+        kind: KindArgs,
+        /// Print one JSON object: name, key, kind, token, fence, ttl_ms
         #[arg(long)]
         json: bool,
     },
-    /// Release a lock held with TOKEN
+    /// Release a hold by its TOKEN (as printed by `dlock acquire`), or by force
     #[command(after_help = exit::HELP)]
     Release {
         /// Lock name
         name: String,
-        /// The token printed by `dlock acquire`
-        token: String,
+        /// The token printed by `dlock acquire` (not with --force)
+        #[arg(required_unless_present = "force", conflicts_with = "force")]
+        token: Option<String>,
+        #[command(flatten)]
+        kind: KindArgs,
+        /// Operator's override: release NAME whoever holds it, and draw a new fencing
+        /// token so fenced storage refuses the evicted holder's late writes. Only by
+        /// exact name; prints the new fencing token
+        #[arg(long)]
+        force: bool,
     },
-    /// Measure throughput, hand-off latency, herd cost and renewal cost against the
-    /// configured Redis (use a private server: it writes keys and resets nothing)
-    Bench(bench::BenchArgs),
-    /// Reset the lease of a lock held with TOKEN
+    /// Reset the lease of a hold by its TOKEN
     #[command(after_help = exit::HELP)]
     Extend {
         /// Lock name
         name: String,
         /// The token printed by `dlock acquire`
         token: String,
+        #[command(flatten)]
+        kind: KindArgs,
         /// New lease, from now (e.g. 30s)
         #[arg(long, value_parser = duration::parse)]
         ttl: Duration,
     },
+    /// Show who holds locks: kind, holders (host, pid and start of dlock processes),
+    /// remaining lease, fencing counter, queue
+    #[command(after_help = exit::HELP)]
+    Inspect(inspect::InspectArgs),
+    /// Measure throughput, hand-off latency, herd cost and renewal cost against the
+    /// configured Redis (use a private server: it writes keys and resets nothing)
+    Bench(bench::BenchArgs),
+    /// Internal: the watchdog of `run` that kills the command's process group when dlock dies
+    #[command(name = "__watch-group", hide = true)]
+    WatchGroup { pgid: i32 },
 }
 
 /// Lease and wait options shared by `run` and `acquire`.
 #[derive(Args, Debug, Clone)]
 pub struct LeaseArgs {
-    /// Lease of the lock (e.g. 250ms, 30s, 5m)
+    /// Lease of the lock, 10ms to 24h (e.g. 250ms, 30s, 5m)
     #[arg(long, value_parser = duration::parse, default_value = "30s")]
     pub ttl: Duration,
     /// Wait at most this long for the lock (default: wait forever)
-    #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait")]
+    #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait", value_name = "DUR")]
     pub wait: Option<Duration>,
-    /// Fail at once (exit 75) if the lock is held
-    #[arg(long)]
+    /// Fail at once (exit 75, or -E N) if the lock is held
+    #[arg(long, short = 'n')]
     pub no_wait: bool,
+    /// Exit with N instead of 75 when the lock is busy (flock's -E)
+    #[arg(short = 'E', long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
+    pub conflict_exit_code: Option<u8>,
+    /// Lease on a waiter's place in the queue of a fair lock, write lock or semaphore: a
+    /// crashed waiter holds up the queue this long [default: 10s]
+    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    pub waiter_lease: Option<Duration>,
 }
 
+/// The longest `--wait`: beyond it, leave `--wait` out to wait forever.
+const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl LeaseArgs {
-    pub fn options(&self) -> LockOptions {
+    /// The library options, checked (before any connection).
+    pub fn options(&self) -> dlock::Result<LockOptions> {
         let wait = match (self.no_wait, self.wait) {
             (true, _) => Wait::NoWait,
+            (false, Some(limit)) if limit > MAX_WAIT => {
+                return Err(dlock::Error::InvalidArgument(format!(
+                    "--wait {} is longer than a year; leave out --wait to wait forever",
+                    dlock::humane(limit)
+                )))
+            }
             (false, Some(limit)) => Wait::Timeout(limit),
             (false, None) => Wait::Forever,
         };
-        LockOptions::default().ttl(self.ttl).wait(wait)
+        for (flag, lease) in [
+            ("--ttl", Some(self.ttl)),
+            ("--waiter-lease", self.waiter_lease),
+        ] {
+            if let Some(lease) = lease.filter(|l| *l < dlock::MIN_TTL || *l > dlock::MAX_TTL) {
+                return Err(dlock::Error::InvalidArgument(format!(
+                    "{flag} {} is out of range; use {} to {} (a long job keeps a short --ttl: it is renewed while the command runs)",
+                    dlock::humane(lease),
+                    dlock::humane(dlock::MIN_TTL),
+                    dlock::humane(dlock::MAX_TTL)
+                )));
+            }
+        }
+        let mut options = LockOptions::default().ttl(self.ttl).wait(wait);
+        if let Some(lease) = self.waiter_lease {
+            options = options.waiter_lease(lease);
+        }
+        options.validate()?;
+        Ok(options)
     }
 }
 
@@ -138,6 +207,15 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
+    if let Command::WatchGroup { pgid } = cli.command {
+        return ExitCode::from(tree::watch_group(pgid) as u8);
+    }
+    init_logging(&cli);
+    // Arguments are checked before any connection: a bad name is a usage error even
+    // when Redis is down.
+    if let Err(err) = check(&cli) {
+        return ExitCode::from(report(&err, &cli) as u8);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -149,22 +227,156 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::LOST as u8);
         }
     };
-    let code = runtime.block_on(async move {
-        match execute(cli).await {
+    let code = runtime.block_on(async {
+        match execute(&cli).await {
             Ok(code) => code,
-            Err(err) => report(&err),
+            Err(err) => report(&err, &cli),
         }
     });
-    // Background releases get a moment to finish; nothing may hang the exit.
+    // Releases were awaited by the client's shutdown; nothing may hang the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
+/// Logs go to stderr: warnings by default (e.g. a wait retrying against a Redis that went
+/// away), errors only with -q, more with -v; RUST_LOG overrides.
+fn init_logging(cli: &Cli) {
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, _) => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
 /// Prints an error with what to do about it, and returns its exit code.
-pub fn report(err: &dlock::Error) -> i32 {
-    let (code, hint) = exit::classify(err);
+fn report(err: &dlock::Error, cli: &Cli) -> i32 {
+    let (mut code, hint) = exit::classify(err);
+    let busy = matches!(
+        err,
+        dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
+    );
+    if busy {
+        if let Some(conflict) = conflict_exit_code(cli) {
+            code = conflict as i32;
+        }
+        if cli.quiet {
+            return code;
+        }
+    }
     eprintln!("dlock: {err}\n  hint: {hint}");
     code
+}
+
+fn conflict_exit_code(cli: &Cli) -> Option<u8> {
+    match &cli.command {
+        Command::Run(args) => args.lease.conflict_exit_code,
+        Command::Acquire { lease, .. } => lease.conflict_exit_code,
+        _ => None,
+    }
+}
+
+/// Everything that can be checked without Redis.
+fn check(cli: &Cli) -> dlock::Result<()> {
+    let name = |name: &str| dlock::check_name(&cli.prefix, name);
+    match &cli.command {
+        Command::Run(args) => {
+            name(&args.name)?;
+            args.kind.check()?;
+            args.lease.options()?;
+            run::check(args)
+        }
+        Command::Acquire {
+            name: n,
+            lease,
+            kind,
+            ..
+        } => {
+            name(n)?;
+            kind.check()?;
+            lease.options().map(drop)
+        }
+        Command::Release {
+            name: n,
+            kind,
+            force,
+            token,
+        } => {
+            name(n)?;
+            check_token(token.as_deref())?;
+            if *force && (kind.fair || kind.read || kind.write || kind.permits.is_some()) {
+                return Err(dlock::Error::InvalidArgument(
+                    "--force releases whatever holds the name; give no kind flag with it".into(),
+                ));
+            }
+            kind.check()
+        }
+        Command::Extend {
+            name: n,
+            kind,
+            ttl,
+            token,
+        } => {
+            name(n)?;
+            check_token(Some(token))?;
+            kind.check()?;
+            LockOptions::default().ttl(*ttl).validate().map_err(|_| {
+                dlock::Error::InvalidArgument(format!(
+                    "--ttl {} is out of range; use 10ms to 24h",
+                    dlock::humane(*ttl)
+                ))
+            })
+        }
+        Command::Inspect(args) => args.check(&cli.prefix),
+        Command::Bench(args) => args.check(),
+        Command::WatchGroup { .. } => Ok(()),
+    }
+}
+
+/// A token from `dlock acquire`: never empty, no whitespace or control characters.
+fn check_token(token: Option<&str>) -> dlock::Result<()> {
+    match token {
+        Some(t) if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            Err(dlock::Error::InvalidArgument(format!(
+                "{t:?} is not a lock token; pass the TOKEN printed by `dlock acquire`"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What `dlock run` processes show as the holder in `dlock inspect`: host, pid, start.
+fn holder_label() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname writes at most the buffer's length.
+    let host = if unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } == 0 {
+        let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+        String::from_utf8_lossy(&buffer[..end])
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(64)
+            .collect()
+    } else {
+        "unknown".to_string()
+    };
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("dlock@{host}:{}:{started}", std::process::id())
 }
 
 async fn connect(cli: &Cli) -> dlock::Result<Client> {
@@ -173,7 +385,9 @@ async fn connect(cli: &Cli) -> dlock::Result<Client> {
             dlock::Error::InvalidArgument(format!("cannot read {}: {e}", path.display()))
         })
     };
-    let mut builder = Client::builder(&cli.redis).prefix(cli.prefix.clone());
+    let mut builder = Client::builder(&cli.redis)
+        .prefix(cli.prefix.clone())
+        .holder_label(holder_label());
     if let Some(ca) = &cli.tls_ca {
         builder = builder.tls_root_certificate(read(ca)?);
     }
@@ -183,47 +397,129 @@ async fn connect(cli: &Cli) -> dlock::Result<Client> {
     builder.connect().await
 }
 
-async fn execute(cli: Cli) -> dlock::Result<i32> {
-    let client = connect(&cli).await?;
+async fn execute(cli: &Cli) -> dlock::Result<i32> {
+    if let Command::Acquire { .. } = cli.command {
+        // The token is the only handle on the lock: with nowhere to print it, take nothing.
+        if !stdout_is_open() {
+            eprintln!("dlock: standard output is closed: nowhere to print the token, so nothing was acquired");
+            return Ok(exit::IO_ERROR);
+        }
+    }
+    let client = connect(cli).await?;
     let outcome = dispatch(&client, cli).await;
-    // Whatever is still held (an error path's guard) is released before exit; the
-    // runtime's shutdown would not wait for a background release.
+    // Whatever is still held (an error path's guard, a cancelled wait's queue place) is
+    // given back before exit: the runtime's shutdown would not wait for it.
     client.shutdown().await;
     outcome
 }
 
-async fn dispatch(client: &Client, cli: Cli) -> dlock::Result<i32> {
-    let client = client.clone();
-    match cli.command {
-        Command::Run(args) => run::run(&client, args).await,
-        Command::Acquire { name, lease, json } => {
-            let mutex = client.mutex_with(&name, lease.options())?;
-            let guard = mutex.lock().await?;
-            let fence = guard.fence();
-            let token = guard.into_token();
-            if json {
-                let object = serde_json::json!({
-                    "name": name,
-                    "key": mutex.key(),
-                    "token": token,
-                    "fence": fence,
-                    "ttl_ms": lease.ttl.as_millis() as u64,
-                });
-                println!("{object}");
-            } else {
-                println!("{token} {fence}");
+async fn dispatch(client: &Client, cli: &Cli) -> dlock::Result<i32> {
+    match &cli.command {
+        Command::Run(args) => run::run(client, args.clone()).await,
+        Command::Acquire {
+            name,
+            lease,
+            kind,
+            json,
+        } => acquire(client, name, lease, kind, *json).await,
+        Command::Bench(args) => bench::bench(client, &cli.redis, args.clone()).await,
+        Command::Inspect(args) => inspect::inspect(client, args).await,
+        Command::Release {
+            name, force: true, ..
+        } => {
+            match client.force_release(name).await? {
+                Some(fence) => {
+                    eprintln!("dlock: released {name:?} by force; new fencing token {fence}");
+                    println!("{fence}");
+                }
+                None => eprintln!("dlock: {name:?} was not held; nothing to release"),
             }
             Ok(exit::OK)
         }
-        Command::Bench(args) => bench::bench(&client, &cli.redis, args).await,
-        Command::Release { name, token } => {
-            client.mutex(&name)?.release_token(&token).await?;
+        Command::Release {
+            name, token, kind, ..
+        } => {
+            let token = token.as_deref().unwrap_or_default();
+            hold::release(client, kind, name, token).await?;
             Ok(exit::OK)
         }
-        Command::Extend { name, token, ttl } => {
-            client.mutex(&name)?.extend_token(&token, ttl).await?;
+        Command::Extend {
+            name,
+            token,
+            kind,
+            ttl,
+        } => {
+            hold::extend(client, kind, name, token, *ttl).await?;
             Ok(exit::OK)
         }
+        Command::WatchGroup { .. } => Ok(exit::OK),
+    }
+}
+
+async fn acquire(
+    client: &Client,
+    name: &str,
+    lease: &LeaseArgs,
+    kind: &KindArgs,
+    json: bool,
+) -> dlock::Result<i32> {
+    let mut signals = run::Forwarded::install().map_err(|e| {
+        dlock::Error::InvalidArgument(format!("cannot install signal handlers: {e}"))
+    })?;
+    let guard = tokio::select! {
+        hold = hold::take(client, kind, name, lease.options()?) => hold?,
+        signal = signals.next() => {
+            eprintln!("dlock: interrupted while waiting for {name:?}");
+            return Ok(128 + signal);
+        }
+    };
+    let (token, fence) = (guard.token().to_string(), guard.fence());
+    let line = if json {
+        serde_json::json!({
+            "name": name,
+            "key": format!("{}{name}", cli_prefix(client)),
+            "kind": kind.describe(),
+            "token": token,
+            "fence": fence,
+            "ttl_ms": lease.ttl.as_millis() as u64,
+        })
+        .to_string()
+    } else {
+        format!("{token} {fence}")
+    };
+    let mut stdout = std::io::stdout().lock();
+    let printed = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+    if let Err(err) = printed {
+        // The caller never got the token: give the lock back rather than strand it.
+        let _ = guard.unlock().await;
+        eprintln!("dlock: cannot print the token ({err}); the lock was released again");
+        return Ok(exit::IO_ERROR);
+    }
+    drop(guard.into_token());
+    Ok(exit::OK)
+}
+
+fn cli_prefix(client: &Client) -> &str {
+    client.prefix()
+}
+
+/// False when file descriptor 1 was closed (`>&-`). Rust's runtime reopens a closed
+/// standard descriptor on /dev/null, read-write, before `main`; a shell's `>/dev/null`
+/// opens it write-only. So a read-write /dev/null on fd 1 means "closed".
+fn stdout_is_open() -> bool {
+    // SAFETY: fcntl and fstat only query; the stat buffers are plain data.
+    unsafe {
+        let flags = libc::fcntl(1, libc::F_GETFL);
+        if flags == -1 {
+            return false;
+        }
+        let (mut ours, mut null): (libc::stat, libc::stat) =
+            (std::mem::zeroed(), std::mem::zeroed());
+        let is_null = libc::fstat(1, &mut ours) == 0
+            && libc::stat(c"/dev/null".as_ptr(), &mut null) == 0
+            && (ours.st_mode & libc::S_IFMT) == libc::S_IFCHR
+            && ours.st_rdev == null.st_rdev;
+        !(is_null && flags & libc::O_ACCMODE == libc::O_RDWR)
     }
 }
 
@@ -241,13 +537,16 @@ mod tests {
                 Just("extend".to_string()), Just("bench".to_string()), Just("--ttl".to_string()),
                 Just("--wait".to_string()), Just("--no-wait".to_string()), Just("--permits".to_string()),
                 Just("--fair".to_string()), Just("--".to_string()), Just("--kill-after".to_string()),
+                Just("inspect".to_string()), Just("--force".to_string()), Just("-E".to_string()),
                 "[0-9.]{1,22}(ms|s|m|h)?", "\\PC{0,12}",
             ],
             0..8,
         )) {
             let mut argv = vec!["dlock".to_string()];
             argv.extend(args);
-            let _ = super::Cli::try_parse_from(argv);
+            if let Ok(cli) = super::Cli::try_parse_from(argv) {
+                let _ = super::check(&cli);
+            }
         }
     }
 }

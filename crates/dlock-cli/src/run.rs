@@ -1,140 +1,91 @@
-//! `dlock run NAME -- CMD`: hold a lock while a child command runs.
+//! `dlock run NAME -- CMD`: hold a lock while a command (and everything it starts) runs.
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
-use dlock::{
-    Client, Error, LostReason, LostSignal, MutexGuard, Owner, ReadGuard, SemaphorePermit,
-    WriteGuard,
-};
-use tokio::process::{Child, Command};
+use dlock::{Client, LostReason};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::hold::{self, Hold, KindArgs};
+use crate::tree::{self, Group};
 use crate::{duration, exit, LeaseArgs};
 
-#[derive(Args, Debug)]
+/// The longest grace `--kill-after` gets by default.
+const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
+
+#[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Lock name
-    name: String,
+    pub name: String,
     #[command(flatten)]
-    lease: LeaseArgs,
-    /// When the lock is lost, how long the command gets after SIGTERM before SIGKILL
-    #[arg(long, value_parser = duration::parse, default_value = "10s")]
-    kill_after: Duration,
+    pub lease: LeaseArgs,
+    /// How long the command gets after SIGTERM before SIGKILL when it must stop
+    /// [default: a quarter of --ttl, at most 10s; at most half of --ttl]
+    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    pub kill_after: Option<Duration>,
     #[command(flatten)]
-    kind: KindArgs,
+    pub kind: KindArgs,
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<String>,
+    pub command: Vec<String>,
 }
 
-/// Which primitive `run` holds (at most one flag; default: the plain mutex).
-#[derive(Args, Debug)]
-#[group(multiple = false)]
-struct KindArgs {
-    /// Use a fair lock: waiters are served strictly in arrival order
-    #[arg(long)]
-    fair: bool,
-    /// Hold a shared read lock (many readers at once, no writer)
-    #[arg(long)]
-    read: bool,
-    /// Hold the exclusive write lock of a read-write lock
-    #[arg(long)]
-    write: bool,
-    /// Hold one of N permits of a semaphore (at most N commands at once)
-    #[arg(long, value_name = "N")]
-    permits: Option<u32>,
+/// `run --help`'s epilogue: how it works, then the exit codes.
+pub fn help() -> String {
+    format!("{RUN_HELP}\n\n{}", exit::HELP)
 }
 
-/// Whatever `run` holds while the command runs.
-enum Hold {
-    Mutex(MutexGuard),
-    Read(ReadGuard),
-    Write(WriteGuard),
-    Permit(SemaphorePermit),
-}
+const RUN_HELP: &str = "\
+HOW IT WORKS:
+    dlock takes the lock (waiting forever unless --wait or --no-wait), then runs CMD in a
+    process group of its own with these variables set:
+        DLOCK_NAME    the lock name
+        DLOCK_TOKEN   the hold's token
+        DLOCK_FENCE   the fencing token of this grant: pass it to storage that refuses
+                      writes with a smaller one than it has seen
+    While CMD runs, the lease (--ttl, 10ms to 24h, default 30s) is renewed every third of
+    --ttl, so CMD may run far longer than --ttl. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent
+    to dlock are passed on to CMD's whole process group, once. When CMD exits, anything it
+    left running in its group is killed (it would run without the lock), the lock is
+    released, and dlock exits with CMD's exit code.
 
-impl Hold {
-    async fn take(client: &Client, args: &RunArgs) -> dlock::Result<Hold> {
-        // The client's watchdog renews the lease every third of --ttl while the command runs.
-        let options = args.lease.options().renewed(args.lease.ttl);
-        let name = &args.name;
-        let kind = &args.kind;
-        Ok(if kind.fair {
-            Hold::Mutex(client.fair_mutex_with(name, options)?.lock().await?)
-        } else if kind.read {
-            Hold::Read(
-                client
-                    .rwlock_with(name, options)?
-                    .read(&Owner::new())
-                    .await?,
-            )
-        } else if kind.write {
-            Hold::Write(client.rwlock_with(name, options)?.write().await?)
-        } else if let Some(permits) = kind.permits {
-            Hold::Permit(
-                client
-                    .semaphore_with(name, permits, options)?
-                    .acquire()
-                    .await?,
-            )
-        } else {
-            Hold::Mutex(client.mutex_with(name, options)?.lock().await?)
-        })
-    }
+    If the lock is lost (a renewal finds it gone), or renewals keep failing, CMD's group
+    gets SIGTERM and, --kill-after later, SIGKILL, and dlock exits 70. When renewals fail,
+    the SIGTERM is sent early enough that the SIGKILL lands before the lease could pass to
+    another holder: hence --kill-after may be at most half of --ttl. If dlock itself dies
+    (even kill -9), CMD's whole group is killed. A signal while waiting for the lock gives
+    back anything the wait may hold (a queue place, a grant racing the signal) and exits
+    128+N.
 
-    fn token(&self) -> &str {
-        match self {
-            Hold::Mutex(g) => g.token(),
-            Hold::Read(g) => g.owner().id(),
-            Hold::Write(g) => g.token(),
-            Hold::Permit(g) => g.token(),
-        }
-    }
-
-    fn fence(&self) -> u64 {
-        match self {
-            Hold::Mutex(g) => g.fence(),
-            Hold::Read(g) => g.fence(),
-            Hold::Write(g) => g.fence(),
-            Hold::Permit(g) => g.fence(),
-        }
-    }
-
-    fn lost_signal(&self) -> LostSignal {
-        match self {
-            Hold::Mutex(g) => g.lost_signal(),
-            Hold::Read(g) => g.lost_signal(),
-            Hold::Write(g) => g.lost_signal(),
-            Hold::Permit(g) => g.lost_signal(),
-        }
-    }
-
-    async fn unlock(self) -> dlock::Result<()> {
-        match self {
-            Hold::Mutex(g) => g.unlock().await,
-            Hold::Read(g) => g.unlock().await,
-            Hold::Write(g) => g.unlock().await,
-            Hold::Permit(g) => g.unlock().await,
-        }
-    }
-}
+    Exit codes of run: CMD's own code; 128+N when signal N ended it; 126 when CMD could
+    not be executed, 127 when it was not found; 70 when the lock was lost; 75 (or -E N)
+    when busy; the other codes below.";
 
 pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
-    let guard = Hold::take(client, &args).await?;
-    // Installed before the child starts, so no signal slips through unforwarded.
-    let mut signals = match Forwarded::install() {
-        Ok(signals) => signals,
-        Err(err) => {
-            let _ = guard.unlock().await;
-            eprintln!("dlock: cannot install signal handlers: {err}");
-            return Ok(exit::LOST);
+    let kill_after = kill_after(&args)?;
+    let mut signals = Forwarded::install().map_err(|e| {
+        dlock::Error::InvalidArgument(format!("cannot install signal handlers: {e}"))
+    })?;
+    // The client's watchdog renews the lease every third of --ttl while the command runs.
+    let options = args.lease.options()?.renewed(args.lease.ttl);
+    let guard = tokio::select! {
+        hold = hold::take(client, &args.kind, &args.name, options) => hold?,
+        signal = signals.next() => {
+            // Dropping the wait gives back what it may hold; the client's shutdown
+            // (before exit) waits for that.
+            eprintln!("dlock: interrupted while waiting for {:?}", args.name);
+            return Ok(128 + signal);
         }
     };
-    let mut child = match spawn_child(&args, &guard) {
-        Ok(child) => child,
+    let env = [
+        ("DLOCK_NAME", args.name.clone()),
+        ("DLOCK_TOKEN", guard.token().to_string()),
+        ("DLOCK_FENCE", guard.fence().to_string()),
+    ];
+    let (mut child, mut group) = match tree::spawn(&args.command, &env) {
+        Ok(spawned) => spawned,
         Err(err) => {
             let _ = guard.unlock().await;
             let code = if err.kind() == std::io::ErrorKind::NotFound {
@@ -146,15 +97,17 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
             return Ok(code);
         }
     };
-    match supervise(&mut child, &guard, &mut signals).await {
+    let outcome = supervise(&mut child, &group, &guard, &mut signals, &args, kill_after).await;
+    match outcome {
         Supervised::Exited(status) => {
+            group.finish();
             match guard.unlock().await {
                 Ok(()) => Ok(exit_code(status)),
-                Err(Error::Lost { .. }) => {
+                Err(dlock::Error::Lost { .. }) => {
                     eprintln!(
-                    "dlock: the command finished, but the lock {:?} had been lost before it was released\n  hint: use a longer --ttl",
-                    args.name
-                );
+                        "dlock: the command finished, but the lock {:?} had been lost before it was released\n  hint: use a longer --ttl",
+                        args.name
+                    );
                     Ok(exit::LOST)
                 }
                 Err(err) => {
@@ -164,43 +117,113 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
                 }
             }
         }
-        Supervised::LockLost(reason) => {
-            eprintln!(
-                "dlock: lost the lock {:?} ({reason}); the command was stopped\n  hint: check Redis availability, or use a longer --ttl",
-                args.name
-            );
-            terminate(&mut child, args.kill_after).await;
+        Supervised::Stop { why, kill_at } => {
+            stop(&mut child, &mut group, kill_at).await;
+            drop(guard);
+            match why {
+                Why::Lost(reason) => eprintln!(
+                    "dlock: lost the lock {:?} ({reason}); the command was stopped\n  hint: check Redis availability, or use a longer --ttl",
+                    args.name
+                ),
+                Why::RenewalFailing => eprintln!(
+                    "dlock: renewing the lock {:?} kept failing; the command was stopped before its lease could pass to another holder\n  hint: check Redis availability, or use a longer --ttl",
+                    args.name
+                ),
+            }
             Ok(exit::LOST)
         }
     }
 }
 
-fn spawn_child(args: &RunArgs, guard: &Hold) -> std::io::Result<Child> {
-    let mut command = Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env("DLOCK_NAME", &args.name)
-        .env("DLOCK_TOKEN", guard.token())
-        .env("DLOCK_FENCE", guard.fence().to_string());
-    // SAFETY: the closure only calls async-signal-safe functions (prctl, getppid, raise).
-    let parent = std::process::id() as libc::pid_t;
-    unsafe {
-        command.pre_exec(move || {
-            // If dlock dies (even by SIGKILL) the command must not go on without the lock.
-            // The signal is tied to the forking thread: this runs on the main thread, which
-            // lives as long as dlock does.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
+/// `--kill-after`, checked against `--ttl`.
+fn kill_after(args: &RunArgs) -> dlock::Result<Duration> {
+    let ttl = args.lease.ttl;
+    let most = ttl / 2;
+    match args.kill_after {
+        None => Ok((ttl / 4).min(DEFAULT_KILL_AFTER)),
+        Some(grace) if grace <= most => Ok(grace),
+        Some(grace) => Err(dlock::Error::InvalidArgument(format!(
+            "--kill-after {} does not fit in --ttl {}: when renewals fail the command gets SIGTERM and, --kill-after later, SIGKILL, all before the lease can pass on; use --kill-after {} or less, or a longer --ttl",
+            dlock::humane(grace),
+            dlock::humane(ttl),
+            dlock::humane(most)
+        ))),
     }
-    command.kill_on_drop(true).spawn()
+}
+
+/// Checks a run's arguments before connecting.
+pub fn check(args: &RunArgs) -> dlock::Result<()> {
+    kill_after(args).map(drop)
+}
+
+enum Why {
+    Lost(LostReason),
+    RenewalFailing,
+}
+
+enum Supervised {
+    Exited(ExitStatus),
+    /// Stop the command: SIGTERM now, SIGKILL at `kill_at`.
+    Stop {
+        why: Why,
+        kill_at: Instant,
+    },
+}
+
+/// Waits for the command while the watchdog keeps the lease alive, forwarding signals,
+/// and decides when it must stop.
+async fn supervise(
+    child: &mut tokio::process::Child,
+    group: &Group,
+    guard: &Hold,
+    signals: &mut Forwarded,
+    args: &RunArgs,
+    kill_after: Duration,
+) -> Supervised {
+    let mut lost = guard.lost_signal();
+    // Scheduling slack between deciding to stop and the signals landing.
+    let slack = (args.lease.ttl / 20).clamp(Duration::from_millis(20), Duration::from_secs(1));
+    loop {
+        let valid_until = lost.valid_until();
+        let stop_at = valid_until
+            .checked_sub(kill_after + slack)
+            .unwrap_or_else(Instant::now);
+        tokio::select! {
+            status = child.wait() => {
+                return Supervised::Exited(status.unwrap_or_else(|_| ExitStatus::from_raw(1 << 8)));
+            }
+            reason = lost.wait() => {
+                return Supervised::Stop { why: Why::Lost(reason), kill_at: Instant::now() + kill_after };
+            }
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(stop_at)) => {
+                if lost.valid_until() <= valid_until {
+                    // No renewal succeeded in time: stop now, so the SIGKILL lands before
+                    // another holder can be granted.
+                    return Supervised::Stop { why: Why::RenewalFailing, kill_at: stop_at + kill_after };
+                }
+            }
+            signal = signals.next() => group.signal(signal),
+        }
+    }
+}
+
+/// SIGTERM to the command's group, SIGKILL at `kill_at` if the command is still running,
+/// then SIGKILL to whatever is left of the group.
+async fn stop(child: &mut tokio::process::Child, group: &mut Group, kill_at: Instant) {
+    group.signal(libc::SIGTERM);
+    let deadline = tokio::time::Instant::from_std(kill_at);
+    if tokio::time::timeout_at(deadline, child.wait())
+        .await
+        .is_err()
+    {
+        group.signal(libc::SIGKILL);
+        let _ = child.wait().await;
+    }
+    group.finish();
 }
 
 /// The signals dlock passes on to the command instead of dying from them.
-struct Forwarded {
+pub struct Forwarded {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
@@ -208,7 +231,7 @@ struct Forwarded {
 }
 
 impl Forwarded {
-    fn install() -> std::io::Result<Forwarded> {
+    pub fn install() -> std::io::Result<Forwarded> {
         Ok(Forwarded {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
@@ -216,44 +239,15 @@ impl Forwarded {
             quit: signal(SignalKind::quit())?,
         })
     }
-}
 
-enum Supervised {
-    Exited(ExitStatus),
-    LockLost(LostReason),
-}
-
-/// Waits for the child while the watchdog keeps the lease alive, forwarding signals.
-async fn supervise(child: &mut Child, guard: &Hold, signals: &mut Forwarded) -> Supervised {
-    let mut lost = guard.lost_signal();
-    loop {
+    /// The next signal received.
+    pub async fn next(&mut self) -> i32 {
         tokio::select! {
-            status = child.wait() => {
-                return Supervised::Exited(status.unwrap_or_else(|_| ExitStatus::from_raw(1 << 8)));
-            }
-            reason = lost.wait() => return Supervised::LockLost(reason),
-            _ = signals.interrupt.recv() => forward(child, libc::SIGINT),
-            _ = signals.terminate.recv() => forward(child, libc::SIGTERM),
-            _ = signals.hangup.recv() => forward(child, libc::SIGHUP),
-            _ = signals.quit.recv() => forward(child, libc::SIGQUIT),
+            _ = self.interrupt.recv() => libc::SIGINT,
+            _ = self.terminate.recv() => libc::SIGTERM,
+            _ = self.hangup.recv() => libc::SIGHUP,
+            _ = self.quit.recv() => libc::SIGQUIT,
         }
-    }
-}
-
-fn forward(child: &Child, sig: libc::c_int) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on our own, not yet reaped child.
-        unsafe {
-            libc::kill(pid as libc::pid_t, sig);
-        }
-    }
-}
-
-/// SIGTERM, then SIGKILL after `grace` if the child is still running.
-async fn terminate(child: &mut Child, grace: Duration) {
-    forward(child, libc::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = child.kill().await;
     }
 }
 

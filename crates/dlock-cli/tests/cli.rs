@@ -2,26 +2,13 @@
 //! environment, signals, and mutual exclusion across OS processes.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock_testkit::RedisServer;
 
-fn dlock(server: &RedisServer) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
-    command
-        .env("DLOCK_REDIS", server.url())
-        .env_remove("DLOCK_PREFIX");
-    command
-}
-
-fn output(command: &mut Command) -> Output {
-    command.stdin(Stdio::null()).output().expect("run dlock")
-}
-
-fn code(command: &mut Command) -> i32 {
-    output(command).status.code().expect("exited normally")
-}
+mod common;
+use common::{alive, code, dlock, output, wait_for_pid, wait_until_dead};
 
 /// Four shell loops, each doing `rounds` read-sleep-write increments of a counter file,
 /// through `dlock run` when `locked`. Returns the final count.
@@ -176,45 +163,6 @@ fn run_keeps_a_short_lease_for_the_whole_command() {
         );
     }
     assert_eq!(child.wait().unwrap().code(), Some(0));
-}
-
-/// Waits for a pid file written by a child command and returns the pid.
-fn wait_for_pid(path: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            return pid;
-        }
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// True while `pid` exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
-fn wait_until_dead(pid: i32, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while alive(pid) {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    true
 }
 
 #[test]

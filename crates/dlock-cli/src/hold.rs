@@ -1,0 +1,169 @@
+//! Which kind of lock a command acts on (`--fair`, `--read`, `--write`, `--permits N`,
+//! default: the plain mutex), and the verbs every kind has from the shell.
+
+use std::time::Duration;
+
+use clap::Args;
+use dlock::{Client, LockOptions, Owner};
+
+/// The kind flags shared by `run`, `acquire`, `release` and `extend` (at most one).
+#[derive(Args, Debug, Clone, Default)]
+#[group(multiple = false)]
+pub struct KindArgs {
+    /// Fair lock: waiters are served strictly in arrival order
+    #[arg(long)]
+    pub fair: bool,
+    /// Shared read lock of a read-write lock (many readers at once, no writer)
+    #[arg(long)]
+    pub read: bool,
+    /// Exclusive write lock of a read-write lock (no readers, one writer)
+    #[arg(long)]
+    pub write: bool,
+    /// One of N permits of a semaphore (at most N holders at once)
+    #[arg(long, value_name = "N")]
+    pub permits: Option<u32>,
+}
+
+impl KindArgs {
+    /// Refuses a permit count out of range (before any connection).
+    pub fn check(&self) -> dlock::Result<()> {
+        match self.permits {
+            Some(n) if n == 0 || n > dlock::semaphore::MAX_PERMITS => {
+                Err(dlock::Error::InvalidArgument(format!(
+                    "--permits {n} is out of range; use 1 to {}",
+                    dlock::semaphore::MAX_PERMITS
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub fn describe(&self) -> &'static str {
+        if self.fair {
+            "fair lock"
+        } else if self.read {
+            "read lock"
+        } else if self.write {
+            "write lock"
+        } else if self.permits.is_some() {
+            "semaphore permit"
+        } else {
+            "lock"
+        }
+    }
+}
+
+/// A hold of any kind.
+pub enum Hold {
+    Mutex(dlock::MutexGuard),
+    Read(dlock::ReadGuard),
+    Write(dlock::WriteGuard),
+    Permit(dlock::SemaphorePermit),
+}
+
+/// Runs `$body` with `$guard` bound to whichever guard `$hold` has.
+macro_rules! each {
+    ($hold:expr, $guard:ident => $body:expr) => {
+        match $hold {
+            Hold::Mutex($guard) => $body,
+            Hold::Read($guard) => $body,
+            Hold::Write($guard) => $body,
+            Hold::Permit($guard) => $body,
+        }
+    };
+}
+
+impl Hold {
+    pub fn token(&self) -> &str {
+        each!(self, g => g.token())
+    }
+
+    pub fn fence(&self) -> u64 {
+        each!(self, g => g.fence())
+    }
+
+    pub fn lost_signal(&self) -> dlock::LostSignal {
+        each!(self, g => g.lost_signal())
+    }
+
+    pub async fn unlock(self) -> dlock::Result<()> {
+        each!(self, g => g.unlock().await)
+    }
+
+    pub fn into_token(self) -> String {
+        each!(self, g => g.into_token())
+    }
+}
+
+/// Takes the lock of `kind` named `name`.
+pub async fn take(
+    client: &Client,
+    kind: &KindArgs,
+    name: &str,
+    options: LockOptions,
+) -> dlock::Result<Hold> {
+    Ok(if kind.fair {
+        Hold::Mutex(client.fair_mutex_with(name, options)?.lock().await?)
+    } else if kind.read {
+        Hold::Read(
+            client
+                .rwlock_with(name, options)?
+                .read(&Owner::new())
+                .await?,
+        )
+    } else if kind.write {
+        Hold::Write(client.rwlock_with(name, options)?.write().await?)
+    } else if let Some(permits) = kind.permits {
+        Hold::Permit(
+            client
+                .semaphore_with(name, permits, options)?
+                .acquire()
+                .await?,
+        )
+    } else {
+        Hold::Mutex(client.mutex_with(name, options)?.lock().await?)
+    })
+}
+
+/// Gives back the hold `token` of `kind` (a token printed by `dlock acquire`).
+pub async fn release(
+    client: &Client,
+    kind: &KindArgs,
+    name: &str,
+    token: &str,
+) -> dlock::Result<()> {
+    if kind.fair {
+        client.fair_mutex(name)?.release_token(token).await
+    } else if kind.read {
+        client.rwlock(name)?.release_read_token(token).await
+    } else if kind.write {
+        client.rwlock(name)?.release_write_token(token).await
+    } else if let Some(permits) = kind.permits {
+        client.semaphore(name, permits)?.release_token(token).await
+    } else {
+        client.mutex(name)?.release_token(token).await
+    }
+}
+
+/// Restarts the lease of the hold `token` of `kind` at `ttl`.
+pub async fn extend(
+    client: &Client,
+    kind: &KindArgs,
+    name: &str,
+    token: &str,
+    ttl: Duration,
+) -> dlock::Result<()> {
+    if kind.read {
+        client.rwlock(name)?.extend_read_token(token, ttl).await
+    } else if kind.write {
+        client.rwlock(name)?.extend_write_token(token, ttl).await
+    } else if let Some(permits) = kind.permits {
+        client
+            .semaphore(name, permits)?
+            .extend_token(token, ttl)
+            .await
+    } else {
+        // Plain and fair mutexes keep the same string: one extend serves both.
+        client.mutex(name)?.extend_token(token, ttl).await
+    }
+}

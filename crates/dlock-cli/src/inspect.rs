@@ -1,0 +1,235 @@
+//! `dlock inspect`: who holds which lock, for how long, and what waits.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use dlock::{Client, LockInfo};
+
+use crate::{duration, exit};
+
+#[derive(Args, Debug, Clone)]
+pub struct InspectArgs {
+    /// Lock names
+    #[arg(required_unless_present = "pattern", conflicts_with = "pattern")]
+    names: Vec<String>,
+    /// Every lock whose name matches this glob (Redis MATCH syntax: *, ?, [..]); found
+    /// with SCAN, never KEYS
+    #[arg(long = "match", value_name = "PATTERN")]
+    pattern: Option<String>,
+    /// One JSON object per lock (with --watch: one JSON array per refresh)
+    #[arg(long)]
+    json: bool,
+    /// Refresh every INTERVAL until interrupted, like top(1)
+    #[arg(long, value_parser = duration::parse, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1s")]
+    watch: Option<Duration>,
+}
+
+impl InspectArgs {
+    pub fn check(&self, prefix: &str) -> dlock::Result<()> {
+        for name in &self.names {
+            dlock::check_name(prefix, name)?;
+        }
+        if let Some(interval) = self.watch {
+            if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
+                return Err(dlock::Error::InvalidArgument(format!(
+                    "--watch {} is out of range; use 100ms to 1h",
+                    dlock::humane(interval)
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub async fn inspect(client: &Client, args: &InspectArgs) -> dlock::Result<i32> {
+    let Some(interval) = args.watch else {
+        let locks = snapshot(client, args).await?;
+        print(&locks, args, false);
+        return Ok(exit::OK);
+    };
+    let mut interrupt =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| dlock::Error::InvalidArgument(format!("cannot watch for Ctrl-C: {e}")))?;
+    loop {
+        let locks = snapshot(client, args).await?;
+        print(&locks, args, true);
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = interrupt.recv() => return Ok(exit::OK),
+        }
+    }
+}
+
+async fn snapshot(client: &Client, args: &InspectArgs) -> dlock::Result<Vec<LockInfo>> {
+    let names = match &args.pattern {
+        Some(pattern) => client.find_locks(pattern).await?,
+        None => args.names.clone(),
+    };
+    let mut locks = Vec::with_capacity(names.len());
+    for name in names {
+        locks.push(client.inspect(&name).await?);
+    }
+    Ok(locks)
+}
+
+fn print(locks: &[LockInfo], args: &InspectArgs, watching: bool) {
+    if args.json {
+        let objects: Vec<serde_json::Value> = locks.iter().map(to_json).collect();
+        if watching {
+            println!("{}", serde_json::Value::Array(objects));
+        } else {
+            for object in objects {
+                println!("{object}");
+            }
+        }
+        return;
+    }
+    if watching {
+        // Clear the screen and go home: a live view.
+        print!("\x1b[2J\x1b[H");
+        println!(
+            "dlock inspect — {} (Ctrl-C to quit)\n",
+            utc(SystemTime::now())
+        );
+    }
+    println!(
+        "{:<32} {:<10} {:>7} {:>9} {:>8} {:>6}",
+        "NAME", "KIND", "HOLDERS", "LEASE", "FENCE", "QUEUED"
+    );
+    if locks.is_empty() {
+        println!("(no locks)");
+    }
+    for lock in locks {
+        println!(
+            "{:<32} {:<10} {:>7} {:>9} {:>8} {:>6}",
+            lock.name,
+            lock.kind.to_string(),
+            lock.holders.len(),
+            lock.remaining
+                .map(dlock::humane)
+                .unwrap_or_else(|| "-".into()),
+            lock.last_fence,
+            lock.queued
+        );
+        for holder in &lock.holders {
+            let token = holder.token.rsplit('/').next().unwrap_or(&holder.token);
+            let short = &token[..token.len().min(8)];
+            let who = match holder.label.as_deref().and_then(DlockHolder::parse) {
+                Some(h) => format!("dlock pid {} on {}, started {}", h.pid, h.host, h.started),
+                None => holder
+                    .label
+                    .clone()
+                    .unwrap_or_else(|| "another client".into()),
+            };
+            let owner = holder
+                .owner
+                .as_deref()
+                .map(|o| format!(" owner {}", &o[..o.len().min(12)]))
+                .unwrap_or_default();
+            let left = holder
+                .remaining
+                .map(|d| format!("{} left", dlock::humane(d)))
+                .unwrap_or_else(|| "no expiry".into());
+            println!("    {short}…  {who}{owner}  ({left})");
+        }
+    }
+}
+
+fn to_json(lock: &LockInfo) -> serde_json::Value {
+    let holders: Vec<serde_json::Value> = lock
+        .holders
+        .iter()
+        .map(|h| {
+            let dlock_holder = h.label.as_deref().and_then(DlockHolder::parse);
+            serde_json::json!({
+                "token_prefix": h.token.rsplit('/').next().map(|t| &t[..t.len().min(8)]),
+                "label": h.label,
+                "host": dlock_holder.as_ref().map(|d| d.host.clone()),
+                "pid": dlock_holder.as_ref().map(|d| d.pid),
+                "started": dlock_holder.as_ref().map(|d| d.started.clone()),
+                "owner": h.owner,
+                "remaining_ms": h.remaining.map(|d| d.as_millis() as u64),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "name": lock.name,
+        "key": lock.key,
+        "kind": lock.kind.to_string(),
+        "holders": holders,
+        "remaining_ms": lock.remaining.map(|d| d.as_millis() as u64),
+        "last_fence": lock.last_fence,
+        "queued": lock.queued,
+    })
+}
+
+/// A holder label written by the `dlock` CLI: `dlock@host:pid:start`.
+struct DlockHolder {
+    host: String,
+    pid: u32,
+    started: String,
+}
+
+impl DlockHolder {
+    fn parse(label: &str) -> Option<DlockHolder> {
+        let rest = label.strip_prefix("dlock@")?;
+        let mut parts = rest.rsplitn(3, ':');
+        let started: u64 = parts.next()?.parse().ok()?;
+        let pid = parts.next()?.parse().ok()?;
+        let host = parts.next()?.to_string();
+        Some(DlockHolder {
+            host,
+            pid,
+            started: utc(UNIX_EPOCH + Duration::from_secs(started)),
+        })
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SSZ` (UTC), without a date crate: days to civil date (H. Hinnant).
+fn utc(time: SystemTime) -> String {
+    let secs = time
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0) as i64;
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(UNIX_EPOCH), "1970-01-01 00:00:00Z");
+        assert_eq!(
+            utc(UNIX_EPOCH + Duration::from_secs(1_795_420_800)),
+            "2026-11-23 08:00:00Z"
+        );
+        assert_eq!(
+            utc(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29 00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn dlock_labels_are_parsed() {
+        let holder = DlockHolder::parse("dlock@web-1.example:4242:0").unwrap();
+        assert_eq!((holder.host.as_str(), holder.pid), ("web-1.example", 4242));
+        assert!(DlockHolder::parse("someone-else").is_none());
+    }
+}
