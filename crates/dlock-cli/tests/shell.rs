@@ -184,6 +184,8 @@ fn interrupts_counted(mut launcher: Command, count_file: &Path) -> u32 {
         assert!(Instant::now() < deadline, "the counter never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Let the launcher finish setting up (the naive wrapper records the child's pid).
+    std::thread::sleep(Duration::from_millis(200));
     // SAFETY: signalling the process group this test just created.
     unsafe {
         libc::killpg(child.id() as libc::pid_t, libc::SIGINT);
@@ -206,12 +208,13 @@ fn an_interrupted_process_group_delivers_one_sigint() {
     assert_eq!(interrupts_counted(run, &count_file), 1);
 
     // Negative control: a wrapper that forwards SIGINT to a child in its own process
-    // group delivers it twice (the group's and the forward), as dlock used to.
+    // group delivers it twice (the group's and the forward), as dlock used to. (The
+    // forward waits a moment: two SIGINTs pending at once would merge into one.)
     let _ = std::fs::remove_file(&count_file);
     let mut naive = Command::new("sh");
     naive
         .arg("-c")
-        .arg("\"$@\" & child=$!; trap 'kill -INT $child' INT; wait $child; wait $child")
+        .arg("trap 'sleep 0.2; kill -INT $child' INT; \"$@\" & child=$!; wait $child; wait $child")
         .arg("naive-wrapper")
         .args(counter_command());
     assert_eq!(interrupts_counted(naive, &count_file), 2);
