@@ -5,18 +5,23 @@
 //!   compare-and-delete (the same two round trips) on the same kind of connection.
 //! * par: 64 tasks on distinct keys over one client, vs the raw pair with 64 tasks.
 //! * handoff: 4 workers on one key, each holds it 1 ms then works 1 ms outside it;
-//!   acquisitions/s, the gap between a release and the next acquisition by another
-//!   worker (p50/p99), acquisitions per worker; plain vs fair mutex.
-//! * herd: 256 waiters on one lock, each taking it once; Redis commands per hand-off
-//!   (from INFO commandstats, script-internal commands included); plain vs fair mutex.
-//! * renew: 10 000 held auto-renewed locks; script calls per second spent on renewal,
-//!   vs one call per lock per renewal period.
+//!   acquisitions/s, the measured share of wall time the lock was held (`busy_fraction`),
+//!   the gap between a release and the next acquisition by another worker (p50/p99),
+//!   acquisitions per worker; plain vs fair mutex.
+//! * herd: waiters on one lock, each taking it once; Redis commands per hand-off (from
+//!   INFO commandstats, script-internal commands included); plain vs fair mutex.
+//! * rwlock_read: 64 tasks reading one read-write lock (each its own owner), read
+//!   acquire+release cycles/s, vs the raw pair with 64 tasks.
+//! * rwlock_writer: one writer taking the lock while 8 readers keep reading (each holds
+//!   1 ms); writer acquisitions/s and how long the writer waits (p50/p99).
+//! * renew: many held, auto-renewed locks; script calls per second spent on renewal, vs
+//!   one call per lock per renewal period.
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use dlock::{Client, LockOptions, Wait};
+use dlock::{Client, LockOptions, Owner, Wait};
 use redis::aio::ConnectionManager;
 
 #[derive(Args, Debug, Clone)]
@@ -27,9 +32,18 @@ pub struct BenchArgs {
     /// Number of locks held in the renew scenario
     #[arg(long, default_value_t = 10_000)]
     renew_locks: usize,
-    /// Print one JSON object instead of a table
+    /// Print one JSON object per scenario (scenario, value, unit, baseline, ratio, and the
+    /// scenario's own fields) instead of a table
     #[arg(long)]
     json: bool,
+    /// Start a private redis-server on a free loopback port for the run (and stop it
+    /// after), instead of using --redis
+    #[arg(long)]
+    pub spawn: bool,
+    /// A short run, under a minute: 300ms per throughput scenario, 1000 renewed locks,
+    /// 64 herd waiters
+    #[arg(long)]
+    quick: bool,
 }
 
 impl BenchArgs {
@@ -54,106 +68,170 @@ impl BenchArgs {
 const RAW_RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
-struct Report {
-    rows: Vec<(String, String)>,
-    json: serde_json::Map<String, serde_json::Value>,
+/// One scenario's result.
+struct Row {
+    scenario: &'static str,
+    value: f64,
+    unit: &'static str,
+    /// The raw baseline in the same unit, measured in the same run.
+    baseline: Option<f64>,
+    extra: serde_json::Map<String, serde_json::Value>,
 }
 
-impl Report {
-    fn add(&mut self, key: &str, label: String, value: serde_json::Value) {
-        self.rows.push((key.to_string(), label));
-        self.json.insert(key.to_string(), value);
+impl Row {
+    fn new(scenario: &'static str, value: f64, unit: &'static str) -> Row {
+        Row {
+            scenario,
+            value,
+            unit,
+            baseline: None,
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    fn baseline(mut self, baseline: f64) -> Row {
+        self.baseline = Some(baseline);
+        self
+    }
+
+    fn with(mut self, field: &str, value: serde_json::Value) -> Row {
+        self.extra.insert(field.to_string(), value);
+        self
+    }
+
+    fn ratio(&self) -> Option<f64> {
+        self.baseline.filter(|b| *b > 0.0).map(|b| self.value / b)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mut object = serde_json::Map::new();
+        object.insert("scenario".into(), self.scenario.into());
+        object.insert("value".into(), self.value.into());
+        object.insert("unit".into(), self.unit.into());
+        object.insert("baseline".into(), self.baseline.into());
+        object.insert("ratio".into(), self.ratio().into());
+        object.extend(self.extra.clone());
+        serde_json::Value::Object(object)
+    }
+
+    fn line(&self) -> String {
+        let mut line = format!(
+            "{:<14} {:>10.1} {:<22}",
+            self.scenario, self.value, self.unit
+        );
+        if let (Some(baseline), Some(ratio)) = (self.baseline, self.ratio()) {
+            line += &format!(" raw {baseline:>10.1}  ratio {ratio:.2}");
+        }
+        for (field, value) in &self.extra {
+            match value.as_f64().filter(|_| value.is_f64()) {
+                Some(number) => line += &format!("  {field} {number:.2}"),
+                None => line += &format!("  {field} {value}"),
+            }
+        }
+        line
     }
 }
 
 pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result<i32> {
     let raw_client = redis::Client::open(url).map_err(dlock::Error::from)?;
     let raw = raw_client.get_connection_manager().await?;
-    let mut report = Report {
-        rows: Vec::new(),
-        json: serde_json::Map::new(),
+    let (duration, renew_locks, herd_waiters) = if args.quick {
+        (Duration::from_millis(300), args.renew_locks.min(1_000), 64)
+    } else {
+        (args.duration, args.renew_locks, 256)
     };
     let prefix = format!("dlock-bench:{}:", std::process::id());
     let fixed = LockOptions::default()
         .ttl(Duration::from_secs(10))
         .wait(Wait::NoWait);
-
-    // seq
-    let raw_seq = raw_cycles(&raw, &prefix, 1, args.duration).await?;
-    let dlock_seq = dlock_cycles(client, &prefix, 1, args.duration, fixed).await?;
-    report.add(
-        "seq",
-        format!(
-            "{:>9.0} cycles/s   raw {:>9.0}   ratio {:.2}",
-            dlock_seq,
-            raw_seq,
-            dlock_seq / raw_seq
-        ),
-        serde_json::json!({"cycles_per_s": dlock_seq, "raw_cycles_per_s": raw_seq, "ratio": dlock_seq / raw_seq}),
+    let progress = indicatif::ProgressBar::new(11);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    let mut rows = Vec::new();
+    let step = |what: &str| progress.set_message(what.to_string());
 
-    // par
-    let raw_par = raw_cycles(&raw, &prefix, 64, args.duration).await?;
-    let dlock_par = dlock_cycles(client, &prefix, 64, args.duration, fixed).await?;
-    report.add(
-        "par",
-        format!(
-            "{:>9.0} cycles/s   raw {:>9.0}   ratio {:.2}",
-            dlock_par,
-            raw_par,
-            dlock_par / raw_par
-        ),
-        serde_json::json!({"cycles_per_s": dlock_par, "raw_cycles_per_s": raw_par, "ratio": dlock_par / raw_par}),
-    );
+    step("seq");
+    let raw_seq = raw_cycles(&raw, &prefix, 1, duration).await?;
+    let dlock_seq = dlock_cycles(client, &prefix, 1, duration, fixed).await?;
+    rows.push(Row::new("seq", dlock_seq, "cycles/s").baseline(raw_seq));
+    progress.inc(2);
 
-    // handoff
+    step("par");
+    let raw_par = raw_cycles(&raw, &prefix, 64, duration).await?;
+    let dlock_par = dlock_cycles(client, &prefix, 64, duration, fixed).await?;
+    rows.push(Row::new("par", dlock_par, "cycles/s").baseline(raw_par));
+    progress.inc(2);
+
     for fair in [false, true] {
-        let h = handoff(
+        step(if fair { "handoff_fair" } else { "handoff" });
+        let h = handoff(client, &format!("{prefix}handoff:{fair}"), fair, duration).await?;
+        rows.push(
+            Row::new(
+                if fair { "handoff_fair" } else { "handoff" },
+                h.rate,
+                "acquisitions/s",
+            )
+            .with("busy_fraction", h.busy_fraction.into())
+            .with("gap_p50_ms", h.gap_p50_ms.into())
+            .with("gap_p99_ms", h.gap_p99_ms.into())
+            .with("per_worker", h.per_worker.into()),
+        );
+        progress.inc(1);
+    }
+
+    for fair in [false, true] {
+        step(if fair { "herd_fair" } else { "herd" });
+        let per = herd(
             client,
-            &format!("{prefix}handoff:{fair}"),
+            &raw,
+            &format!("{prefix}herd:{fair}"),
             fair,
-            args.duration,
+            herd_waiters,
         )
         .await?;
-        let key = if fair { "handoff_fair" } else { "handoff" };
-        report.add(
-            key,
-            format!(
-                "{:>9.0} acq/s      gap p50 {:.2} ms p99 {:.2} ms   per worker {:?}",
-                h.rate, h.gap_p50_ms, h.gap_p99_ms, h.per_worker
-            ),
-            serde_json::json!({"acquisitions_per_s": h.rate, "gap_p50_ms": h.gap_p50_ms, "gap_p99_ms": h.gap_p99_ms, "per_worker": h.per_worker}),
+        rows.push(
+            Row::new(
+                if fair { "herd_fair" } else { "herd" },
+                per,
+                "commands/hand-off",
+            )
+            .with("waiters", herd_waiters.into()),
         );
+        progress.inc(1);
     }
 
-    // herd
-    for fair in [false, true] {
-        let per = herd(client, &raw, &format!("{prefix}herd:{fair}"), fair, 256).await?;
-        let key = if fair { "herd_fair" } else { "herd" };
-        report.add(
-            key,
-            format!("{per:>9.1} commands per hand-off (256 waiters)"),
-            serde_json::json!({"commands_per_handoff": per, "waiters": 256}),
-        );
-    }
+    step("rwlock_read");
+    let reads = rwlock_reads(client, &format!("{prefix}rw-read"), 64, duration).await?;
+    rows.push(Row::new("rwlock_read", reads, "cycles/s").baseline(raw_par));
+    progress.inc(1);
 
-    // renew
-    let (per_s, naive) = renew(client, &raw, &prefix, args.renew_locks).await?;
-    report.add(
-        "renew",
-        format!(
-            "{per_s:>9.1} script calls/s for {} locks   one-per-lock {naive:.0}/s   ratio {:.4}",
-            args.renew_locks,
-            per_s / naive
-        ),
-        serde_json::json!({"calls_per_s": per_s, "locks": args.renew_locks, "one_call_per_lock_per_s": naive, "ratio": per_s / naive}),
+    step("rwlock_writer");
+    let w = rwlock_writer(client, &format!("{prefix}rw-write"), duration).await?;
+    rows.push(
+        Row::new("rwlock_writer", w.rate, "writes/s")
+            .with("writer_wait_p50_ms", w.wait_p50_ms.into())
+            .with("writer_wait_p99_ms", w.wait_p99_ms.into())
+            .with("reads", w.reads.into()),
     );
+    progress.inc(1);
 
-    if args.json {
-        println!("{}", serde_json::Value::Object(report.json));
-    } else {
-        for (key, line) in report.rows {
-            println!("{key:<13} {line}");
+    step("renew");
+    let (per_s, naive) = renew(client, &raw, &prefix, renew_locks).await?;
+    rows.push(
+        Row::new("renew", per_s, "script calls/s")
+            .baseline(naive)
+            .with("locks", renew_locks.into()),
+    );
+    progress.inc(1);
+    progress.finish_and_clear();
+
+    for row in &rows {
+        if args.json {
+            println!("{}", row.json());
+        } else {
+            println!("{}", row.line());
         }
     }
     Ok(0)
@@ -241,6 +319,8 @@ async fn dlock_cycles(
 
 struct Handoff {
     rate: f64,
+    /// The measured share of wall time some worker held the lock.
+    busy_fraction: f64,
     gap_p50_ms: f64,
     gap_p99_ms: f64,
     per_worker: Vec<usize>,
@@ -261,7 +341,8 @@ async fn handoff(
         client.mutex_with(name, options)?
     };
     let holds: Arc<StdMutex<Vec<(Instant, Instant, usize)>>> = Arc::default();
-    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let deadline = started + duration;
     let mut workers = Vec::new();
     for worker in 0..4 {
         let (mutex, holds) = (mutex.clone(), holds.clone());
@@ -298,7 +379,14 @@ async fn handoff(
     for h in &holds {
         per_worker[h.2] += 1;
     }
+    // What was held, measured (a 1 ms tokio sleep takes longer than 1 ms).
+    let held: f64 = holds
+        .iter()
+        .map(|h| h.1.saturating_duration_since(h.0).as_secs_f64())
+        .sum();
+    let wall = started.elapsed().as_secs_f64();
     Ok(Handoff {
+        busy_fraction: held / wall,
         rate: holds.len() as f64 / duration.as_secs_f64(),
         gap_p50_ms: pct(0.5),
         gap_p99_ms: pct(0.99),
@@ -411,4 +499,180 @@ async fn renew(
     }
     let naive = locks as f64 / (ttl.as_secs_f64() / 3.0);
     Ok((renewal_calls / window.as_secs_f64(), naive))
+}
+
+/// 64 readers (each its own owner) of one read-write lock: read acquire+release cycles/s.
+async fn rwlock_reads(
+    client: &Client,
+    name: &str,
+    tasks: usize,
+    duration: Duration,
+) -> dlock::Result<f64> {
+    let lock = client.rwlock_with(
+        name,
+        LockOptions::default()
+            .ttl(Duration::from_secs(10))
+            .wait(Wait::Timeout(Duration::from_secs(10))),
+    )?;
+    let deadline = Instant::now() + duration;
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let lock = lock.clone();
+        handles.push(tokio::spawn(async move {
+            let owner = Owner::new();
+            let mut cycles = 0u64;
+            while Instant::now() < deadline {
+                lock.read(&owner).await?.unlock().await?;
+                cycles += 1;
+            }
+            Ok::<u64, dlock::Error>(cycles)
+        }));
+    }
+    let mut total = 0;
+    for handle in handles {
+        total += handle.await.expect("bench reader")?;
+    }
+    Ok(total as f64 / duration.as_secs_f64())
+}
+
+struct WriterUnderReaders {
+    rate: f64,
+    wait_p50_ms: f64,
+    wait_p99_ms: f64,
+    reads: u64,
+}
+
+/// One writer against 8 readers that keep reading (each holds 1 ms): writer preference
+/// must let the writer in promptly.
+async fn rwlock_writer(
+    client: &Client,
+    name: &str,
+    duration: Duration,
+) -> dlock::Result<WriterUnderReaders> {
+    let lock = client.rwlock_with(
+        name,
+        LockOptions::default()
+            .ttl(Duration::from_secs(10))
+            .wait(Wait::Timeout(Duration::from_secs(30))),
+    )?;
+    let deadline = Instant::now() + duration;
+    let mut readers = Vec::new();
+    for _ in 0..8 {
+        let lock = lock.clone();
+        readers.push(tokio::spawn(async move {
+            let owner = Owner::new();
+            let mut reads = 0u64;
+            while Instant::now() < deadline {
+                let read = lock.read(&owner).await?;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                read.unlock().await?;
+                reads += 1;
+            }
+            Ok::<u64, dlock::Error>(reads)
+        }));
+    }
+    let mut waits = Vec::new();
+    while Instant::now() < deadline {
+        let asked = Instant::now();
+        let write = lock.write().await?;
+        waits.push(asked.elapsed().as_secs_f64() * 1000.0);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        write.unlock().await?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut reads = 0;
+    for reader in readers {
+        reads += reader.await.expect("bench reader")?;
+    }
+    waits.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let pct = |p: f64| {
+        waits
+            .get(((waits.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    Ok(WriterUnderReaders {
+        rate: waits.len() as f64 / duration.as_secs_f64(),
+        wait_p50_ms: pct(0.5),
+        wait_p99_ms: pct(0.99),
+        reads,
+    })
+}
+
+/// A private redis-server for `bench --spawn`: its own temp dir and a free loopback port,
+/// used only once it answers with its own pid, stopped (by that pid) when dropped.
+pub struct PrivateServer {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl PrivateServer {
+    pub fn start() -> dlock::Result<PrivateServer> {
+        let failed = |what: String| dlock::Error::InvalidArgument(format!("--spawn: {what}"));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| failed(format!("no free loopback port ({e})")))?
+            .port();
+        let dir = std::env::temp_dir().join(format!("dlock-bench-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                failed(format!(
+                    "cannot start redis-server ({e}); install the Debian package redis-server"
+                ))
+            })?;
+        let server = PrivateServer { child, dir, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let answered = redis::Client::open(server.url())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
+            if let Ok(info) = answered {
+                let pid = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("process_id:"))
+                    .map(str::trim);
+                if pid == Some(server.child.id().to_string().as_str()) {
+                    return Ok(server);
+                }
+                return Err(failed(format!(
+                    "port {port} answers, but not from the server we started"
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(failed(format!(
+                    "redis-server on port {port} did not answer within 10s"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

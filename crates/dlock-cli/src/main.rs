@@ -379,13 +379,13 @@ fn holder_label() -> String {
     format!("dlock@{host}:{}:{started}", std::process::id())
 }
 
-async fn connect(cli: &Cli) -> dlock::Result<Client> {
+async fn connect(cli: &Cli, url: &str) -> dlock::Result<Client> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
             dlock::Error::InvalidArgument(format!("cannot read {}: {e}", path.display()))
         })
     };
-    let mut builder = Client::builder(&cli.redis)
+    let mut builder = Client::builder(url)
         .prefix(cli.prefix.clone())
         .holder_label(holder_label());
     if let Some(ca) = &cli.tls_ca {
@@ -405,15 +405,23 @@ async fn execute(cli: &Cli) -> dlock::Result<i32> {
             return Ok(exit::IO_ERROR);
         }
     }
-    let client = connect(cli).await?;
-    let outcome = dispatch(&client, cli).await;
+    // `bench --spawn` measures a private server of its own.
+    let spawned = match &cli.command {
+        Command::Bench(args) if args.spawn => Some(bench::PrivateServer::start()?),
+        _ => None,
+    };
+    let url = spawned
+        .as_ref()
+        .map_or(cli.redis.clone(), |server| server.url());
+    let client = connect(cli, &url).await?;
+    let outcome = dispatch(&client, cli, &url).await;
     // Whatever is still held (an error path's guard, a cancelled wait's queue place) is
     // given back before exit: the runtime's shutdown would not wait for it.
     client.shutdown().await;
     outcome
 }
 
-async fn dispatch(client: &Client, cli: &Cli) -> dlock::Result<i32> {
+async fn dispatch(client: &Client, cli: &Cli, url: &str) -> dlock::Result<i32> {
     match &cli.command {
         Command::Run(args) => run::run(client, args.clone()).await,
         Command::Acquire {
@@ -422,7 +430,7 @@ async fn dispatch(client: &Client, cli: &Cli) -> dlock::Result<i32> {
             kind,
             json,
         } => acquire(client, name, lease, kind, *json).await,
-        Command::Bench(args) => bench::bench(client, &cli.redis, args.clone()).await,
+        Command::Bench(args) => bench::bench(client, url, args.clone()).await,
         Command::Inspect(args) => inspect::inspect(client, args).await,
         Command::Release {
             name, force: true, ..

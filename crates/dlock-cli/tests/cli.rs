@@ -628,10 +628,21 @@ fn bench_reports_every_scenario_with_its_baseline() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for scenario in ["seq", "par"] {
-        assert!(report[scenario]["cycles_per_s"].as_f64().unwrap() > 0.0);
-        assert!(report[scenario]["raw_cycles_per_s"].as_f64().unwrap() > 0.0);
+    // One JSON object per scenario: scenario, value, unit, baseline, ratio, own fields.
+    let report: std::collections::HashMap<String, serde_json::Value> =
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|line| {
+                let row: serde_json::Value = serde_json::from_str(line).unwrap();
+                (row["scenario"].as_str().unwrap().to_string(), row)
+            })
+            .collect();
+    for scenario in ["seq", "par", "rwlock_read"] {
+        assert!(report[scenario]["value"].as_f64().unwrap() > 0.0);
+        assert!(report[scenario]["baseline"].as_f64().unwrap() > 0.0);
+        assert!(report[scenario]["ratio"].as_f64().unwrap() > 0.0);
+        assert_eq!(report[scenario]["unit"], "cycles/s");
     }
     let per_worker: Vec<u64> =
         serde_json::from_value(report["handoff_fair"]["per_worker"].clone()).unwrap();
@@ -640,12 +651,13 @@ fn bench_reports_every_scenario_with_its_baseline() {
         per_worker.iter().all(|&n| n > 0),
         "every worker got the fair lock"
     );
-    let herd = report["herd"]["commands_per_handoff"].as_f64().unwrap();
-    let herd_fair = report["herd_fair"]["commands_per_handoff"]
-        .as_f64()
-        .unwrap();
+    let busy = report["handoff"]["busy_fraction"].as_f64().unwrap();
+    assert!(busy > 0.0 && busy <= 1.0, "busy fraction {busy}");
+    assert!(report["rwlock_writer"]["value"].as_f64().unwrap() > 0.0);
+    let herd = report["herd"]["value"].as_f64().unwrap();
+    let herd_fair = report["herd_fair"]["value"].as_f64().unwrap();
     // A release wakes one waiter of the client: a few commands per hand-off, not one
-    // attempt per waiter (64 or 256 of them).
+    // attempt per waiter.
     assert!(herd <= 10.0, "plain mutex: {herd} commands per hand-off");
     assert!(
         herd_fair <= 40.0,
@@ -654,5 +666,53 @@ fn bench_reports_every_scenario_with_its_baseline() {
     assert!(
         report["renew"]["ratio"].as_f64().unwrap() < 0.5,
         "renewal is batched"
+    );
+}
+
+#[test]
+fn bench_spawn_measures_a_private_server_of_its_own() {
+    // --redis points nowhere: with --spawn the bench must not need it.
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .env("DLOCK_REDIS", "redis://127.0.0.1:1")
+        .args([
+            "bench",
+            "--spawn",
+            "--quick",
+            "--renew-locks",
+            "100",
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scenarios: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["scenario"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        scenarios,
+        [
+            "seq",
+            "par",
+            "handoff",
+            "handoff_fair",
+            "herd",
+            "herd_fair",
+            "rwlock_read",
+            "rwlock_writer",
+            "renew"
+        ]
     );
 }
