@@ -140,6 +140,9 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
     } else {
         (args.duration, args.renew_locks, 256)
     };
+    // Keys of the raw baseline carry the client's prefix too, so the bench runs as a user
+    // limited to that prefix (the client adds it to dlock's own keys).
+    let raw_prefix = format!("{}dlock-bench:{}:", client.prefix(), std::process::id());
     let prefix = format!("dlock-bench:{}:", std::process::id());
     let fixed = LockOptions::default()
         .ttl(Duration::from_secs(10))
@@ -163,7 +166,7 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
             &raw,
             RAW_COMMANDS,
             duration,
-            raw_cycles(&raw, &prefix, tasks, duration),
+            raw_cycles(&raw, &raw_prefix, tasks, duration),
         )
         .await?;
         let (rate, us) = measured(

@@ -62,11 +62,11 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         ),
         Error::Lost { .. } => (
             NOT_OWNER,
-            "the token no longer owns the lock (its lease expired or another owner took it); acquire it again",
+            "the token no longer owns the lock (its lease expired, another owner took it, or the kind flag differs from the one it was acquired with); acquire it again",
         ),
         Error::Refused { .. } => (
             REDIS_REFUSED,
-            "see the server's words above: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
+            "the reason is the server's own: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
         ),
         Error::Closed => (UNAVAILABLE, "the dlock client was shut down; run the command again"),
         _ => (UNAVAILABLE, "see the message above"),

@@ -112,8 +112,7 @@ fn print(locks: &[LockInfo], args: &InspectArgs, watching: bool) {
             lock.queued
         );
         for holder in &lock.holders {
-            let token = holder.token.rsplit('/').next().unwrap_or(&holder.token);
-            let short = &token[..token.len().min(8)];
+            let short = token_prefix(&holder.token);
             let who = match holder.label.as_deref().and_then(DlockHolder::parse) {
                 Some(h) => format!("dlock pid {} on {}, started {}", h.pid, h.host, h.started),
                 None => holder
@@ -124,7 +123,7 @@ fn print(locks: &[LockInfo], args: &InspectArgs, watching: bool) {
             let owner = holder
                 .owner
                 .as_deref()
-                .map(|o| format!(" owner {}", &o[..o.len().min(12)]))
+                .map(|o| format!(" owner {}", o.chars().take(12).collect::<String>()))
                 .unwrap_or_default();
             let left = holder
                 .remaining
@@ -142,7 +141,7 @@ fn to_json(lock: &LockInfo) -> serde_json::Value {
         .map(|h| {
             let dlock_holder = h.label.as_deref().and_then(DlockHolder::parse);
             serde_json::json!({
-                "token_prefix": h.token.rsplit('/').next().map(|t| &t[..t.len().min(8)]),
+                "token_prefix": token_prefix(&h.token),
                 "label": h.label,
                 "host": dlock_holder.as_ref().map(|d| d.host.clone()),
                 "pid": dlock_holder.as_ref().map(|d| d.pid),
@@ -161,6 +160,17 @@ fn to_json(lock: &LockInfo) -> serde_json::Value {
         "last_fence": lock.last_fence,
         "queued": lock.queued,
     })
+}
+
+/// The first characters of a token's random part (after any holder label).
+fn token_prefix(token: &str) -> String {
+    token
+        .rsplit('/')
+        .next()
+        .unwrap_or(token)
+        .chars()
+        .take(8)
+        .collect()
 }
 
 /// A holder label written by the `dlock` CLI: `dlock@host:pid:start`.

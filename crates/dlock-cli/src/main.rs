@@ -131,7 +131,11 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Internal: the watchdog of `run` that kills the command's process group when dlock dies
     #[command(name = "__watch-group", hide = true)]
-    WatchGroup { pgid: i32 },
+    WatchGroup {
+        pgid: i32,
+        #[arg(long)]
+        terminal: bool,
+    },
 }
 
 /// Lease and wait options shared by `run` and `acquire`.
@@ -147,7 +151,7 @@ pub struct LeaseArgs {
     #[arg(long, short = 'n')]
     pub no_wait: bool,
     /// Exit with N instead of 75 when the lock is busy (flock's -E)
-    #[arg(short = 'E', long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
+    #[arg(short = 'E', long, value_name = "N")]
     pub conflict_exit_code: Option<u8>,
     /// Lease on a waiter's place in the queue of a fair lock, write lock or semaphore: a
     /// crashed waiter holds up the queue this long [default: 10s]
@@ -207,8 +211,8 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    if let Command::WatchGroup { pgid } = cli.command {
-        return ExitCode::from(tree::watch_group(pgid) as u8);
+    if let Command::WatchGroup { pgid, terminal } = cli.command {
+        return ExitCode::from(tree::watch_group(pgid, terminal) as u8);
     }
     init_logging(&cli);
     // Arguments are checked before any connection: a bad name is a usage error even
@@ -235,7 +239,26 @@ fn main() -> ExitCode {
     });
     // Releases were awaited by the client's shutdown; nothing may hang the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
+    let signal = DIE_BY.load(std::sync::atomic::Ordering::SeqCst);
+    if signal == libc::SIGINT || signal == libc::SIGQUIT {
+        // A shell stops a script whose command died of SIGINT/SIGQUIT, not one that exited
+        // 130: die of it too, now that everything is cleaned up.
+        // SAFETY: restoring the default action and raising it on ourselves.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+    }
     ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// The signal dlock should die of once it has cleaned up (0: none).
+static DIE_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Records that dlock ends because of `signal` (the command died of it, or it
+/// interrupted a wait).
+pub fn die_by(signal: i32) {
+    DIE_BY.store(signal, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Logs go to stderr: warnings by default (e.g. a wait retrying against a Redis that went
@@ -252,13 +275,23 @@ fn init_logging(cli: &Cli) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: cron mail and log files get plain text.
+        // SAFETY: isatty only queries the descriptor.
+        .with_ansi(unsafe { libc::isatty(2) == 1 })
         .with_target(false)
         .try_init();
 }
 
 /// Prints an error with what to do about it, and returns its exit code.
 fn report(err: &dlock::Error, cli: &Cli) -> i32 {
-    let (mut code, hint) = exit::classify(err);
+    let (mut code, mut hint) = exit::classify(err);
+    let by_token = matches!(
+        cli.command,
+        Command::Release { force: false, .. } | Command::Extend { .. }
+    );
+    if by_token && matches!(err, dlock::Error::WrongType { .. }) {
+        hint = "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)";
+    }
     let busy = matches!(
         err,
         dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
@@ -478,6 +511,8 @@ async fn acquire(
         hold = hold::take(client, kind, name, lease.options()?) => hold?,
         signal = signals.next() => {
             eprintln!("dlock: interrupted while waiting for {name:?}");
+            signals.exit_on_next();
+            die_by(signal);
             return Ok(128 + signal);
         }
     };
@@ -499,8 +534,10 @@ async fn acquire(
     let printed = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
     if let Err(err) = printed {
         // The caller never got the token: give the lock back rather than strand it.
-        let _ = guard.unlock().await;
-        eprintln!("dlock: cannot print the token ({err}); the lock was released again");
+        match guard.unlock().await {
+            Ok(()) => eprintln!("dlock: cannot print the token ({err}); the lock was released again"),
+            Err(release) => eprintln!("dlock: cannot print the token ({err}), and releasing the lock failed too ({release}); it frees when its lease ends"),
+        }
         return Ok(exit::IO_ERROR);
     }
     drop(guard.into_token());

@@ -22,7 +22,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub lease: LeaseArgs,
     /// How long the command gets after SIGTERM before SIGKILL when it must stop
-    /// [default: a quarter of --ttl, at most 10s; at most half of --ttl]
+    /// [default: a quarter of --ttl, at most 10s; must fit in about half of --ttl]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub kill_after: Option<Duration>,
     #[command(flatten)]
@@ -54,7 +54,9 @@ HOW IT WORKS:
     If the lock is lost (a renewal finds it gone), or renewals keep failing, CMD's group
     gets SIGTERM and, --kill-after later, SIGKILL, and dlock exits 70. When renewals fail,
     the SIGTERM is sent early enough that the SIGKILL lands before the lease could pass to
-    another holder: hence --kill-after may be at most half of --ttl. If dlock itself dies
+    another holder, but only once a renewal is overdue: so --kill-after must fit in about
+    half of --ttl (dlock says how much when it does not), and a Redis that stalls for
+    longer than about 2/3 of --ttl minus --kill-after stops the command. If dlock itself dies
     (even kill -9), CMD's whole group is killed. A signal while waiting for the lock gives
     back anything the wait may hold (a queue place, a grant racing the signal) and exits
     128+N.
@@ -74,8 +76,10 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
         hold = hold::take(client, &args.kind, &args.name, options) => hold?,
         signal = signals.next() => {
             // Dropping the wait gives back what it may hold; the client's shutdown
-            // (before exit) waits for that.
+            // (before exit) waits for that, unless a second signal says not to wait.
             eprintln!("dlock: interrupted while waiting for {:?}", args.name);
+            signals.exit_on_next();
+            crate::die_by(signal);
             return Ok(128 + signal);
         }
     };
@@ -101,6 +105,11 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
     match outcome {
         Supervised::Exited(status) => {
             group.finish();
+            if let Some(signal @ (libc::SIGINT | libc::SIGQUIT)) = status.signal() {
+                // Die the same way, so a calling script stops too (as it would had it run
+                // the command itself).
+                crate::die_by(signal);
+            }
             match guard.unlock().await {
                 Ok(()) => Ok(exit_code(status)),
                 Err(dlock::Error::Lost { .. }) => {
@@ -135,18 +144,41 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
     }
 }
 
+/// Scheduling slack between deciding to stop the command and the signals landing.
+fn slack(ttl: Duration) -> Duration {
+    (ttl / 20).clamp(Duration::from_millis(20), Duration::from_secs(1))
+}
+
+/// How long a stop (SIGTERM, the --kill-after grace, SIGKILL) may take: it starts only
+/// once a renewal is overdue (a third of the ttl after the last one, plus a margin for a
+/// slow reply) and must end before the deadline (the ttl minus the drift allowance, minus
+/// slack). `None` when the ttl leaves no room at all.
+fn stop_room(ttl: Duration) -> Option<Duration> {
+    let margin = (ttl / 10).max(Duration::from_millis(10));
+    ttl.checked_sub(dlock::drift_allowance(ttl))?
+        .checked_sub(slack(ttl))?
+        .checked_sub(ttl / 3)?
+        .checked_sub(margin)
+        .filter(|room| !room.is_zero())
+}
+
 /// `--kill-after`, checked against `--ttl`.
 fn kill_after(args: &RunArgs) -> dlock::Result<Duration> {
     let ttl = args.lease.ttl;
-    let most = ttl / 2;
+    let Some(room) = stop_room(ttl) else {
+        return Err(dlock::Error::InvalidArgument(format!(
+            "--ttl {} is too short for run: the command could not be stopped between an overdue renewal and the end of the lease; use --ttl 100ms or more",
+            dlock::humane(ttl)
+        )));
+    };
     match args.kill_after {
-        None => Ok((ttl / 4).min(DEFAULT_KILL_AFTER)),
-        Some(grace) if grace <= most => Ok(grace),
+        None => Ok((ttl / 4).min(DEFAULT_KILL_AFTER).min(room)),
+        Some(grace) if grace <= room => Ok(grace),
         Some(grace) => Err(dlock::Error::InvalidArgument(format!(
-            "--kill-after {} does not fit in --ttl {}: when renewals fail the command gets SIGTERM and, --kill-after later, SIGKILL, all before the lease can pass on; use --kill-after {} or less, or a longer --ttl",
+            "--kill-after {} does not fit in --ttl {}: when renewals fail the command gets SIGTERM and, --kill-after later, SIGKILL, after a renewal is overdue and before the lease can pass on; use --kill-after {} or less, or a longer --ttl",
             dlock::humane(grace),
             dlock::humane(ttl),
-            dlock::humane(most)
+            dlock::humane(room)
         ))),
     }
 }
@@ -181,8 +213,11 @@ async fn supervise(
     kill_after: Duration,
 ) -> Supervised {
     let mut lost = guard.lost_signal();
-    // Scheduling slack between deciding to stop and the signals landing.
-    let slack = (args.lease.ttl / 20).clamp(Duration::from_millis(20), Duration::from_secs(1));
+    let slack = slack(args.lease.ttl);
+    let (stops_tx, mut stops) = tokio::sync::mpsc::unbounded_channel();
+    if let Some(pid) = child.id() {
+        tree::watch_stops(pid as libc::pid_t, stops_tx);
+    }
     loop {
         let valid_until = lost.valid_until();
         let stop_at = valid_until
@@ -203,6 +238,7 @@ async fn supervise(
                 }
             }
             signal = signals.next() => group.signal(signal),
+            Some(()) = stops.recv() => group.suspended(),
         }
     }
 }
@@ -238,6 +274,16 @@ impl Forwarded {
             hangup: signal(SignalKind::hangup())?,
             quit: signal(SignalKind::quit())?,
         })
+    }
+
+    /// From now on, a further signal ends dlock at once (128+N), without waiting for
+    /// clean-up still in progress.
+    pub fn exit_on_next(self) {
+        let mut signals = self;
+        tokio::spawn(async move {
+            let signal = signals.next().await;
+            std::process::exit(128 + signal);
+        });
     }
 
     /// The next signal received.

@@ -340,6 +340,9 @@ fn flock_habits_conflict_exit_code_and_quiet() {
     assert_eq!(timed.status.code(), Some(9));
     assert!(timed.stderr.is_empty());
     // Quiet is about "busy" only: real errors still speak.
+    // flock accepts -E 0 (busy is fine, say nothing), as the README's cron example does.
+    let fine = output(dlock(&server).args(["-q", "run", "job", "-n", "-E", "0", "--", "true"]));
+    assert_eq!(fine.status.code(), Some(0));
     let bad = output(dlock(&server).args(["-q", "run", "", "--", "true"]));
     assert_eq!(bad.status.code(), Some(64));
     assert!(!bad.stderr.is_empty());
@@ -725,6 +728,12 @@ fn demo_and_bench_work_wherever_cargo_builds_and_never_adopt_a_foreign_server() 
         .stderr(Stdio::null())
         .spawn();
     std::thread::sleep(Duration::from_millis(300));
+    // Only a server this test started is checked afterwards (if the port was taken, ours
+    // exited at once; whatever holds the port is not ours to inspect).
+    let foreign = foreign.ok().and_then(|mut child| match child.try_wait() {
+        Ok(None) => Some(child),
+        _ => None,
+    });
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     // A target directory of its own: the scripts must not assume ./target.
     let exe = Path::new(env!("CARGO_BIN_EXE_dlock"));
@@ -757,7 +766,7 @@ fn demo_and_bench_work_wherever_cargo_builds_and_never_adopt_a_foreign_server() 
         "{}",
         String::from_utf8_lossy(&bench.stderr)
     );
-    if let Ok(mut foreign) = foreign {
+    if let Some(mut foreign) = foreign {
         let written: redis::RedisResult<i64> = redis::Client::open("redis://127.0.0.1:16379")
             .and_then(|c| c.get_connection())
             .and_then(|mut c| redis::cmd("DBSIZE").query(&mut c));
@@ -789,4 +798,156 @@ fn an_evicting_memory_policy_is_warned_about_at_connect() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A terminal of its own (tmux on a private socket) running an interactive shell.
+struct Terminal {
+    socket: String,
+}
+
+impl Terminal {
+    fn start(env: &[(&str, String)]) -> Terminal {
+        let socket = format!("dlock-test-{}-{}", std::process::id(), rand_suffix());
+        let mut command = Command::new("tmux");
+        command.args([
+            "-L",
+            &socket,
+            "new-session",
+            "-d",
+            "-x",
+            "160",
+            "-y",
+            "40",
+            "bash --norc --noprofile",
+        ]);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        assert!(command.status().unwrap().success(), "tmux starts");
+        let terminal = Terminal { socket };
+        terminal.wait_for("bash-");
+        terminal
+    }
+
+    fn send(&self, keys: &[&str]) {
+        let mut args = vec!["-L", &self.socket, "send-keys", "-t", "0"];
+        args.extend_from_slice(keys);
+        assert!(Command::new("tmux").args(&args).status().unwrap().success());
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p", "-t", "0"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never saw {text:?} in:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+}
+
+#[test]
+fn in_a_terminal_the_command_reads_it_and_ctrl_z_and_ctrl_c_behave() {
+    let server = RedisServer::start();
+    let terminal = Terminal::start(&[("PATH", std::env::var("PATH").unwrap())]);
+    let bin = format!("{} --redis {}", env!("CARGO_BIN_EXE_dlock"), server.url());
+    // The command reads the terminal (it was handed the terminal).
+    terminal.send(&[
+        &format!("{bin} run job -- sh -c 'read a; echo got:$a'"),
+        "Enter",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    terminal.send(&["hello", "Enter"]);
+    terminal.wait_for("got:hello");
+    // Ctrl-Z suspends command and dlock together and the shell takes over.
+    terminal.send(&["clear", "Enter"]);
+    terminal.send(&[&format!("{bin} run job -- sleep 30"), "Enter"]);
+    std::thread::sleep(Duration::from_millis(500));
+    terminal.send(&["C-z"]);
+    terminal.wait_for("Stopped");
+    terminal.send(&["echo shell-is-back", "Enter"]);
+    terminal.wait_for("shell-is-back\n");
+    // fg resumes; Ctrl-C then ends the command, dlock releases and the shell sees 130.
+    terminal.send(&["fg", "Enter"]);
+    std::thread::sleep(Duration::from_millis(500));
+    terminal.send(&["C-c"]);
+    std::thread::sleep(Duration::from_millis(500));
+    terminal.send(&["echo rc=$?", "Enter"]);
+    terminal.wait_for("rc=130");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "job"]), 0, "released");
+}
+
+#[test]
+fn when_renewals_fail_the_command_is_killed_before_the_lease_can_pass_on() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    // A command that ignores SIGTERM: only the SIGKILL ends it.
+    let script = format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.02; done",
+        pid_file.display()
+    );
+    let child = dlock(&server)
+        .args([
+            "run",
+            "job",
+            "--ttl",
+            "2s",
+            "--kill-after",
+            "300ms",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid(&pid_file);
+    std::thread::sleep(Duration::from_millis(200));
+    server.pause(); // renewals now fail (time out)
+    let paused = Instant::now();
+    while alive(pid) {
+        assert!(
+            paused.elapsed() < Duration::from_secs(5),
+            "the command was never stopped"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.resume();
+    // The lease (2 s from the last renewal) has not run out: nobody else could have been
+    // granted while the command still ran.
+    let pttl: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(pttl > 0, "the command outlived the lease ({pttl})");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(70));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kept failing"));
 }

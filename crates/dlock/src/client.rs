@@ -692,8 +692,26 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// The URL with any password replaced, for error messages.
+/// The URL with any password replaced, for error messages: `user:password@` and the
+/// `pass=` / `password=` query parameters of unix-socket URLs.
 fn redact(url: &str) -> String {
+    let url = redact_userinfo(url);
+    match url.split_once('?') {
+        Some((base, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((key, _)) if key == "pass" || key == "password" => format!("{key}=***"),
+                    _ => param.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
+        None => url,
+    }
+}
+
+fn redact_userinfo(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let userinfo = &url[scheme_end + 3..at];
@@ -731,5 +749,13 @@ mod tests {
         );
         assert_eq!(super::redact("redis://h:1"), "redis://h:1");
         assert_eq!(super::redact("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(
+            super::redact("redis+unix:///tmp/r.sock?db=1&pass=S3CRET"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(
+            super::redact("unix:///s?password=x"),
+            "unix:///s?password=***"
+        );
     }
 }

@@ -36,6 +36,24 @@ local function type_error(key, wanted)
   return {err = 'DLOCKTYPE ' .. found .. ' ' .. wanted .. ' ' .. key}
 end
 
+-- True for an error caught by pcall that is a DLOCKTYPE error (pcall may hand it back as
+-- the raised table or as its text).
+local function is_type_error(caught)
+  local text = caught
+  if type(caught) == 'table' then
+    text = caught.err
+  end
+  return type(text) == 'string' and string.find(text, 'DLOCKTYPE', 1, true) ~= nil
+end
+
+-- Raises again an error caught by pcall, as an error reply (not as text with a position).
+local function reraise(caught)
+  if type(caught) == 'table' then
+    error(caught)
+  end
+  error({err = tostring(caught)})
+end
+
 -- redis.call that turns WRONGTYPE on `key` into a DLOCKTYPE error and re-raises the rest.
 local function call_on(wanted, command, key, ...)
   local reply = redis.pcall(command, key, ...)

@@ -86,10 +86,17 @@ impl Call<'_> {
 /// Maps a script's error: DLOCKTYPE (see prelude.lua) becomes [`Error::WrongType`], an
 /// unexpected reply shape a bug report, the rest as any Redis error.
 fn script_error(name: &str, err: redis::RedisError) -> Error {
-    if err.code() == Some("DLOCKTYPE") {
-        if let Some(wrong_type) = err.detail().and_then(parse_wrong_type) {
-            return wrong_type;
-        }
+    // Usually the error code itself; a DLOCKTYPE re-raised through pcall may arrive
+    // behind a position ("ERR user_script:12: DLOCKTYPE ...").
+    let text = match (err.code(), err.detail()) {
+        (Some("DLOCKTYPE"), Some(detail)) => Some(detail.to_string()),
+        (_, Some(detail)) => detail
+            .find("DLOCKTYPE ")
+            .map(|at| detail[at + "DLOCKTYPE ".len()..].to_string()),
+        _ => None,
+    };
+    if let Some(wrong_type) = text.as_deref().and_then(parse_wrong_type) {
+        return wrong_type;
     }
     if err.kind() == redis::ErrorKind::UnexpectedReturnType || err.kind() == redis::ErrorKind::Parse
     {

@@ -98,13 +98,18 @@ impl Client {
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
         let keys = LockKeys::new(self.prefix(), name)?;
         let queue = QueueKeys::new(&keys);
-        let reply: Vec<String> = INSPECT
+        // Another client's value need not be text: read bytes, show them lossily.
+        let reply: Vec<Vec<u8>> = INSPECT
             .call()
             .key(&keys.key)
             .key(&keys.fence)
             .key(&queue.queue)
             .run(self)
             .await?;
+        let reply: Vec<String> = reply
+            .iter()
+            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+            .collect();
         if reply.len() < 4 || (reply.len() - 4) % 4 != 0 {
             return Err(Error::unexpected_reply(reply));
         }
@@ -205,7 +210,9 @@ impl Client {
             .arg(&queue.wake_prefix)
             .run(self)
             .await?;
-        tracing::warn!(lock = name, fence, "lock released by force");
+        if fence > 0 {
+            tracing::warn!(lock = name, fence, "lock released by force");
+        }
         Ok((fence > 0).then_some(fence))
     }
 }

@@ -3,10 +3,10 @@
 -- the key now).
 local ok, held = pcall(hold_state, ARGV[1], KEYS[1], ARGV[2], now_ms())
 if not ok then
-  if type(held) == 'table' and held.err and string.sub(held.err, 1, 9) == 'DLOCKTYPE' then
+  if is_type_error(held) then
     return 0 -- another kind holds the key now: not us
   end
-  error(held)
+  reraise(held)
 end
 if held then
   return 1

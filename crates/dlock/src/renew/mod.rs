@@ -236,6 +236,7 @@ async fn round(conn: &ConnectionManager, shared: &Shared) {
             };
             match reply.as_ref().map(|r| r.get(index).copied()) {
                 Ok(Some(1)) => {
+                    tracing::trace!(lock = %entry.spec.key, "renewed");
                     lease::renewed(&entry.spec.cell, lease::valid_until(sent, *ttl));
                     entry.next_due = sent + *ttl / 3;
                     entry.retrying = false;

@@ -11,10 +11,10 @@ for i, key in ipairs(KEYS) do
   local kind, token, lease = ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i])
   local ok, held = pcall(hold_state, kind, key, token, now)
   if not ok then
-    if type(held) == 'table' and held.err and string.sub(held.err, 1, 9) == 'DLOCKTYPE' then
+    if is_type_error(held) then
       results[i] = -1
     else
-      error(held)
+      reraise(held)
     end
   elseif held then
     hold_restart(kind, key, token, now, lease, held)
