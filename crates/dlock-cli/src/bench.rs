@@ -388,17 +388,12 @@ async fn handoff(
     }
     let mut holds = holds.lock().unwrap().clone();
     holds.sort_by_key(|h| h.0);
-    let mut gaps: Vec<f64> = holds
+    let gaps: Vec<f64> = holds
         .windows(2)
         .filter(|w| w[0].2 != w[1].2)
         .map(|w| w[1].0.saturating_duration_since(w[0].1).as_secs_f64() * 1000.0)
         .collect();
-    gaps.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let pct = |p: f64| {
-        gaps.get(((gaps.len() as f64 - 1.0) * p) as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let pct = percentiles(gaps);
     let mut per_worker = vec![0; 4];
     for h in &holds {
         per_worker[h.2] += 1;
@@ -599,6 +594,17 @@ async fn rwlock_reads(
     Ok(total as f64 / duration.as_secs_f64())
 }
 
+/// The p-th percentile (0..=1) of `samples` (0 when there are none).
+fn percentiles(mut samples: Vec<f64>) -> impl Fn(f64) -> f64 {
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    move |p| {
+        samples
+            .get(((samples.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
 struct WriterUnderReaders {
     rate: f64,
     wait_p50_ms: f64,
@@ -648,15 +654,10 @@ async fn rwlock_writer(
     for reader in readers {
         reads += reader.await.expect("bench reader")?;
     }
-    waits.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    let pct = |p: f64| {
-        waits
-            .get(((waits.len() as f64 - 1.0) * p) as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let writes = waits.len();
+    let pct = percentiles(waits);
     Ok(WriterUnderReaders {
-        rate: waits.len() as f64 / duration.as_secs_f64(),
+        rate: writes as f64 / duration.as_secs_f64(),
         wait_p50_ms: pct(0.5),
         wait_p99_ms: pct(0.99),
         reads,

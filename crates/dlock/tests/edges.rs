@@ -472,10 +472,11 @@ async fn waiters_without_channel_permission_poll_without_reconnecting() {
     holder.unlock().await.unwrap();
 }
 
-/// The future is dropped while Claim::give_back is awaiting its release: the queue place
-/// is never given back (armed was cleared before the await).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_a_wait_while_it_gives_back_still_leaves_the_queue() {
+/// A fair-mutex waiter queues, Redis freezes, its 400 ms budget runs out and it starts
+/// giving its place back (which cannot finish while Redis is frozen); `outer` bounds the
+/// whole wait, dropping it midway through the give-back when shorter than the freeze.
+/// Returns the queue's length once Redis thaws.
+async fn queue_left_after_a_frozen_give_back(outer: Duration) -> i64 {
     let server = RedisServer::start();
     let c = Client::builder(&server.url())
         .response_timeout(Duration::from_millis(200))
@@ -486,40 +487,39 @@ async fn dropping_a_wait_while_it_gives_back_still_leaves_the_queue() {
         .ttl(Duration::from_secs(30))
         .wait(Wait::Timeout(Duration::from_millis(400)));
     let m = c.fair_mutex_with("gb", opts).unwrap();
-    // warm up: acquire, release and queue-leave scripts cached
+    // Warm up: the acquire, release and queue-leave scripts are cached.
     let h0 = m.try_lock().await.unwrap();
-    let _ = c
-        .fair_mutex_with(
-            "gb",
-            LockOptions::default().wait(Wait::Timeout(Duration::from_millis(50))),
-        )
-        .unwrap()
-        .lock()
-        .await;
+    let short = LockOptions::default().wait(Wait::Timeout(Duration::from_millis(50)));
+    let _ = c.fair_mutex_with("gb", short).unwrap().lock().await;
     h0.unlock().await.unwrap();
     let holder = m.try_lock().await.unwrap();
     let srv = &server;
-    let outer = tokio::time::timeout(Duration::from_millis(700), async {
+    let _ = tokio::time::timeout(outer, async {
         let w = m.lock();
         tokio::pin!(w);
-        // let the waiter queue up, then freeze Redis
+        // Let the waiter queue up, then freeze Redis.
         tokio::select! { r = &mut w => return Some(r), _ = tokio::time::sleep(Duration::from_millis(150)) => {} }
         srv.pause();
         Some(w.await)
-    }).await;
-    eprintln!(
-        "outer: {:?}",
-        outer
-            .as_ref()
-            .map(|o| o.as_ref().map(|r| r.as_ref().map(|_| ())))
-    );
+    })
+    .await;
     server.resume();
     let queued = queue_length_settles(&server, "{gb}:queue").await;
     holder.unlock().await.unwrap();
-    assert_eq!(
-        queued, 0,
-        "a dropped wait left its queue place (head of line) behind"
-    );
+    queued
+}
+
+/// The future is dropped while the wait is giving its place back: the give-back goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_wait_while_it_gives_back_still_leaves_the_queue() {
+    let queued = queue_left_after_a_frozen_give_back(Duration::from_millis(700)).await;
+    assert_eq!(queued, 0, "a dropped wait left its queue place behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_a_wait_that_gives_back_undisturbed_leaves_the_queue() {
+    let queued = queue_left_after_a_frozen_give_back(Duration::from_millis(5000)).await;
+    assert_eq!(queued, 0, "the wait left its queue place behind");
 }
 
 /// The queue's length once it stops shrinking (give-backs retry while Redis was frozen;
@@ -533,54 +533,6 @@ async fn queue_length_settles(server: &RedisServer, queue: &str) -> i64 {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn control_a_wait_that_gives_back_undisturbed_leaves_the_queue() {
-    let server = RedisServer::start();
-    let c = Client::builder(&server.url())
-        .response_timeout(Duration::from_millis(200))
-        .connect()
-        .await
-        .unwrap();
-    let opts = LockOptions::default()
-        .ttl(Duration::from_secs(30))
-        .wait(Wait::Timeout(Duration::from_millis(400)));
-    let m = c.fair_mutex_with("gb", opts).unwrap();
-    // warm up: acquire, release and queue-leave scripts cached
-    let h0 = m.try_lock().await.unwrap();
-    let _ = c
-        .fair_mutex_with(
-            "gb",
-            LockOptions::default().wait(Wait::Timeout(Duration::from_millis(50))),
-        )
-        .unwrap()
-        .lock()
-        .await;
-    h0.unlock().await.unwrap();
-    let holder = m.try_lock().await.unwrap();
-    let srv = &server;
-    let outer = tokio::time::timeout(Duration::from_millis(5000), async {
-        let w = m.lock();
-        tokio::pin!(w);
-        // let the waiter queue up, then freeze Redis
-        tokio::select! { r = &mut w => return Some(r), _ = tokio::time::sleep(Duration::from_millis(150)) => {} }
-        srv.pause();
-        Some(w.await)
-    }).await;
-    eprintln!(
-        "outer: {:?}",
-        outer
-            .as_ref()
-            .map(|o| o.as_ref().map(|r| r.as_ref().map(|_| ())))
-    );
-    server.resume();
-    let queued = queue_length_settles(&server, "{gb}:queue").await;
-    holder.unlock().await.unwrap();
-    assert_eq!(
-        queued, 0,
-        "a dropped wait left its queue place (head of line) behind"
-    );
 }
 
 /// Item 1 again, but the release script was never run on this server (fresh server,
