@@ -79,7 +79,7 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
             // (before exit) waits for that, unless a second signal says not to wait.
             eprintln!("dlock: interrupted while waiting for {:?}", args.name);
             signals.exit_on_next();
-            crate::die_by(signal);
+            crate::die_by(signal, false);
             return Ok(128 + signal);
         }
     };
@@ -104,11 +104,14 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
     let outcome = supervise(&mut child, &group, &guard, &mut signals, &args, kill_after).await;
     match outcome {
         Supervised::Exited(status) => {
+            let had_terminal = group.had_terminal();
             group.finish();
             if let Some(signal @ (libc::SIGINT | libc::SIGQUIT)) = status.signal() {
                 // Die the same way, so a calling script stops too (as it would had it run
-                // the command itself).
-                crate::die_by(signal);
+                // the command itself). When the command had the terminal, the terminal's
+                // Ctrl-C reached only its group: replay it to ours (a script without job
+                // control shares it), as the terminal would have.
+                crate::die_by(signal, had_terminal);
             }
             match guard.unlock().await {
                 Ok(()) => Ok(exit_code(status)),
@@ -162,18 +165,31 @@ fn stop_room(ttl: Duration) -> Option<Duration> {
         .filter(|room| !room.is_zero())
 }
 
+/// `d` rounded down to what `dlock::humane` shows, so a suggested value is accepted.
+fn shown_floor(d: Duration) -> Duration {
+    let ms = d.as_millis() as u64;
+    let step = if ms >= 60_000 {
+        1_000
+    } else if ms >= 1_000 {
+        100
+    } else {
+        1
+    };
+    Duration::from_millis(ms / step * step)
+}
+
 /// `--kill-after`, checked against `--ttl`.
 fn kill_after(args: &RunArgs) -> dlock::Result<Duration> {
     let ttl = args.lease.ttl;
-    let Some(room) = stop_room(ttl) else {
+    let Some(room) = stop_room(ttl).map(shown_floor) else {
         return Err(dlock::Error::InvalidArgument(format!(
-            "--ttl {} is too short for run: the command could not be stopped between an overdue renewal and the end of the lease; use --ttl 100ms or more",
+            "--ttl {} is too short for run: the command could not be stopped between an overdue renewal and the end of the lease; use a longer --ttl (100ms is enough)",
             dlock::humane(ttl)
         )));
     };
     match args.kill_after {
         None => Ok((ttl / 4).min(DEFAULT_KILL_AFTER).min(room)),
-        Some(grace) if grace <= room => Ok(grace),
+        Some(grace) if grace <= stop_room(ttl).unwrap_or_default() => Ok(grace),
         Some(grace) => Err(dlock::Error::InvalidArgument(format!(
             "--kill-after {} does not fit in --ttl {}: when renewals fail the command gets SIGTERM and, --kill-after later, SIGKILL, after a renewal is overdue and before the lease can pass on; use --kill-after {} or less, or a longer --ttl",
             dlock::humane(grace),

@@ -38,6 +38,12 @@ fn foreground_terminal() -> Option<OwnedFd> {
     foreground.then_some(tty)
 }
 
+/// The terminal's foreground process group.
+fn foreground_of(tty: &OwnedFd) -> libc::pid_t {
+    // SAFETY: tcgetpgrp only queries.
+    unsafe { libc::tcgetpgrp(tty.as_raw_fd()) }
+}
+
 /// Makes `pgid` the terminal's foreground group (SIGTTOU ignored for the call: a
 /// background group asking for the terminal would otherwise be stopped).
 fn give_terminal(tty: &OwnedFd, pgid: libc::pid_t) {
@@ -156,10 +162,20 @@ impl Group {
         unsafe {
             libc::raise(libc::SIGSTOP);
         }
-        if let Some((tty, _)) = &self.terminal {
-            give_terminal(tty, self.pgid);
+        // Continued: by `fg` (the shell gave our group the terminal: pass it on) or by
+        // `bg` (the shell keeps the terminal: leave it alone).
+        if let Some((tty, ours)) = &self.terminal {
+            if foreground_of(tty) == *ours {
+                give_terminal(tty, self.pgid);
+            }
         }
         self.signal(libc::SIGCONT);
+    }
+
+    /// True when the command was handed the terminal (dlock runs in a terminal's
+    /// foreground).
+    pub fn had_terminal(&self) -> bool {
+        self.terminal.is_some()
     }
 
     /// The command is done: kills what it left in its group (it would run without the
@@ -167,7 +183,10 @@ impl Group {
     pub fn finish(&mut self) {
         self.signal(libc::SIGKILL);
         if let Some((tty, ours)) = self.terminal.take() {
-            give_terminal(&tty, ours);
+            // Only if the command's group still has it (not after `bg`).
+            if foreground_of(&tty) == self.pgid {
+                give_terminal(&tty, ours);
+            }
         }
         drop(self.lifeline.take());
         if let Some(mut watchdog) = self.watchdog.take() {
@@ -238,11 +257,14 @@ pub fn watch_group(pgid: libc::pid_t, terminal: bool) -> i32 {
         }
     }
     if terminal {
-        // The shell that ran dlock gets its terminal back, not a group about to die.
+        // The shell that ran dlock gets its terminal back, not a group about to die (only
+        // if that group has it: after `bg` the shell kept it).
         // SAFETY: getpgrp only queries; the descriptor is ours.
         let ours = unsafe { libc::getpgrp() };
         if let Some(tty) = open_terminal() {
-            give_terminal(&tty, ours);
+            if foreground_of(&tty) == pgid {
+                give_terminal(&tty, ours);
+            }
         }
     }
     if pgid > 1 {

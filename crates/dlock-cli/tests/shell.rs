@@ -903,6 +903,19 @@ fn in_a_terminal_the_command_reads_it_and_ctrl_z_and_ctrl_c_behave() {
     terminal.send(&["echo rc=$?", "Enter"]);
     terminal.wait_for("rc=130");
     assert_eq!(server.cmd::<i64>(&["EXISTS", "job"]), 0, "released");
+    // Ctrl-Z then bg: the job goes on in the background and the shell keeps its terminal
+    // (while the job runs, and after it ends).
+    terminal.send(&["clear", "Enter"]);
+    terminal.send(&[&format!("{bin} run job -- sleep 1"), "Enter"]);
+    std::thread::sleep(Duration::from_millis(300));
+    terminal.send(&["C-z"]);
+    terminal.wait_for("Stopped");
+    terminal.send(&["bg", "Enter"]);
+    terminal.send(&["echo still-here", "Enter"]);
+    terminal.wait_for("still-here\n");
+    std::thread::sleep(Duration::from_millis(1500));
+    terminal.send(&["echo shell-kept-its-terminal", "Enter"]);
+    terminal.wait_for("shell-kept-its-terminal\n");
 }
 
 #[test]
