@@ -270,11 +270,10 @@ async fn raw_cycles(
 ) -> dlock::Result<f64> {
     let release = redis::Script::new(RAW_RELEASE);
     let deadline = Instant::now() + duration;
-    let mut handles = Vec::new();
-    for task in 0..tasks {
+    let loops = (0..tasks).map(|task| {
         let (mut conn, release) = (raw.clone(), release.clone());
         let key = format!("{prefix}raw:{task}");
-        handles.push(tokio::spawn(async move {
+        async move {
             let mut cycles = 0u64;
             while Instant::now() < deadline {
                 let token = format!("{:032x}", rand_token());
@@ -295,9 +294,22 @@ async fn raw_cycles(
                     cycles += 1;
                 }
             }
-            Ok::<u64, redis::RedisError>(cycles)
-        }));
-    }
+            Ok(cycles)
+        }
+    });
+    per_second(loops, duration).await
+}
+
+/// Runs the loops side by side (each returns how many cycles it made) and returns the
+/// cycles per second of them all.
+async fn per_second<Loop>(
+    loops: impl IntoIterator<Item = Loop>,
+    duration: Duration,
+) -> dlock::Result<f64>
+where
+    Loop: std::future::Future<Output = dlock::Result<u64>> + Send + 'static,
+{
+    let handles: Vec<_> = loops.into_iter().map(tokio::spawn).collect();
     let mut total = 0;
     for handle in handles {
         total += handle.await.expect("bench task")?;
@@ -322,23 +334,19 @@ async fn dlock_cycles(
     options: LockOptions,
 ) -> dlock::Result<f64> {
     let deadline = Instant::now() + duration;
-    let mut handles = Vec::new();
+    let mut loops = Vec::with_capacity(tasks);
     for task in 0..tasks {
         let mutex = client.mutex_with(&format!("{prefix}dlock:{task}"), options)?;
-        handles.push(tokio::spawn(async move {
+        loops.push(async move {
             let mut cycles = 0u64;
             while Instant::now() < deadline {
                 mutex.try_lock().await?.unlock().await?;
                 cycles += 1;
             }
-            Ok::<u64, dlock::Error>(cycles)
-        }));
+            Ok(cycles)
+        });
     }
-    let mut total = 0;
-    for handle in handles {
-        total += handle.await.expect("bench task")?;
-    }
-    Ok(total as f64 / duration.as_secs_f64())
+    per_second(loops, duration).await
 }
 
 struct Handoff {
@@ -574,24 +582,19 @@ async fn rwlock_reads(
             .wait(Wait::Timeout(Duration::from_secs(10))),
     )?;
     let deadline = Instant::now() + duration;
-    let mut handles = Vec::new();
-    for _ in 0..tasks {
+    let loops = (0..tasks).map(|_| {
         let lock = lock.clone();
-        handles.push(tokio::spawn(async move {
+        async move {
             let owner = Owner::new();
             let mut cycles = 0u64;
             while Instant::now() < deadline {
                 lock.read(&owner).await?.unlock().await?;
                 cycles += 1;
             }
-            Ok::<u64, dlock::Error>(cycles)
-        }));
-    }
-    let mut total = 0;
-    for handle in handles {
-        total += handle.await.expect("bench reader")?;
-    }
-    Ok(total as f64 / duration.as_secs_f64())
+            Ok(cycles)
+        }
+    });
+    per_second(loops, duration).await
 }
 
 /// The p-th percentile (0..=1) of `samples` (0 when there are none).

@@ -61,13 +61,12 @@ pub async fn inspect(client: &Client, args: &InspectArgs) -> dlock::Result<i32> 
 }
 
 async fn snapshot(client: &Client, args: &InspectArgs) -> dlock::Result<Vec<LockInfo>> {
-    let names = match &args.pattern {
-        Some(pattern) => client.find_locks(pattern).await?,
-        None => args.names.clone(),
-    };
-    let mut locks = Vec::with_capacity(names.len());
-    for name in names {
-        locks.push(client.inspect(&name).await?);
+    if let Some(pattern) = &args.pattern {
+        return client.find_locks(pattern).await;
+    }
+    let mut locks = Vec::with_capacity(args.names.len());
+    for name in &args.names {
+        locks.push(client.inspect(name).await?);
     }
     Ok(locks)
 }

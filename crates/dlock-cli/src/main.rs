@@ -529,7 +529,7 @@ async fn acquire(
     let line = if json {
         serde_json::json!({
             "name": name,
-            "key": format!("{}{name}", cli_prefix(client)),
+            "key": format!("{}{name}", client.prefix()),
             "kind": kind.describe(),
             "token": token,
             "fence": fence,
@@ -551,10 +551,6 @@ async fn acquire(
     }
     drop(guard.into_token());
     Ok(exit::OK)
-}
-
-fn cli_prefix(client: &Client) -> &str {
-    client.prefix()
 }
 
 /// False when file descriptor 1 was closed (`>&-`). Rust's runtime reopens a closed

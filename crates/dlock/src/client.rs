@@ -485,12 +485,7 @@ impl Client {
 
     /// A plain `GET` of a string key (`None` when missing); a key of another type is
     /// [`Error::WrongType`] against `wanted`.
-    pub(crate) async fn get_string(
-        &self,
-        key: &str,
-        wanted: &str,
-        command: &str,
-    ) -> Result<Option<String>> {
+    pub(crate) async fn get_string(&self, key: &str, wanted: &str) -> Result<Option<String>> {
         let reply: redis::RedisResult<Option<String>> = redis::cmd("GET")
             .arg(key)
             .query_async(&mut self.conn())
@@ -498,7 +493,7 @@ impl Client {
         match reply {
             Ok(value) => Ok(value),
             Err(err) if err.code() == Some("WRONGTYPE") => Err(self.wrong_type(key, wanted).await),
-            Err(err) => Err(Error::from_redis(command, err)),
+            Err(err) => Err(Error::from_redis("GET", err)),
         }
     }
 

@@ -141,11 +141,11 @@ impl Client {
         })
     }
 
-    /// The names of the locks whose name matches the glob `pattern` (Redis `MATCH`
-    /// syntax: `*`, `?`, `[...]`), found with `SCAN` (never `KEYS`), the client prefix
-    /// applied and stripped. Companion keys (fencing counters, queues) and values of other
-    /// types are left out; sorted.
-    pub async fn find_locks(&self, pattern: &str) -> Result<Vec<String>> {
+    /// The locks whose name matches the glob `pattern` (Redis `MATCH` syntax: `*`, `?`,
+    /// `[...]`), found with `SCAN` (never `KEYS`), the client prefix applied and stripped,
+    /// each described as by [`Client::inspect`]. Companion keys (fencing counters, queues)
+    /// and values of other types are left out; sorted by name.
+    pub async fn find_locks(&self, pattern: &str) -> Result<Vec<LockInfo>> {
         let escaped: String = self
             .prefix()
             .chars()
@@ -171,7 +171,9 @@ impl Client {
             keys.push(key.map_err(|e| Error::from_redis("SCAN", e))?);
         }
         drop(iter);
-        let mut names = Vec::new();
+        keys.sort();
+        keys.dedup();
+        let mut locks = Vec::new();
         for key in keys {
             let Some(name) = key.strip_prefix(self.prefix()) else {
                 continue;
@@ -183,12 +185,10 @@ impl Client {
                 continue;
             };
             if !matches!(info.kind, LockKind::Other(_) | LockKind::Free) {
-                names.push(name.to_string());
+                locks.push(info);
             }
         }
-        names.sort();
-        names.dedup();
-        Ok(names)
+        Ok(locks)
     }
 
     /// An operator's forced release of `name`, whoever holds it: deletes the lock and

@@ -191,7 +191,7 @@ impl Mutex {
     pub async fn holder(&self) -> Result<Option<String>> {
         self.core
             .client
-            .get_string(&self.core.keys.key, "string", "GET")
+            .get_string(&self.core.keys.key, "string")
             .await
     }
 
@@ -200,7 +200,7 @@ impl Mutex {
         let value = self
             .core
             .client
-            .get_string(&self.core.keys.fence, "counter", "GET")
+            .get_string(&self.core.keys.fence, "counter")
             .await?;
         match value {
             None => Ok(0),
