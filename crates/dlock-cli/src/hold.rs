@@ -38,17 +38,18 @@ impl KindArgs {
         }
     }
 
+    /// The kind's name, as the library's logs and metrics name it.
     pub fn describe(&self) -> &'static str {
         if self.fair {
-            "fair lock"
+            "fair"
         } else if self.read {
-            "read lock"
+            "read"
         } else if self.write {
-            "write lock"
+            "write"
         } else if self.permits.is_some() {
-            "semaphore permit"
+            "semaphore"
         } else {
-            "lock"
+            "mutex"
         }
     }
 }

@@ -176,13 +176,18 @@ impl LeaseArgs {
             (false, Some(limit)) => Wait::Timeout(limit),
             (false, None) => Wait::Forever,
         };
-        for (flag, lease) in [
-            ("--ttl", Some(self.ttl)),
-            ("--waiter-lease", self.waiter_lease),
-        ] {
+        let leases = [
+            (
+                "--ttl",
+                Some(self.ttl),
+                " (a long job keeps a short --ttl: it is renewed while the command runs)",
+            ),
+            ("--waiter-lease", self.waiter_lease, ""),
+        ];
+        for (flag, lease, note) in leases {
             if let Some(lease) = lease.filter(|l| *l < dlock::MIN_TTL || *l > dlock::MAX_TTL) {
                 return Err(dlock::Error::InvalidArgument(format!(
-                    "{flag} {} is out of range; use {} to {} (a long job keeps a short --ttl: it is renewed while the command runs)",
+                    "{flag} {} is out of range; use {} to {}{note}",
                     dlock::humane(lease),
                     dlock::humane(dlock::MIN_TTL),
                     dlock::humane(dlock::MAX_TTL)
@@ -443,7 +448,7 @@ async fn execute(cli: &Cli) -> dlock::Result<i32> {
     if let Command::Acquire { .. } = cli.command {
         // The token is the only handle on the lock: with nowhere to print it, take nothing.
         if !stdout_is_open() {
-            eprintln!("dlock: standard output is closed: nowhere to print the token, so nothing was acquired");
+            eprintln!("dlock: standard output is closed: nowhere to print the token, so nothing was acquired\n  hint: give dlock acquire a standard output to print TOKEN FENCE to");
             return Ok(exit::IO_ERROR);
         }
     }
@@ -519,7 +524,7 @@ async fn acquire(
     let guard = tokio::select! {
         hold = hold::take(client, kind, name, lease.options()?) => hold?,
         signal = signals.next() => {
-            eprintln!("dlock: interrupted while waiting for {name:?}");
+            eprintln!("dlock: interrupted while waiting for {name:?}; nothing is held\n  hint: run it again, or wait less with --wait DUR");
             signals.exit_on_next();
             die_by(signal, false);
             return Ok(128 + signal);
@@ -544,8 +549,8 @@ async fn acquire(
     if let Err(err) = printed {
         // The caller never got the token: give the lock back rather than strand it.
         match guard.unlock().await {
-            Ok(()) => eprintln!("dlock: cannot print the token ({err}); the lock was released again"),
-            Err(release) => eprintln!("dlock: cannot print the token ({err}), and releasing the lock failed too ({release}); it frees when its lease ends"),
+            Ok(()) => eprintln!("dlock: cannot print the token ({err}); the lock was released again\n  hint: read dlock acquire's output, e.g. read TOKEN FENCE < <(dlock acquire NAME)"),
+            Err(release) => eprintln!("dlock: cannot print the token ({err}), and releasing the lock failed too ({release}); it frees when its lease ends\n  hint: read dlock acquire's output, e.g. read TOKEN FENCE < <(dlock acquire NAME)"),
         }
         return Ok(exit::IO_ERROR);
     }

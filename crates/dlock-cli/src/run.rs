@@ -77,7 +77,7 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
         signal = signals.next() => {
             // Dropping the wait gives back what it may hold; the client's shutdown
             // (before exit) waits for that, unless a second signal says not to wait.
-            eprintln!("dlock: interrupted while waiting for {:?}", args.name);
+            eprintln!("dlock: interrupted while waiting for {:?}; nothing is held\n  hint: run it again, or wait less with --wait DUR", args.name);
             signals.exit_on_next();
             crate::die_by(signal, false);
             return Ok(128 + signal);
@@ -134,7 +134,7 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
             drop(guard);
             match why {
                 Why::Lost(reason) => eprintln!(
-                    "dlock: lost the lock {:?} ({reason}); the command was stopped\n  hint: check Redis availability, or use a longer --ttl",
+                    "dlock: lost the lock {:?} ({reason}); the command was stopped\n  hint: check Redis availability, use a longer --ttl, or see whether an operator released it (dlock release --force)",
                     args.name
                 ),
                 Why::RenewalFailing => eprintln!(

@@ -400,11 +400,16 @@ impl Client {
             let mut holds = self.inner.holds.lock().unwrap();
             holds.drain().map(|(_, hold)| hold).collect()
         };
+        if !holds.is_empty() {
+            tracing::debug!(
+                holds = holds.len(),
+                "shutdown: releasing the locks guards still hold"
+            );
+        }
         let releases = holds.into_iter().map(|hold| {
             lease::declare_lost(&hold.cell, LostReason::Released);
             (hold.give_back)()
         });
-        tracing::debug!("shutdown: releasing every lock still held");
         futures_util::future::join_all(releases).await;
     }
 
@@ -529,11 +534,7 @@ impl Client {
             .unwrap_or_else(|_| "another type".to_string());
         Error::WrongType {
             key: key.to_string(),
-            what: format!(
-                "{}, where {} was expected",
-                describe(&found),
-                describe(wanted)
-            ),
+            what: format!("{}, not {}", describe(&found), describe(wanted)),
         }
     }
 

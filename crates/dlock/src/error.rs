@@ -55,11 +55,11 @@ pub enum Error {
 
     /// A key that the lock needs holds a value of another kind: another kind of dlock lock
     /// on the same name, or data dlock did not write. Nothing was changed.
-    #[error("key {key:?} holds {what}; use another lock name (or prefix) for this lock")]
+    #[error("key {key:?} holds {what}")]
     WrongType {
         /// The Redis key that holds the other value.
         key: String,
-        /// What was found, and what was expected.
+        /// What was found, and what this lock needs there.
         what: String,
     },
 

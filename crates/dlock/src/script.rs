@@ -115,11 +115,7 @@ fn parse_wrong_type(detail: &str) -> Option<Error> {
     let (found, wanted, key) = (parts.next()?, parts.next()?, parts.next()?);
     Some(Error::WrongType {
         key: key.to_string(),
-        what: format!(
-            "{}, where {} was expected",
-            describe(found),
-            describe(wanted)
-        ),
+        what: format!("{}, not {}", describe(found), describe(wanted)),
     })
 }
 
