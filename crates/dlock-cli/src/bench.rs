@@ -4,6 +4,8 @@
 //! * seq: one task, one key; acquire+release cycles/s vs raw `SET NX PX` + `EVALSHA`
 //!   compare-and-delete (the same two round trips) on the same kind of connection.
 //! * par: 64 tasks on distinct keys over one client, vs the raw pair with 64 tasks.
+//! * par_fenced: par, with every cycle also reading its fencing token (a plain mutex
+//!   draws it on first read: one more round trip and script call), vs the same raw pair.
 //! * handoff: 4 workers on one key, each holds it 1 ms then works 1 ms outside it;
 //!   acquisitions/s, the measured share of wall time the lock was held (`busy_fraction`),
 //!   the gap between a release and the next acquisition by another worker (p50/p99),
@@ -147,7 +149,7 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
     let fixed = LockOptions::default()
         .ttl(Duration::from_secs(10))
         .wait(Wait::NoWait);
-    let progress = indicatif::ProgressBar::new(11);
+    let progress = indicatif::ProgressBar::new(12);
     progress.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
@@ -158,7 +160,7 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
     // The server's time per cycle says where a throughput gap comes from: Redis runs on
     // one thread, so par is bound by it.
     const RAW_COMMANDS: &[&str] = &["set", "evalsha"];
-    const DLOCK_COMMANDS: &[&str] = &["evalsha"];
+    const DLOCK_COMMANDS: &[&str] = &["set", "evalsha"];
     let mut raw_par = 0.0;
     for (scenario, tasks) in [("seq", 1), ("par", 64)] {
         step(scenario);
@@ -173,7 +175,7 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
             &raw,
             DLOCK_COMMANDS,
             duration,
-            dlock_cycles(client, &prefix, tasks, duration, fixed),
+            dlock_cycles(client, &prefix, tasks, duration, fixed, false),
         )
         .await?;
         rows.push(
@@ -187,6 +189,22 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
         }
         progress.inc(2);
     }
+
+    // What a caller that reads every grant's fence pays (and the raw pair has no fence).
+    step("par_fenced");
+    let (rate, us) = measured(
+        &raw,
+        DLOCK_COMMANDS,
+        duration,
+        dlock_cycles(client, &prefix, 64, duration, fixed, true),
+    )
+    .await?;
+    rows.push(
+        Row::new("par_fenced", rate, "cycles/s")
+            .baseline(raw_par)
+            .with("server_us_per_cycle", us.into()),
+    );
+    progress.inc(1);
 
     for fair in [false, true] {
         step(if fair { "handoff_fair" } else { "handoff" });
@@ -332,6 +350,7 @@ async fn dlock_cycles(
     tasks: usize,
     duration: Duration,
     options: LockOptions,
+    read_fence: bool,
 ) -> dlock::Result<f64> {
     let deadline = Instant::now() + duration;
     let mut loops = Vec::with_capacity(tasks);
@@ -340,7 +359,11 @@ async fn dlock_cycles(
         loops.push(async move {
             let mut cycles = 0u64;
             while Instant::now() < deadline {
-                mutex.try_lock().await?.unlock().await?;
+                let guard = mutex.try_lock().await?;
+                if read_fence {
+                    guard.fence().await?;
+                }
+                guard.unlock().await?;
                 cycles += 1;
             }
             Ok(cycles)

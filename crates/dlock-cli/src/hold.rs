@@ -79,8 +79,17 @@ impl Hold {
         each!(self, g => g.token())
     }
 
-    pub fn fence(&self) -> u64 {
-        each!(self, g => g.fence())
+    /// The fencing token; on failure (the hold already lost, Redis unreachable) the
+    /// hold is released before the error is returned, so nothing stays held.
+    pub async fn fence(self) -> dlock::Result<(Hold, u64)> {
+        let fence = each!(&self, g => g.fence().await);
+        match fence {
+            Ok(fence) => Ok((self, fence)),
+            Err(err) => {
+                let _ = self.unlock().await;
+                Err(err)
+            }
+        }
     }
 
     pub fn lost_signal(&self) -> dlock::LostSignal {
@@ -103,6 +112,8 @@ pub async fn take(
     name: &str,
     options: LockOptions,
 ) -> dlock::Result<Hold> {
+    // Every caller prints or exports the fence: draw it with the grant.
+    let options = options.fence_at_grant();
     Ok(if kind.fair {
         Hold::Mutex(client.fair_mutex_with(name, options)?.lock().await?)
     } else if kind.read {

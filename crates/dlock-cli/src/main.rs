@@ -530,7 +530,8 @@ async fn acquire(
             return Ok(128 + signal);
         }
     };
-    let (token, fence) = (guard.token().to_string(), guard.fence());
+    let (guard, fence) = guard.fence().await?;
+    let token = guard.token().to_string();
     let line = if json {
         serde_json::json!({
             "name": name,

@@ -83,10 +83,11 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
             return Ok(128 + signal);
         }
     };
+    let (guard, fence) = guard.fence().await?;
     let env = [
         ("DLOCK_NAME", args.name.clone()),
         ("DLOCK_TOKEN", guard.token().to_string()),
-        ("DLOCK_FENCE", guard.fence().to_string()),
+        ("DLOCK_FENCE", fence.to_string()),
     ];
     let (mut child, mut group) = match tree::spawn(&args.command, &env) {
         Ok(spawned) => spawned,

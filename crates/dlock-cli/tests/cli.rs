@@ -706,6 +706,7 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
         [
             "seq",
             "par",
+            "par_fenced",
             "handoff",
             "handoff_fair",
             "herd",

@@ -9,7 +9,7 @@
 //! # fn demo() -> dlock::Result<()> {
 //! let client = dlock::blocking::Client::connect("redis://127.0.0.1:6379")?;
 //! let guard = client.mutex("nightly-report")?.lock()?;
-//! println!("fence {}", guard.fence());
+//! println!("fence {}", guard.fence()?);
 //! guard.unlock()?;
 //! client.shutdown(); // releases whatever is still held
 //! # Ok(()) }
@@ -307,9 +307,15 @@ impl<R: RawLock> Guard<R> {
         self.get().token()
     }
 
-    /// The fencing token of this grant.
-    pub fn fence(&self) -> u64 {
-        self.get().fence()
+    /// The fencing token of this grant: see [`crate::Guard::fence`] (a plain mutex draws
+    /// it on the first call, one round trip).
+    pub fn fence(&self) -> Result<u64> {
+        self.runtime.block_on(self.get().fence())
+    }
+
+    /// The fencing token if it has been drawn (see [`crate::Guard::drawn_fence`]).
+    pub fn drawn_fence(&self) -> Option<u64> {
+        self.get().drawn_fence()
     }
 
     /// The owner's holds right after this one was granted.

@@ -46,7 +46,7 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// # async fn demo() -> dlock::Result<()> {
 /// let client = dlock::Client::connect("redis://127.0.0.1:6379").await?;
 /// let guard = client.mutex("nightly-report")?.lock().await?;
-/// println!("fencing token {}", guard.fence());
+/// println!("fencing token {}", guard.fence().await?);
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
@@ -70,8 +70,8 @@ pub(crate) struct ClientInner {
     /// Every hold a guard of this client still has, for [`Client::shutdown`].
     holds: StdMutex<HashMap<u64, TrackedHold>>,
     next_hold: AtomicU64,
-    /// Background give-backs (dropped guards, cancelled waits) still running.
-    background: tokio::sync::watch::Sender<usize>,
+    /// Waits and background give-backs (dropped guards, cancelled waits) still running.
+    background: Arc<Running>,
     /// Put in front of every hold token (see [`ClientBuilder::holder_label`]).
     holder_label: Option<String>,
     response_timeout: Duration,
@@ -79,13 +79,38 @@ pub(crate) struct ClientInner {
 
 type GiveBack = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
+/// How many waits and give-backs are running, and a way to wait until none is. An atomic
+/// count (every acquire counts itself: this is on the hot path) and a wake-up only when
+/// the count drops to zero.
+#[derive(Default)]
+struct Running {
+    count: std::sync::atomic::AtomicUsize,
+    none: tokio::sync::Notify,
+}
+
+impl Running {
+    async fn until_none(&self) {
+        loop {
+            let none = self.none.notified();
+            tokio::pin!(none);
+            none.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            none.await;
+        }
+    }
+}
+
 /// A wait or background give-back in progress; finished when dropped (also when its
 /// runtime drops it).
-pub(crate) struct Busy(tokio::sync::watch::Sender<usize>);
+pub(crate) struct Busy(Arc<Running>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.send_modify(|running| *running -= 1);
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none.notify_waiters();
+        }
     }
 }
 
@@ -263,7 +288,7 @@ impl ClientBuilder {
                 closed: AtomicBool::new(false),
                 holds: StdMutex::new(HashMap::new()),
                 next_hold: AtomicU64::new(1),
-                background: tokio::sync::watch::channel(0).0,
+                background: Arc::default(),
                 holder_label: self.holder_label,
                 response_timeout: self.response_timeout,
             }),
@@ -385,13 +410,12 @@ impl Client {
         // Waits in progress and give-backs of dropped guards and cancelled waits finish
         // first. Bounded: a request that cannot reach Redis ends with its response
         // timeout; a wait whose future is never polled again would otherwise hold us up.
-        let mut background = self.inner.background.subscribe();
         let bound = self
             .inner
             .response_timeout
             .saturating_mul(3)
             .max(Duration::from_secs(5));
-        let _ = tokio::time::timeout(bound, background.wait_for(|running| *running == 0)).await;
+        let _ = tokio::time::timeout(bound, self.inner.background.until_none()).await;
         if let Some(renewer) = self.inner.renewer.get() {
             renewer.stop().await;
         }
@@ -448,7 +472,7 @@ impl Client {
     /// Counts a wait or give-back in progress until the returned value is dropped;
     /// [`Client::shutdown`] waits for them.
     pub(crate) fn busy(&self) -> Busy {
-        self.inner.background.send_modify(|running| *running += 1);
+        self.inner.background.count.fetch_add(1, Ordering::AcqRel);
         Busy(self.inner.background.clone())
     }
 

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::{self, Held, LostReason, LostSignal};
-use crate::raw::RawLock;
+use crate::raw::{HoldKind, RawLock};
 use crate::script::{lua_script, LuaScript};
 
 static HELD: LazyLock<LuaScript> =
     lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
+static FENCE: LazyLock<LuaScript> = lua_script!(bare "fence", "mutex/fence.lua");
 
 /// Proof of holding a lock: a [`MutexGuard`](crate::MutexGuard), a
 /// [`ReentrantGuard`](crate::ReentrantGuard), a [`ReadGuard`](crate::ReadGuard) or
@@ -31,7 +32,9 @@ static HELD: LazyLock<LuaScript> =
 pub struct Guard<R: RawLock> {
     pub(crate) raw: R,
     token: String,
-    fence: u64,
+    /// Drawn at grant by most kinds; by the plain mutex on first read (see
+    /// [`fence`](Guard::fence)).
+    fence: tokio::sync::OnceCell<u64>,
     holds: u32,
     held: Held,
     /// This hold's entry in the client's list of live holds (for shutdown).
@@ -46,7 +49,7 @@ impl<R: RawLock> Guard<R> {
     pub(crate) fn start(
         raw: R,
         token: String,
-        fence: u64,
+        fence: Option<u64>,
         holds: u32,
         sent: Instant,
     ) -> Option<Guard<R>> {
@@ -65,7 +68,7 @@ impl<R: RawLock> Guard<R> {
         Some(Guard {
             raw,
             token,
-            fence,
+            fence: tokio::sync::OnceCell::new_with(fence),
             holds,
             held,
             hold_id,
@@ -86,8 +89,26 @@ impl<R: RawLock> Guard<R> {
     /// The fencing token of this grant: larger than that of every earlier grant of the
     /// same lock. Pass it to storage that rejects writes with a smaller one than it has
     /// seen. (A reentrant or read hold reports its owner's outermost grant.)
-    pub fn fence(&self) -> u64 {
+    ///
+    /// Every kind but the plain mutex draws it with the grant, and this returns at once.
+    /// A plain mutex draws it on the first call, by a script that checks the hold is
+    /// still ours and increments the lock's counter in one step: so the fence is drawn
+    /// while held, and still orders grants (every earlier holder drew its own while it
+    /// held, before this grant; every later one after). That costs one round trip, once
+    /// per hold, and spares every acquire that never reads it the counter (see
+    /// `docs/decisions.md`). Fails with [`Error::Lost`] when the hold is gone by then
+    /// (and nothing is drawn), or with the error that kept Redis from answering.
+    pub async fn fence(&self) -> Result<u64> {
         self.fence
+            .get_or_try_init(|| draw_fence(&self.raw, &self.token, &self.held))
+            .await
+            .copied()
+    }
+
+    /// The fencing token if it has been drawn ([`fence`](Guard::fence) returned it, or
+    /// the kind draws it with the grant); `None` before a plain mutex's first read.
+    pub fn drawn_fence(&self) -> Option<u64> {
+        self.fence.get().copied()
     }
 
     /// The owner's number of holds right after this one was granted (1 unless the kind
@@ -180,6 +201,34 @@ impl<R: RawLock> Guard<R> {
     }
 }
 
+/// Draws the fencing token of a hold granted without one (only the plain mutex's string
+/// holds are); a hold found gone is declared lost ([`LostReason::Taken`]).
+async fn draw_fence<R: RawLock>(raw: &R, token: &str, held: &Held) -> Result<u64> {
+    let (key, kind) = raw.hold_key();
+    if kind != HoldKind::String {
+        return Err(Error::unexpected_reply("a fence missing from a grant"));
+    }
+    let fence_key = &raw.core().keys.fence;
+    let fence: i64 = FENCE
+        .call()
+        .key(key)
+        .key(fence_key)
+        .arg(token)
+        .run(raw.client())
+        .await?;
+    match fence {
+        0 => {
+            crate::lease::declare_lost(&held.cell, LostReason::Taken);
+            Err(Error::Lost {
+                name: raw.name().to_string(),
+            })
+        }
+        -2 => Err(raw.client().wrong_type(fence_key, "counter").await),
+        fence if fence > 0 => Ok(fence as u64),
+        other => Err(Error::unexpected_reply(other)),
+    }
+}
+
 /// Restarts the lease of the hold `token` of `raw`'s kind at `ttl`;
 /// [`Error::Lost`] when it is not held.
 pub(crate) async fn extend_hold<R: RawLock>(raw: &R, token: &str, ttl: Duration) -> Result<()> {
@@ -207,7 +256,7 @@ impl<R: RawLock> std::fmt::Debug for Guard<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
             .field("lock", &self.raw)
-            .field("fence", &self.fence)
+            .field("fence", &self.fence.get())
             .field("holds", &self.holds)
             .field("held", &self.held)
             .finish_non_exhaustive()

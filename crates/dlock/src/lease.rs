@@ -4,8 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
-
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::options::Renewal;
@@ -85,7 +83,7 @@ impl Held {
     }
 
     pub fn valid_until(&self) -> Instant {
-        self.cell.borrow().valid_until
+        self.cell.state().valid_until
     }
 
     pub fn lost_signal(&self) -> LostSignal {
@@ -125,7 +123,7 @@ impl Held {
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
-            .field("state", &*self.cell.borrow())
+            .field("state", &self.cell.state())
             .field("renewed", &self.registration.is_some())
             .finish()
     }
@@ -162,14 +160,51 @@ pub(crate) struct LeaseState {
     pub lost: Option<LostReason>,
 }
 
-/// Writer side of a lease's state: the guard and the renewer update it.
-pub(crate) type LeaseCell = Arc<watch::Sender<LeaseState>>;
+/// A lease's live state, shared by its guard, the renewer, the client's shutdown and every
+/// [`LostSignal`]. A mutex-guarded value and a [`Notify`](tokio::sync::Notify) rather than a
+/// `watch` channel: one of these is made and dropped per grant, and a `watch` sender wakes
+/// its (eight) waiter lists on drop, a measurable share of a short hold's client time.
+pub(crate) struct LeaseShared {
+    state: std::sync::Mutex<LeaseState>,
+    changed: tokio::sync::Notify,
+}
+
+impl LeaseShared {
+    /// The state now.
+    pub fn state(&self) -> LeaseState {
+        *self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Applies `change`; wakes the lost signals when it says it changed something.
+    fn update(&self, change: impl FnOnce(&mut LeaseState) -> bool) -> bool {
+        let changed = {
+            let mut state = self
+                .state
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            change(&mut state)
+        };
+        if changed {
+            self.changed.notify_waiters();
+        }
+        changed
+    }
+}
+
+/// The writers' handle on a lease's state: the guard and the renewer update it.
+pub(crate) type LeaseCell = Arc<LeaseShared>;
 
 pub(crate) fn new_cell(valid_until: Instant) -> LeaseCell {
-    Arc::new(watch::Sender::new(LeaseState {
-        valid_until,
-        lost: None,
-    }))
+    Arc::new(LeaseShared {
+        state: std::sync::Mutex::new(LeaseState {
+            valid_until,
+            lost: None,
+        }),
+        changed: tokio::sync::Notify::new(),
+    })
 }
 
 /// Sets the deadline after a successful renewal or extension: exactly the new lease, which
@@ -177,7 +212,7 @@ pub(crate) fn new_cell(valid_until: Instant) -> LeaseCell {
 /// Redis too). Renewals and extensions never overlap, so the last reply is Redis's lease.
 /// Never after the lease was declared lost.
 pub(crate) fn renewed(cell: &LeaseCell, valid_until: Instant) {
-    cell.send_if_modified(|state| {
+    cell.update(|state| {
         if state.lost.is_none() && valid_until != state.valid_until {
             state.valid_until = valid_until;
             true
@@ -189,7 +224,7 @@ pub(crate) fn renewed(cell: &LeaseCell, valid_until: Instant) {
 
 /// Declares the lease lost (the first reason sticks); true if this declared it.
 pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) -> bool {
-    cell.send_if_modified(|state| {
+    cell.update(|state| {
         if state.lost.is_none() {
             state.lost = Some(reason);
             true
@@ -205,37 +240,35 @@ pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) -> bool {
 /// the local validity deadline passes without a successful renewal
 /// ([`LostReason::Expired`]) — by a local timer, so it fires on time even when Redis does
 /// not answer at all. Cheap to clone; every clone fires.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LostSignal {
-    state: watch::Receiver<LeaseState>,
+    cell: LeaseCell,
 }
 
 impl LostSignal {
     pub(crate) fn new(cell: &LeaseCell) -> LostSignal {
-        LostSignal {
-            state: cell.subscribe(),
-        }
+        LostSignal { cell: cell.clone() }
     }
 
     /// Resolves when the lock may have been lost, with the reason.
     pub async fn wait(&mut self) -> LostReason {
         loop {
-            let state = *self.state.borrow_and_update();
+            // Registered before reading the state: a change in between still wakes us.
+            let changed = self.cell.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let state = self.cell.state();
             if let Some(reason) = state.lost {
                 return reason;
             }
             let deadline = tokio::time::Instant::from_std(state.valid_until);
             tokio::select! {
-                changed = self.state.changed() => {
-                    if changed.is_err() {
-                        // Every writer is gone: no renewal can come any more.
-                        tokio::time::sleep_until(deadline).await;
-                        return LostReason::Expired;
-                    }
-                }
+                _ = changed => {}
                 _ = tokio::time::sleep_until(deadline) => {
-                    if self.state.borrow().valid_until <= state.valid_until {
-                        return self.state.borrow().lost.unwrap_or(LostReason::Expired);
+                    // Nothing moved the deadline (a guard that is gone moves nothing).
+                    let now = self.cell.state();
+                    if now.valid_until <= state.valid_until {
+                        return now.lost.unwrap_or(LostReason::Expired);
                     }
                 }
             }
@@ -244,7 +277,7 @@ impl LostSignal {
 
     /// The reason, if the lock may have been lost by now.
     pub fn lost(&self) -> Option<LostReason> {
-        let state = *self.state.borrow();
+        let state = self.cell.state();
         state
             .lost
             .or((Instant::now() >= state.valid_until).then_some(LostReason::Expired))
@@ -252,7 +285,15 @@ impl LostSignal {
 
     /// The current local validity deadline.
     pub fn valid_until(&self) -> Instant {
-        self.state.borrow().valid_until
+        self.cell.state().valid_until
+    }
+}
+
+impl std::fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LostSignal")
+            .field("state", &self.cell.state())
+            .finish()
     }
 }
 

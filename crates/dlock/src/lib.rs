@@ -19,7 +19,7 @@
 //! match mutex.lock().await {
 //!     Ok(guard) => {
 //!         // The lease is renewed while we work; guard.lost() resolves if it is lost.
-//!         println!("running the report with fencing token {}", guard.fence());
+//!         println!("running the report with fencing token {}", guard.fence().await?);
 //!         guard.unlock().await?;
 //!     }
 //!     Err(dlock::Error::TimedOut { .. }) => println!("another replica is running it"),

@@ -43,6 +43,12 @@ pub struct LockOptions {
     /// crashed one holds up the queue until it ends (plus at most a third, until the next
     /// waiter re-checks).
     pub waiter_lease: Duration,
+    /// Plain mutex only: draw the fencing token with the grant (one script call per
+    /// acquire) instead of on the first [`fence`](crate::Guard::fence) read (a bare
+    /// `SET NX` per acquire, and one more round trip for a caller that reads the fence).
+    /// For callers that read every grant's fence. Every other kind always draws it with
+    /// the grant.
+    pub fence_at_grant: bool,
 }
 
 /// Longest wait timeout accepted: a year.
@@ -62,6 +68,7 @@ impl Default for LockOptions {
             wait: Wait::Forever,
             backoff: Backoff::default(),
             waiter_lease: DEFAULT_WAITER_LEASE,
+            fence_at_grant: false,
         }
     }
 }
@@ -101,6 +108,15 @@ impl LockOptions {
     /// Sets the lease on a waiter's place in a queue (queued primitives only).
     pub fn waiter_lease(mut self, lease: Duration) -> Self {
         self.waiter_lease = lease;
+        self
+    }
+
+    /// Plain mutex: draws the fencing token with the grant (see
+    /// [`LockOptions::fence_at_grant`](LockOptions#structfield.fence_at_grant)), so that
+    /// [`fence`](crate::Guard::fence) costs no round trip. Worth it when every grant's
+    /// fence is read; the lazy default is cheaper for everyone else.
+    pub fn fence_at_grant(mut self) -> Self {
+        self.fence_at_grant = true;
         self
     }
 

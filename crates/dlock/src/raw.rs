@@ -27,7 +27,8 @@ impl<T: private::RawProtocol> RawLock for T {}
 #[derive(Debug, Clone)]
 pub struct LockCore {
     pub(crate) client: Client,
-    pub(crate) keys: LockKeys,
+    /// Shared by every clone (waits and guards clone their lock): no string copies.
+    pub(crate) keys: std::sync::Arc<LockKeys>,
     pub(crate) options: LockOptions,
 }
 
@@ -35,7 +36,7 @@ impl LockCore {
     /// Validates the name and options of a lock made from `client`.
     pub(crate) fn new(client: Client, name: &str, options: LockOptions) -> Result<LockCore> {
         options.validate()?;
-        let keys = LockKeys::new(client.prefix(), name)?;
+        let keys = std::sync::Arc::new(LockKeys::new(client.prefix(), name)?);
         Ok(LockCore {
             client,
             keys,
@@ -78,24 +79,30 @@ impl HoldKind {
 /// What one acquire attempt found.
 #[derive(Debug)]
 pub enum Attempt {
-    /// Granted with this fencing token; `holds` is the owner's hold count (1 unless
-    /// reentrant).
-    Granted { fence: u64, holds: u32 },
+    /// Granted, with the fencing token when the kind draws it at grant (`None`: drawn
+    /// lazily, on first read, while held — the plain mutex); `holds` is the owner's hold
+    /// count (1 unless reentrant).
+    Granted { fence: Option<u64>, holds: u32 },
     /// Held by others; `remaining` is the blocking lease when known.
     Busy { remaining: Option<Duration> },
 }
 
 impl Attempt {
-    /// Reads the reply of an acquire script: `{1, fence[, holds]}` granted, `{0, ms[,
-    /// rank]}` busy (see [`crate::queue::busy_remaining`]).
+    /// Reads the reply of an acquire script: `{1, fence[, holds]}` granted, `{1}` granted
+    /// without a fence (drawn later), `{0, ms[, rank]}` busy (see
+    /// [`crate::queue::busy_remaining`]).
     pub fn from_reply(reply: &[i64]) -> Result<Attempt> {
         match reply {
+            [1] => Ok(Attempt::Granted {
+                fence: None,
+                holds: 1,
+            }),
             [1, fence] if *fence > 0 => Ok(Attempt::Granted {
-                fence: *fence as u64,
+                fence: Some(*fence as u64),
                 holds: 1,
             }),
             [1, fence, holds] if *fence > 0 && *holds > 0 => Ok(Attempt::Granted {
-                fence: *fence as u64,
+                fence: Some(*fence as u64),
                 holds: u32::try_from(*holds).unwrap_or(u32::MAX),
             }),
             [0, ..] => Ok(Attempt::Busy {

@@ -12,8 +12,18 @@ pub(crate) struct LuaScript {
 }
 
 /// Builds a `LazyLock<LuaScript>` from the shared prelude and the given files (paths
-/// relative to `src/`), concatenated in order.
+/// relative to `src/`), concatenated in order. `bare` leaves the prelude out, for a hot
+/// path whose script needs none of it (the prelude's helpers are defined on every call,
+/// about 0.5 µs of the server's time).
 macro_rules! lua_script {
+    (bare $name:literal, $file:literal) => {
+        std::sync::LazyLock::new(|| {
+            $crate::script::LuaScript::new(
+                $name,
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file)),
+            )
+        })
+    };
     ($name:literal, $($file:literal),+ $(,)?) => {
         std::sync::LazyLock::new(|| {
             $crate::script::LuaScript::new(
@@ -72,14 +82,29 @@ impl Call<'_> {
     /// reconnected one (every dlock script may run twice: acquires recognise their own
     /// token, releases and extends compare it); timeouts are not retried here.
     pub async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T> {
-        let mut reply = self.invocation.invoke_async(&mut client.conn()).await;
-        if let Err(err) = &reply {
-            if !err.is_timeout() && (err.is_connection_dropped() || err.is_io_error()) {
-                tracing::debug!(script = self.name, error = %err, "connection dropped; sending the script again");
-                reply = self.invocation.invoke_async(&mut client.conn()).await;
-            }
+        resent_once(self.name, || async {
+            self.invocation.invoke_async(&mut client.conn()).await
+        })
+        .await
+        .map_err(|err| script_error(self.name, err))
+    }
+}
+
+/// Sends a request, and once more on the reconnected connection when the first met a
+/// dropped one. Only for requests that are safe to run twice; timeouts are not resent
+/// (the caller's wait decides).
+pub(crate) async fn resent_once<T, F, Fut>(what: &str, send: F) -> redis::RedisResult<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = redis::RedisResult<T>>,
+{
+    let reply = send().await;
+    match &reply {
+        Err(err) if !err.is_timeout() && (err.is_connection_dropped() || err.is_io_error()) => {
+            tracing::debug!(request = what, error = %err, "connection dropped; sending again");
+            send().await
         }
-        reply.map_err(|err| script_error(self.name, err))
+        _ => reply,
     }
 }
 

@@ -107,6 +107,11 @@ const RETRY_WARNING_EVERY: Duration = Duration::from_secs(10);
 /// [`Wait::NoWait`]), otherwise waiting per the options.
 pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> {
     use tracing::Instrument;
+    // A span costs something on every poll even when nothing records it, and this is the
+    // hot path of every lock: only with debug logging on.
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return acquire_in_span(raw, single).await;
+    }
     let span = tracing::debug_span!("dlock.acquire", lock = %raw.name(), kind = raw.kind_name());
     acquire_in_span(raw, single).instrument(span).await
 }
@@ -280,7 +285,12 @@ impl<R: RawLock> Claim<R> {
 
     /// The wait ended with a grant: the guard takes the hold over. When the client was
     /// shut down meanwhile the claim comes back, to give the grant back.
-    pub fn into_guard(mut self, fence: u64, holds: u32, sent: Instant) -> Result<Guard<R>, Self> {
+    pub fn into_guard(
+        mut self,
+        fence: Option<u64>,
+        holds: u32,
+        sent: Instant,
+    ) -> Result<Guard<R>, Self> {
         match Guard::start(self.raw.clone(), self.token.clone(), fence, holds, sent) {
             Some(guard) => {
                 self.armed = false;

@@ -50,6 +50,12 @@ fn timeouts_busy_and_release_on_drop() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).unwrap();
     let holder = client.mutex("job").unwrap().lock().unwrap();
+    assert_eq!(
+        holder.drawn_fence(),
+        None,
+        "a plain mutex draws on first read"
+    );
+    let holder_fence = holder.fence().unwrap();
     let waiter = client
         .mutex_with(
             "job",
@@ -63,8 +69,8 @@ fn timeouts_busy_and_release_on_drop() {
     drop(holder);
     let held: Option<String> = server.cmd(&["GET", "job"]);
     assert_eq!(held, None, "drop released before returning");
-    let value = waiter.with_lock(|guard| guard.fence()).unwrap();
-    assert_eq!(value, 2);
+    let value = waiter.with_lock(|guard| guard.fence().unwrap()).unwrap();
+    assert_eq!(value, holder_fence + 1);
 }
 
 #[test]

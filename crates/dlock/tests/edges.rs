@@ -25,7 +25,7 @@ async fn extending_to_a_shorter_lease_shortens_the_local_validity() {
     let other = b.mutex_with("ext", opts).unwrap().try_lock().await;
     eprintln!(
         "other grant: {:?}; first guard remaining {:?}, lost {:?}",
-        other.as_ref().map(|g| g.fence()),
+        other.as_ref().map(|g| g.token()),
         g.remaining(),
         g.lost_signal().lost()
     );

@@ -62,6 +62,8 @@ async fn paused_holder_scenario(fenced: bool) -> (bool, String) {
         .lock()
         .await
         .unwrap();
+    // It reads its fencing token as it starts working (a plain mutex draws it then).
+    let paused_fence = paused.fence().await.unwrap();
     // The holder stalls past its lease; its lost signal fires, but a paused process
     // cannot act on it.
     let reason = tokio::time::timeout(Duration::from_secs(5), paused.lost())
@@ -75,12 +77,12 @@ async fn paused_holder_scenario(fenced: bool) -> (bool, String) {
         .lock()
         .await
         .unwrap();
-    assert!(next.fence() > paused.fence());
+    assert!(next.fence().await.unwrap() > paused_fence);
     assert!(
         write(
             &mut storage,
             fenced,
-            next.fence(),
+            next.fence().await.unwrap(),
             "from the current holder"
         )
         .await
@@ -88,7 +90,7 @@ async fn paused_holder_scenario(fenced: bool) -> (bool, String) {
     next.unlock().await.unwrap();
 
     // The paused holder wakes up and writes with its old fencing token.
-    let stale_accepted = write(&mut storage, fenced, paused.fence(), "stale write").await;
+    let stale_accepted = write(&mut storage, fenced, paused_fence, "stale write").await;
     let value: String = redis::cmd("HGET")
         .arg("record")
         .arg("value")

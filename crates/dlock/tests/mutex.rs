@@ -155,10 +155,10 @@ async fn release_wakes_a_waiter_without_polling() {
         .unwrap();
     let waiting = tokio::spawn(async move { waiter.lock().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let fence = guard.fence();
+    let fence = guard.fence().await.unwrap();
     guard.unlock().await.unwrap();
     let next = waiting.await.unwrap().expect("woken by the release");
-    assert_eq!(next.fence(), fence + 1);
+    assert_eq!(next.fence().await.unwrap(), fence + 1);
 }
 
 #[tokio::test]
@@ -199,13 +199,14 @@ async fn waiters_fall_back_to_polling_when_notifications_break() {
     let waiting = tokio::spawn(async move { waiter.lock().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Cut the subscriber connection, then delete the key without any announcement.
+    let fence = guard.fence().await.unwrap();
     let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     let _: i64 = server.cmd(&["DEL", "job"]);
     let next = waiting
         .await
         .unwrap()
         .expect("found by polling or on resubscribe");
-    assert!(next.fence() > guard.fence());
+    assert!(next.fence().await.unwrap() > fence);
 }
 
 #[tokio::test]
@@ -246,6 +247,7 @@ async fn a_late_release_reports_lost_and_leaves_the_new_holder_alone() {
     let client = Client::connect(&server.url()).await.unwrap();
     let short = client.mutex_with("job", opts(100, Wait::NoWait)).unwrap();
     let mut late = short.try_lock().await.unwrap();
+    let late_fence = late.fence().await.unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(late.remaining(), Duration::ZERO);
     let new_holder = client
@@ -259,10 +261,41 @@ async fn a_late_release_reports_lost_and_leaves_the_new_holder_alone() {
         late.extend(Duration::from_secs(5)).await,
         Err(Error::Lost { .. })
     ));
+    // The late holder keeps the fence it drew while it held.
+    assert_eq!(late.fence().await.unwrap(), late_fence);
     assert!(matches!(late.unlock().await, Err(Error::Lost { .. })));
     let stored: String = server.cmd(&["GET", "job"]);
     assert_eq!(stored, new_holder.token());
-    assert!(new_holder.fence() > 1);
+    assert!(new_holder.fence().await.unwrap() > late_fence);
+}
+
+#[tokio::test]
+async fn a_fence_is_drawn_only_while_held_and_orders_grants() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.mutex_with("job", opts(100, Wait::NoWait)).unwrap();
+    // Drawn on first read, then the same on every read.
+    let first = mutex.try_lock().await.unwrap();
+    assert_eq!(first.drawn_fence(), None);
+    let fence = first.fence().await.unwrap();
+    assert_eq!(first.fence().await.unwrap(), fence);
+    assert_eq!(first.drawn_fence(), Some(fence));
+    first.unlock().await.unwrap();
+    // A holder that never read its fence while holding cannot draw one after losing
+    // the lock: that would be a fence newer than the next holder's.
+    let stale = mutex.try_lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let next = mutex.try_lock().await.unwrap();
+    let next_fence = next.fence().await.unwrap();
+    assert!(next_fence > fence);
+    assert!(matches!(stale.fence().await, Err(Error::Lost { .. })));
+    assert_eq!(stale.lost_signal().lost(), Some(dlock::LostReason::Taken));
+    let counter: u64 = server.cmd(&["GET", "{job}:fence"]);
+    assert_eq!(counter, next_fence, "the refused draw counted nothing");
+    // Negative control: the same late increment without the ownership check would
+    // have handed the stale holder a fence above the current holder's.
+    let unchecked: u64 = server.cmd(&["INCR", "{job}:fence"]);
+    assert!(unchecked > next_fence);
 }
 
 #[tokio::test]
@@ -311,11 +344,11 @@ async fn fencing_tokens_strictly_increase_across_grants_and_expiry() {
     for round in 0..20 {
         let guard = mutex.lock().await.unwrap();
         assert!(
-            guard.fence() > last,
+            guard.fence().await.unwrap() > last,
             "round {round}: {} after {last}",
-            guard.fence()
+            guard.fence().await.unwrap()
         );
-        last = guard.fence();
+        last = guard.fence().await.unwrap();
         if round % 2 == 0 {
             guard.unlock().await.unwrap();
         } else {
@@ -333,7 +366,7 @@ async fn fence_after_restart(options: ServerOptions) -> (u64, u64) {
         let mut fence = 0;
         for _ in 0..5 {
             let guard = mutex.try_lock().await.unwrap();
-            fence = guard.fence();
+            fence = guard.fence().await.unwrap();
             guard.unlock().await.unwrap();
         }
         fence
@@ -346,7 +379,9 @@ async fn fence_after_restart(options: ServerOptions) -> (u64, u64) {
         .try_lock()
         .await
         .unwrap()
-        .fence();
+        .fence()
+        .await
+        .unwrap();
     (before, after)
 }
 
@@ -374,13 +409,13 @@ async fn scripts_recover_from_script_flush_and_server_restart() {
     let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
     guard.unlock().await.expect("release reloads its script");
     let guard = mutex.lock().await.expect("acquire reloads its script");
-    let fence = guard.fence();
+    let fence = guard.fence().await.unwrap();
     guard.unlock().await.unwrap();
 
     server.restart();
     // The first request may meet the dropped connection; lock() retries within its budget.
     let guard = mutex.lock().await.expect("client recovers after restart");
-    assert!(guard.fence() > fence);
+    assert!(guard.fence().await.unwrap() > fence);
     guard.unlock().await.unwrap();
 }
 
@@ -423,6 +458,8 @@ async fn interoperates_with_plain_set_nx_px_locks() {
 async fn a_resent_acquire_with_the_same_token_is_granted_once() {
     let server = RedisServer::start();
     let mut conn = raw_conn(&server).await;
+    // The fast path is a bare `SET NX PX`; a resend of it finds the key taken and runs the
+    // slow-path script, which must recognise the token as ours.
     let acquire = common::script(&["mutex/acquire.lua"]);
     let invoke = |conn: &mut redis::aio::MultiplexedConnection, token: &'static str| {
         let mut conn = conn.clone();
@@ -430,7 +467,6 @@ async fn a_resent_acquire_with_the_same_token_is_granted_once() {
         async move {
             acquire
                 .key("job")
-                .key("{job}:fence")
                 .arg(token)
                 .arg(10_000)
                 .invoke_async::<Vec<i64>>(&mut conn)
@@ -438,19 +474,28 @@ async fn a_resent_acquire_with_the_same_token_is_granted_once() {
                 .unwrap()
         }
     };
-    assert_eq!(invoke(&mut conn, "tok-a").await, vec![1, 1]);
+    let set: Option<String> = server.cmd(&["SET", "job", "tok-a", "NX", "PX", "1000"]);
+    assert_eq!(set.as_deref(), Some("OK"));
     assert_eq!(
         invoke(&mut conn, "tok-a").await,
-        vec![1, 1],
-        "a resend is granted with the same fence"
+        vec![1],
+        "a resend is granted again"
     );
+    let pttl: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(pttl > 9_000, "the resend restarted the lease ({pttl} ms)");
     assert_eq!(
         invoke(&mut conn, "tok-b").await[0],
         0,
         "another token is busy"
     );
-    let fence: i64 = server.cmd(&["GET", "{job}:fence"]);
-    assert_eq!(fence, 1, "the resend did not count twice");
+    let fence: Option<i64> = server.cmd(&["GET", "{job}:fence"]);
+    assert_eq!(fence, None, "no fence is drawn until it is read");
+    let _: i64 = server.cmd(&["DEL", "job"]);
+    assert_eq!(
+        invoke(&mut conn, "tok-b").await,
+        vec![1],
+        "the slow path grants a key freed meanwhile"
+    );
 }
 
 #[tokio::test]
@@ -503,11 +548,14 @@ async fn a_key_of_another_type_gets_the_wrong_type_error_and_is_left_alone() {
     let other = client
         .mutex_with("other", opts(1_000, Wait::NoWait))
         .unwrap();
+    // The fence is drawn on first read: granted, and reading the fence fails.
+    let guard = other.try_lock().await.unwrap();
     assert!(
-        matches!(other.try_lock().await, Err(Error::WrongType { ref key, .. }) if key == "{other}:fence")
+        matches!(guard.fence().await, Err(Error::WrongType { ref key, .. }) if key == "{other}:fence")
     );
-    let held: Option<String> = server.cmd(&["GET", "other"]);
-    assert_eq!(held, None, "nothing granted when the fence cannot count");
+    guard.unlock().await.unwrap();
+    let counter: String = server.cmd(&["GET", "{other}:fence"]);
+    assert_eq!(counter, "not-a-number", "left alone");
 }
 
 #[tokio::test]
@@ -550,8 +598,53 @@ async fn keys_use_the_configured_prefix() {
     let guard = client.mutex("job").unwrap().try_lock().await.unwrap();
     let stored: String = server.cmd(&["GET", "app:job"]);
     assert_eq!(stored, guard.token());
+    let drawn = guard.fence().await.unwrap();
     let fence: u64 = server.cmd(&["GET", "{app:job}:fence"]);
-    assert_eq!(fence, guard.fence());
+    assert_eq!(fence, drawn);
     let shared = Arc::new(guard);
     assert!(shared.is_held().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_fence_drawn_at_grant_costs_no_read_and_a_resend_keeps_it() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let eager = client
+        .mutex_with("job", opts(10_000, Wait::NoWait).fence_at_grant())
+        .unwrap();
+    let lazy = client
+        .mutex_with("job", opts(10_000, Wait::NoWait))
+        .unwrap();
+    let first = lazy.try_lock().await.unwrap();
+    let lazy_fence = first.fence().await.unwrap();
+    first.unlock().await.unwrap();
+    let guard = eager.try_lock().await.unwrap();
+    let fence = guard.drawn_fence().expect("drawn with the grant");
+    assert!(
+        fence > lazy_fence,
+        "one counter orders both ways of drawing"
+    );
+    assert_eq!(guard.fence().await.unwrap(), fence);
+    // A resend of the eager acquire (same token) is granted again with the same fence.
+    let acquire = common::script(&["mutex/acquire.lua"]);
+    let mut conn = raw_conn(&server).await;
+    let resent: Vec<i64> = acquire
+        .key("job")
+        .key("{job}:fence")
+        .arg(guard.token())
+        .arg(10_000)
+        .arg("1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(resent, vec![1, fence as i64]);
+    guard.unlock().await.unwrap();
+    // A counter that is not a number: nothing is granted when drawing at grant.
+    let _: () = server.cmd(&["SET", "{job}:fence", "not-a-number"]);
+    assert!(matches!(
+        eager.try_lock().await,
+        Err(Error::WrongType { ref key, .. }) if key == "{job}:fence"
+    ));
+    let held: Option<String> = server.cmd(&["GET", "job"]);
+    assert_eq!(held, None);
 }

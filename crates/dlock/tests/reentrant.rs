@@ -77,10 +77,10 @@ async fn other_owners_are_excluded_and_wrong_owner_releases_refused() {
         tokio::spawn(async move { mutex.lock(&bob).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let fence = held.fence();
+    let fence = held.fence().await.unwrap();
     held.unlock().await.unwrap();
     let bobs = waiting.await.unwrap().unwrap();
-    assert_eq!(bobs.fence(), fence + 1);
+    assert_eq!(bobs.fence().await.unwrap(), fence + 1);
     bobs.unlock().await.unwrap();
 }
 
@@ -92,14 +92,14 @@ async fn fencing_is_drawn_once_per_outermost_grant() {
     let owner = Owner::new();
     let outer = mutex.try_lock(&owner).await.unwrap();
     let inner = mutex.try_lock(&owner).await.unwrap();
-    assert_eq!(inner.fence(), outer.fence());
-    let first_fence = outer.fence();
+    assert_eq!(inner.fence().await.unwrap(), outer.fence().await.unwrap());
+    let first_fence = outer.fence().await.unwrap();
     inner.unlock().await.unwrap();
     outer.unlock().await.unwrap();
     let again = mutex.try_lock(&owner).await.unwrap();
-    assert_eq!(again.fence(), first_fence + 1);
+    assert_eq!(again.fence().await.unwrap(), first_fence + 1);
     let counter: u64 = server.cmd(&["GET", "{ledger}:fence"]);
-    assert_eq!(counter, again.fence());
+    assert_eq!(counter, again.fence().await.unwrap());
 }
 
 #[tokio::test]

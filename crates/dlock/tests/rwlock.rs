@@ -25,7 +25,7 @@ async fn several_readers_hold_at_once_and_exclude_writers() {
     }
     assert_eq!(lock.readers().await.unwrap(), 3, "three readers overlap");
     assert!(matches!(lock.try_write().await, Err(Error::Busy { .. })));
-    let fences: Vec<u64> = guards.iter().map(|g| g.fence()).collect();
+    let fences: Vec<u64> = guards.iter().map(|g| g.drawn_fence().unwrap()).collect();
     assert_eq!(
         fences,
         vec![1, 2, 3],
@@ -35,7 +35,7 @@ async fn several_readers_hold_at_once_and_exclude_writers() {
         guard.unlock().await.unwrap();
     }
     let writer = lock.try_write().await.unwrap();
-    assert_eq!(writer.fence(), 4);
+    assert_eq!(writer.fence().await.unwrap(), 4);
     assert!(matches!(
         lock.try_read(&Owner::new()).await,
         Err(Error::Busy { .. })
@@ -176,7 +176,7 @@ async fn readers_reenter_even_while_a_writer_waits() {
         .await
         .expect("re-entry is not blocked by a waiting writer");
     assert_eq!((first.holds_at_grant(), second.holds_at_grant()), (1, 2));
-    assert_eq!(second.fence(), first.fence());
+    assert_eq!(second.fence().await.unwrap(), first.fence().await.unwrap());
     assert!(
         matches!(lock.try_read(&Owner::new()).await, Err(Error::Busy { .. })),
         "a new reader waits behind the writer"
@@ -198,9 +198,9 @@ async fn a_writer_downgrades_without_a_gap() {
     let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
     let me = Owner::new();
     let writer = lock.try_write().await.unwrap();
-    let fence = writer.fence();
+    let fence = writer.fence().await.unwrap();
     let read = writer.downgrade(&me).await.unwrap();
-    assert_eq!(read.fence(), fence);
+    assert_eq!(read.fence().await.unwrap(), fence);
     let kind: String = server.cmd(&["TYPE", "config"]);
     assert_eq!(
         kind, "hash",

@@ -1,5 +1,9 @@
-//! The distributed mutex: `SET NX PX` semantics plus a fencing token, in one script; and
-//! its fair (FIFO) variant.
+//! The distributed mutex and its fair (FIFO) variant.
+//!
+//! The plain mutex acquires with the raw `SET key token NX PX lease` (a script runs only
+//! when the key is taken) and draws its fencing token on first read, while held
+//! (`fence.lua`; or with the grant, with [`LockOptions::fence_at_grant`]). See
+//! `docs/decisions.md` for the measurements behind that.
 //!
 //! Storage: the lock key holds the owner's token as a plain string with a PX expiry — the
 //! format of redis-py's `Lock`, redsync and node-redlock, so those clients and dlock exclude
@@ -20,7 +24,7 @@ use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
 static ACQUIRE: LazyLock<LuaScript> = lua_script!("mutex acquire", "mutex/acquire.lua");
-static RELEASE: LazyLock<LuaScript> = lua_script!("mutex release", "mutex/release.lua");
+static RELEASE: LazyLock<LuaScript> = lua_script!(bare "mutex release", "mutex/release.lua");
 static FAIR_ACQUIRE: LazyLock<LuaScript> =
     lua_script!("fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
 static FAIR_RELEASE: LazyLock<LuaScript> =
@@ -114,9 +118,10 @@ impl Mutex {
 
     /// Runs `work` while holding the lock (renewed meanwhile) and returns its value.
     ///
-    /// `work` receives the fencing token of the grant. If the lock is lost before `work`
-    /// finishes, its future is dropped at its next await point and the result is
-    /// [`Error::Lost`]; otherwise the lock is released and the value returned.
+    /// `work` receives the fencing token of the grant (drawn before `work` starts; see
+    /// [`Guard::fence`]). If the lock is lost before `work` finishes, its future is
+    /// dropped at its next await point and the result is [`Error::Lost`]; otherwise the
+    /// lock is released and the value returned.
     ///
     /// ```no_run
     /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
@@ -132,9 +137,11 @@ impl Mutex {
         Fut: Future<Output = T>,
     {
         let guard = self.lock().await?;
+        // On failure the guard is dropped, which releases it.
+        let fence = guard.fence().await?;
         let mut lost = guard.lost_signal();
         tokio::select! {
-            value = work(guard.fence()) => {
+            value = work(fence) => {
                 guard.unlock().await?;
                 Ok(value)
             }
@@ -177,6 +184,11 @@ impl Mutex {
             0 => Err(Error::Lost {
                 name: self.core.keys.name.clone(),
             }),
+            -1 => Err(self
+                .core
+                .client
+                .wrong_type(&self.core.keys.key, "string")
+                .await),
             other => Err(Error::unexpected_reply(other)),
         }
     }
@@ -216,6 +228,53 @@ impl Mutex {
     }
 }
 
+impl Mutex {
+    /// The plain mutex's attempt. The fast path is the raw `SET key token NX PX lease`,
+    /// the same single command as redis-py's `Lock` or redsync: no Lua and no fencing
+    /// counter on the hot path (the fence is drawn on first read; see
+    /// [`Guard::fence`]). Only when the key is taken does the slow-path script tell our
+    /// own earlier grant (a resend), another holder and a key of another kind apart.
+    async fn attempt_plain(&self, token: &str) -> Result<Attempt> {
+        let ttl_ms = self.core.options.ttl.as_millis() as u64;
+        let client = &self.core.client;
+        if self.core.options.fence_at_grant {
+            return self.acquire_script(token, ttl_ms, true).await;
+        }
+        let mut set = redis::cmd("SET");
+        set.arg(&self.core.keys.key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms);
+        let granted: Option<redis::Value> = crate::script::resent_once("SET NX", || async {
+            set.query_async(&mut client.conn()).await
+        })
+        .await
+        .map_err(|err| Error::from_redis("SET NX", err))?;
+        if granted.is_some() {
+            return Ok(Attempt::Granted {
+                fence: None,
+                holds: 1,
+            });
+        }
+        self.acquire_script(token, ttl_ms, false).await
+    }
+
+    /// The acquire script (see acquire.lua), drawing the fence with a grant when `eager`.
+    async fn acquire_script(&self, token: &str, ttl_ms: u64, eager: bool) -> Result<Attempt> {
+        let reply: Vec<i64> = ACQUIRE
+            .call()
+            .key(&self.core.keys.key)
+            .key(&self.core.keys.fence)
+            .arg(token)
+            .arg(ttl_ms)
+            .arg(if eager { "1" } else { "0" })
+            .run(&self.core.client)
+            .await?;
+        Attempt::from_reply(&reply)
+    }
+}
+
 impl RawProtocol for Mutex {
     const HOLD: HoldKind = HoldKind::String;
 
@@ -240,12 +299,7 @@ impl RawProtocol for Mutex {
 
     async fn attempt(&self, token: &str, join_queue: bool) -> Result<Attempt> {
         let call = match &self.queue {
-            None => ACQUIRE
-                .call()
-                .key(&self.core.keys.key)
-                .key(&self.core.keys.fence)
-                .arg(token)
-                .arg(self.core.options.ttl.as_millis() as u64),
+            None => return self.attempt_plain(token).await,
             Some(queue) => FAIR_ACQUIRE
                 .call()
                 .key(&self.core.keys.key)

@@ -62,7 +62,7 @@ impl Default for Owner {
 /// let mutex = client.reentrant_mutex("ledger")?;
 /// let outer = mutex.lock(&owner).await?;
 /// let inner = mutex.lock(&owner).await?;          // same owner: re-enters
-/// assert_eq!(inner.fence(), outer.fence());       // one fence per outermost grant
+/// assert_eq!(inner.fence().await?, outer.fence().await?); // one fence per outermost grant
 /// inner.unlock().await?;                          // still held (one hold left)
 /// outer.unlock().await?;                          // released
 /// # Ok(()) }

@@ -187,7 +187,7 @@ async fn round(conn: &ConnectionManager, shared: &Shared) {
     let due: Vec<(u64, String, HoldKind, String, Duration)> = {
         let mut entries = shared.entries.lock().unwrap();
         entries.retain(|_, entry| {
-            let state = *entry.spec.cell.borrow();
+            let state = entry.spec.cell.state();
             if state.lost.is_some() || now >= state.valid_until {
                 if lease::declare_lost(&entry.spec.cell, LostReason::Expired) {
                     observe::lost(&entry.spec.key, LostReason::Expired);

@@ -234,6 +234,8 @@ impl Guard<Writing> {
     /// dropped midway, both the write lock and a read hold that may have been made are
     /// given back.
     pub async fn downgrade(self, owner: &Owner) -> Result<ReadGuard> {
+        // Drawn with the write grant: no round trip.
+        let fence = self.fence().await?;
         let reading = self.raw.lock.reading(owner);
         let mut claim = Claim::new(reading.clone(), None);
         let lock = &self.raw.lock;
@@ -245,7 +247,7 @@ impl Guard<Writing> {
             .arg(owner.id())
             .arg(lock.core.options.ttl.as_millis() as u64)
             .arg(&claim.token)
-            .arg(self.fence())
+            .arg(fence)
             .arg(&lock.core.keys.channel)
             .run(&lock.core.client)
             .await;

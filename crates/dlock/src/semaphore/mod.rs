@@ -47,7 +47,7 @@ pub type SemaphorePermit = Guard<Semaphore>;
 /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
 /// let gpus = client.semaphore("gpu-pool", 4)?;
 /// let permit = gpus.acquire().await?;      // at most 4 holders at once
-/// println!("permit fence {}", permit.fence());
+/// println!("permit fence {}", permit.fence().await?);
 /// permit.unlock().await?;
 /// # Ok(()) }
 /// ```

@@ -66,6 +66,16 @@ impl Held {
         }
     }
 
+    pub async fn fence(&self) -> dlock::Result<u64> {
+        match self {
+            Held::Mutex(g) => g.fence().await,
+            Held::Reentrant(g) => g.fence().await,
+            Held::Read(g) => g.fence().await,
+            Held::Write(g) => g.fence().await,
+            Held::Permit(g) => g.fence().await,
+        }
+    }
+
     pub async fn unlock(self) -> dlock::Result<()> {
         match self {
             Held::Mutex(g) => g.unlock().await,
