@@ -96,8 +96,10 @@ impl<R: RawLock> Guard<R> {
     /// while held, and still orders grants (every earlier holder drew its own while it
     /// held, before this grant; every later one after). That costs one round trip, once
     /// per hold, and spares every acquire that never reads it the counter (see
-    /// `docs/decisions.md`). Fails with [`Error::Lost`] when the hold is gone by then
-    /// (and nothing is drawn), or with the error that kept Redis from answering.
+    /// `docs/decisions.md`; [`LockOptions::fence_at_grant`](crate::LockOptions::fence_at_grant)
+    /// draws it with the grant instead). Fails with [`Error::Lost`] when the hold is gone
+    /// by then (no fence for it; the lost signal fires with
+    /// [`LostReason::Taken`]), or with the error that kept Redis from answering.
     pub async fn fence(&self) -> Result<u64> {
         self.fence
             .get_or_try_init(|| draw_fence(&self.raw, &self.token, &self.held))
@@ -218,7 +220,9 @@ async fn draw_fence<R: RawLock>(raw: &R, token: &str, held: &Held) -> Result<u64
         .await?;
     match fence {
         0 => {
-            crate::lease::declare_lost(&held.cell, LostReason::Taken);
+            if crate::lease::declare_lost(&held.cell, LostReason::Taken) {
+                crate::observe::lost(key, LostReason::Taken);
+            }
             Err(Error::Lost {
                 name: raw.name().to_string(),
             })

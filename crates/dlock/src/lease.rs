@@ -137,7 +137,8 @@ pub enum LostReason {
     /// paused or slow, renewal capped, or renewal not enabled). Another client may acquire
     /// the lock from now on.
     Expired,
-    /// A renewal found the lock gone or held by another token.
+    /// A renewal, or a plain mutex's first [`fence`](crate::Guard::fence) read, found the
+    /// lock gone (expired or deleted) or held by another token.
     Taken,
     /// The client gave it back: [`Client::shutdown`](crate::Client::shutdown).
     Released,

@@ -3,8 +3,8 @@
 -- every fence an earlier holder drew (while it held) and smaller than every later
 -- holder's. Bare (no prelude): a caller that reads every fence runs this once per hold.
 -- KEYS[1] lock key; KEYS[2] fencing counter; ARGV[1] token
--- Returns the fence; 0 when the hold is no longer held (nothing drawn); -1 when the lock
--- key holds another type, -2 when the counter is not an integer (named by the caller).
+-- Returns the fence; 0 when the hold is no longer held (nothing drawn; also when another
+-- kind holds the key now); -2 when the counter is not an integer (named by the caller).
 local current = redis.pcall('GET', KEYS[1])
 if current ~= ARGV[1] then
   if type(current) == 'table' and current.err then

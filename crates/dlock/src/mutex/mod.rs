@@ -46,7 +46,8 @@ pub type MutexGuard = Guard<Mutex>;
 ///     LockOptions::default().renewed(Duration::from_secs(10)).wait(Wait::Timeout(Duration::from_secs(5))),
 /// )?;
 /// let guard = mutex.lock().await?;
-/// // ... work, passing guard.fence() to the storage you write to; the lease is renewed
+/// let fence = guard.fence().await?; // drawn now, while held (one round trip)
+/// // ... work, passing `fence` to the storage you write to; the lease is renewed
 /// // meanwhile and guard.lost() resolves if the lock is lost ...
 /// guard.unlock().await?;
 /// # Ok(()) }
@@ -136,7 +137,10 @@ impl Mutex {
         F: FnOnce(u64) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.lock().await?;
+        // The fence is always read here: draw it with the grant (no extra round trip).
+        let mut eager = self.clone();
+        eager.core.options = eager.core.options.fence_at_grant();
+        let guard = eager.lock().await?;
         // On failure the guard is dropped, which releases it.
         let fence = guard.fence().await?;
         let mut lost = guard.lost_signal();
@@ -207,7 +211,8 @@ impl Mutex {
             .await
     }
 
-    /// The last fencing token granted for this lock (0 when never granted).
+    /// The last fencing token drawn for this lock (0 when never drawn). A plain mutex
+    /// holder that has not read its fence yet has not drawn one.
     pub async fn last_fence(&self) -> Result<u64> {
         let value = self
             .core
@@ -257,7 +262,21 @@ impl Mutex {
                 holds: 1,
             });
         }
-        self.acquire_script(token, ttl_ms, false).await
+        match self.acquire_script(token, ttl_ms, false).await {
+            // A refused slow path (e.g. an ACL without EVALSHA) after a `SET` that was
+            // resent: the first one may have granted. A plain GET tells; if the key holds
+            // our token, it is our grant (its lease started after this attempt was sent).
+            Err(err) if !err.is_transient() => {
+                match client.get_string(&self.core.keys.key, "string").await {
+                    Ok(Some(holder)) if holder == token => Ok(Attempt::Granted {
+                        fence: None,
+                        holds: 1,
+                    }),
+                    _ => Err(err),
+                }
+            }
+            other => other,
+        }
     }
 
     /// The acquire script (see acquire.lua), drawing the fence with a grant when `eager`.
