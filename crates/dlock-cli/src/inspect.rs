@@ -44,15 +44,17 @@ impl InspectArgs {
 pub async fn inspect(client: &Client, args: &InspectArgs) -> dlock::Result<i32> {
     let Some(interval) = args.watch else {
         let locks = snapshot(client, args).await?;
-        print(&locks, args, false);
-        return Ok(exit::OK);
+        return Ok(emit(&render(&locks, args, false)));
     };
     let mut interrupt =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .map_err(|e| dlock::Error::InvalidArgument(format!("cannot watch for Ctrl-C: {e}")))?;
     loop {
         let locks = snapshot(client, args).await?;
-        print(&locks, args, true);
+        let code = emit(&render(&locks, args, true));
+        if code != exit::OK {
+            return Ok(code);
+        }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = interrupt.recv() => return Ok(exit::OK),
@@ -71,35 +73,59 @@ async fn snapshot(client: &Client, args: &InspectArgs) -> dlock::Result<Vec<Lock
     Ok(locks)
 }
 
-fn print(locks: &[LockInfo], args: &InspectArgs, watching: bool) {
+/// Writes a rendered view to stdout. A reader that went away (`| head`) ends the output
+/// quietly; any other write error is reported, with exit 74.
+fn emit(text: &str) -> i32 {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => exit::OK,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
+        Err(err) => {
+            eprintln!("dlock: cannot write the output: {err}\n  hint: check where stdout goes (a full disk, a closed descriptor)");
+            exit::IO_ERROR
+        }
+    }
+}
+
+/// The view of `locks`: a table, or JSON.
+fn render(locks: &[LockInfo], args: &InspectArgs, watching: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     if args.json {
         let objects: Vec<serde_json::Value> = locks.iter().map(to_json).collect();
         if watching {
-            println!("{}", serde_json::Value::Array(objects));
+            let _ = writeln!(out, "{}", serde_json::Value::Array(objects));
         } else {
             for object in objects {
-                println!("{object}");
+                let _ = writeln!(out, "{object}");
             }
         }
-        return;
+        return out;
     }
     if watching {
         // Clear the screen and go home: a live view.
-        print!("\x1b[2J\x1b[H");
-        println!(
+        let _ = write!(out, "\x1b[2J\x1b[H");
+        let _ = writeln!(
+            out,
             "dlock inspect — {} (Ctrl-C to quit)\n",
             utc(SystemTime::now())
         );
     }
-    println!(
+    let _ = writeln!(
+        out,
         "{:<32} {:<10} {:>7} {:>9} {:>8} {:>6}",
         "NAME", "KIND", "HOLDERS", "LEASE", "FENCE", "QUEUED"
     );
     if locks.is_empty() {
-        println!("(no locks)");
+        let _ = writeln!(out, "(no locks)");
     }
     for lock in locks {
-        println!(
+        let _ = writeln!(
+            out,
             "{:<32} {:<10} {:>7} {:>9} {:>8} {:>6}",
             lock.name,
             lock.kind.to_string(),
@@ -128,9 +154,10 @@ fn print(locks: &[LockInfo], args: &InspectArgs, watching: bool) {
                 .remaining
                 .map(|d| format!("{} left", dlock::humane(d)))
                 .unwrap_or_else(|| "no expiry".into());
-            println!("    {short}…  {who}{owner}  ({left})");
+            let _ = writeln!(out, "    {short}…  {who}{owner}  ({left})");
         }
     }
+    out
 }
 
 fn to_json(lock: &LockInfo) -> serde_json::Value {

@@ -717,3 +717,40 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
         ]
     );
 }
+
+#[test]
+fn inspect_output_that_cannot_be_written_is_an_error_not_a_panic() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&["SET", "held", "someone"]);
+    // A full device: reported, exit 74.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = dlock(&server)
+        .args(["inspect", "held"])
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{stderr}");
+    assert!(
+        stderr.contains("cannot write") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // A reader that went away (`| head -0`): quiet, exit 0.
+    let mut child = dlock(&server)
+        .args(["inspect", "--json", "held"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -120,9 +120,8 @@ impl Error {
             // Something answered, but not in the Redis protocol (e.g. an HTTP server).
             return Error::Connection(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!(
-                    "the server does not speak the Redis protocol ({err}); check the host and port"
-                ),
+                // The parser's own words span lines and quote raw bytes: keep the gist.
+                "the server does not speak the Redis protocol; check the host and port".to_string(),
             )));
         }
         if err.kind() == redis::ErrorKind::InvalidClientConfig {
