@@ -1,7 +1,8 @@
 -- The mutex's slow path: run when the fast path's `SET key token NX PX lease` found the key
 -- taken (see mod.rs), and as the whole attempt when the fence is drawn at grant. It tells
 -- our own earlier grant (a resend whose first reply was lost), another holder and a key of
--- another kind apart.
+-- another kind apart. Bare (no prelude): with the fence drawn at grant it runs once per
+-- acquire.
 -- KEYS[1] lock key (a string holding the owner's token, with a PX expiry)
 -- KEYS[2] fencing counter (never expires, only grows)
 -- ARGV[1] token, ARGV[2] lease in milliseconds, ARGV[3] '1' to draw the fence with the grant
@@ -11,23 +12,52 @@
 --                      acquire): the lease restarts as the first grant did, and the fence
 --                      is the last one drawn (no other grant can have drawn since)
 --         {0, pttl}    held by another token (pttl -1: the key has no expiry)
+--         {-1}         the lock key holds another type; {-2} the counter is not an integer
+--                      (both named by the caller; nothing granted)
+local function refused(reply)
+  return type(reply) == 'table' and reply.err
+end
+local function counter_error(reply)
+  return string.find(reply.err, 'not an integer', 1, true) or string.sub(reply.err, 1, 9) == 'WRONGTYPE'
+end
+
+local current = redis.pcall('GET', KEYS[1])
+if refused(current) then
+  if string.sub(current.err, 1, 9) == 'WRONGTYPE' then
+    return {-1}
+  end
+  return redis.error_reply(current.err)
+end
 local eager = ARGV[3] == '1'
-local current = token_at(KEYS[1])
 if current == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if eager then
-    return {1, last_fence(KEYS[2])}
+  if not eager then
+    return {1}
   end
-  return {1}
+  local last = redis.pcall('GET', KEYS[2])
+  if refused(last) and not counter_error(last) then
+    return redis.error_reply(last.err)
+  end
+  last = tonumber(last)
+  if last == nil then
+    return {-2}
+  end
+  return {1, last}
 end
 if current then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if eager then
-  -- Counting first: if the counter is not a number, nothing is granted.
-  local fence = next_fence(KEYS[2])
+if not eager then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, fence}
+  return {1}
+end
+-- Counting first: if the counter is not a number, nothing is granted.
+local fence = redis.pcall('INCR', KEYS[2])
+if refused(fence) then
+  if counter_error(fence) then
+    return {-2}
+  end
+  return redis.error_reply(fence.err)
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1}
+return {1, fence}

@@ -23,7 +23,7 @@ use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
-static ACQUIRE: LazyLock<LuaScript> = lua_script!("mutex acquire", "mutex/acquire.lua");
+static ACQUIRE: LazyLock<LuaScript> = lua_script!(bare "mutex acquire", "mutex/acquire.lua");
 static RELEASE: LazyLock<LuaScript> = lua_script!(bare "mutex release", "mutex/release.lua");
 static FAIR_ACQUIRE: LazyLock<LuaScript> =
     lua_script!("fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
@@ -290,7 +290,19 @@ impl Mutex {
             .arg(if eager { "1" } else { "0" })
             .run(&self.core.client)
             .await?;
-        Attempt::from_reply(&reply)
+        match reply.as_slice() {
+            [-1] => Err(self
+                .core
+                .client
+                .wrong_type(&self.core.keys.key, "string")
+                .await),
+            [-2] => Err(self
+                .core
+                .client
+                .wrong_type(&self.core.keys.fence, "counter")
+                .await),
+            _ => Attempt::from_reply(&reply),
+        }
     }
 }
 
