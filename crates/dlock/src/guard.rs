@@ -13,7 +13,7 @@ use crate::script::{lua_script, LuaScript};
 
 static HELD: LazyLock<LuaScript> =
     lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
-static FENCE: LazyLock<LuaScript> = lua_script!(bare "fence", "mutex/fence.lua");
+static FENCE: LazyLock<LuaScript> = lua_script!(bare "fence", "mutex/bare.lua", "mutex/fence.lua");
 
 /// Proof of holding a lock: a [`MutexGuard`](crate::MutexGuard), a
 /// [`ReentrantGuard`](crate::ReentrantGuard), a [`ReadGuard`](crate::ReadGuard) or

@@ -16,11 +16,11 @@ pub(crate) struct LuaScript {
 /// path whose script needs none of it (the prelude's helpers are defined on every call,
 /// about 0.5 µs of the server's time).
 macro_rules! lua_script {
-    (bare $name:literal, $file:literal) => {
+    (bare $name:literal, $($file:literal),+ $(,)?) => {
         std::sync::LazyLock::new(|| {
             $crate::script::LuaScript::new(
                 $name,
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file)),
+                concat!($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+),
             )
         })
     };

@@ -82,7 +82,7 @@ async fn a_wait_cancelled_while_redis_is_paused_leaves_nothing_behind() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let acquire = script(&["mutex/acquire.lua"]);
+    let acquire = script(&["mutex/bare.lua", "mutex/acquire.lua"]);
     let _: Vec<i64> = acquire
         .key("control")
         .key("{control}:fence")
@@ -195,7 +195,7 @@ fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
     const QUEUED: &[&str] = &["k", "{k}:fence", "{k}:queue", "{k}:queue-leases"];
     let (files, keys, args): (&[&str], &[&str], Vec<String>) = match kind {
         Kind::Mutex => (
-            &["mutex/acquire.lua"],
+            &["mutex/bare.lua", "mutex/acquire.lua"],
             &["k"],
             vec![token.into(), "1000".into()],
         ),

@@ -11,14 +11,18 @@ use dlock::{Client, LockOptions, Owner, Wait};
 use dlock_testkit::RedisServer;
 
 /// extend() to a shorter lease: server lease shrinks, local validity does not.
+
+/// A fixed lease of `ttl`, no waiting.
+fn fixed(ttl: Duration) -> LockOptions {
+    LockOptions::default().ttl(ttl).wait(Wait::NoWait)
+}
+
 #[tokio::test]
 async fn extending_to_a_shorter_lease_shortens_the_local_validity() {
     let server = RedisServer::start();
     let a = Client::connect(&server.url()).await.unwrap();
     let b = Client::connect(&server.url()).await.unwrap();
-    let opts = LockOptions::default()
-        .ttl(Duration::from_secs(10))
-        .wait(Wait::NoWait);
+    let opts = fixed(Duration::from_secs(10));
     let mut g = a.mutex_with("ext", opts).unwrap().try_lock().await.unwrap();
     g.extend(Duration::from_millis(300)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -41,9 +45,7 @@ async fn extending_to_a_shorter_lease_shortens_the_local_validity() {
 async fn a_read_hold_extended_shorter_is_not_believed_longer() {
     let server = RedisServer::start();
     let a = Client::connect(&server.url()).await.unwrap();
-    let opts = LockOptions::default()
-        .ttl(Duration::from_secs(10))
-        .wait(Wait::NoWait);
+    let opts = fixed(Duration::from_secs(10));
     let lock = a.rwlock_with("rx", opts).unwrap();
     let mut g = lock.try_read(&Owner::new()).await.unwrap();
     g.extend(Duration::from_millis(300)).await.unwrap();
@@ -95,21 +97,9 @@ fn shutdown_with_an_acquire_in_flight_leaves_no_key() {
 async fn read_holds_expire_with_their_last_live_holder() {
     let server = RedisServer::start();
     let c = Client::connect(&server.url()).await.unwrap();
-    let long = c
-        .rwlock_with(
-            "rw",
-            LockOptions::default()
-                .ttl(Duration::from_secs(20))
-                .wait(Wait::NoWait),
-        )
-        .unwrap();
+    let long = c.rwlock_with("rw", fixed(Duration::from_secs(20))).unwrap();
     let short = c
-        .rwlock_with(
-            "rw",
-            LockOptions::default()
-                .ttl(Duration::from_millis(300))
-                .wait(Wait::NoWait),
-        )
+        .rwlock_with("rw", fixed(Duration::from_millis(300)))
         .unwrap();
     let g1 = long.try_read(&Owner::new()).await.unwrap();
     let _g2 = short.try_read(&Owner::new()).await.unwrap().into_token();
@@ -132,22 +122,10 @@ async fn permits_expire_with_their_last_live_holder() {
     let server = RedisServer::start();
     let c = Client::connect(&server.url()).await.unwrap();
     let long = c
-        .semaphore_with(
-            "sem",
-            3,
-            LockOptions::default()
-                .ttl(Duration::from_secs(20))
-                .wait(Wait::NoWait),
-        )
+        .semaphore_with("sem", 3, fixed(Duration::from_secs(20)))
         .unwrap();
     let short = c
-        .semaphore_with(
-            "sem",
-            3,
-            LockOptions::default()
-                .ttl(Duration::from_millis(300))
-                .wait(Wait::NoWait),
-        )
+        .semaphore_with("sem", 3, fixed(Duration::from_millis(300)))
         .unwrap();
     let p1 = long.try_acquire().await.unwrap();
     let _p2 = short.try_acquire().await.unwrap().into_token();

@@ -456,7 +456,7 @@ async fn a_resent_acquire_with_the_same_token_is_granted_once() {
     let mut conn = raw_conn(&server).await;
     // The fast path is a bare `SET NX PX`; a resend of it finds the key taken and runs the
     // slow-path script, which must recognise the token as ours.
-    let acquire = common::script(&["mutex/acquire.lua"]);
+    let acquire = common::script(&["mutex/bare.lua", "mutex/acquire.lua"]);
     let invoke = |conn: &mut redis::aio::MultiplexedConnection, token: &'static str| {
         let mut conn = conn.clone();
         let acquire = acquire.clone();
@@ -624,7 +624,7 @@ async fn a_fence_drawn_at_grant_costs_no_read_and_a_resend_keeps_it() {
     // A resend of the eager acquire (same token) is granted again with the same fence,
     // and restarts the lease.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let acquire = common::script(&["mutex/acquire.lua"]);
+    let acquire = common::script(&["mutex/bare.lua", "mutex/acquire.lua"]);
     let mut conn = raw_conn(&server).await;
     let resent: Vec<i64> = acquire
         .key("job")

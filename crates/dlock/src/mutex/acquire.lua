@@ -14,18 +14,10 @@
 --         {0, pttl}    held by another token (pttl -1: the key has no expiry)
 --         {-1}         the lock key holds another type; {-2} the counter is not an integer
 --                      (both named by the caller; nothing granted)
-local function refused(reply)
-  return type(reply) == 'table' and reply.err
-end
-local function counter_error(reply)
-  return string.find(reply.err, 'not an integer', 1, true) or string.sub(reply.err, 1, 9) == 'WRONGTYPE'
-end
-
 local current = redis.pcall('GET', KEYS[1])
-if refused(current) then
-  if string.sub(current.err, 1, 9) == 'WRONGTYPE' then
-    return {-1}
-  end
+if wrong_type(current) then
+  return {-1}
+elseif refused(current) then
   return redis.error_reply(current.err)
 end
 local eager = ARGV[3] == '1'
@@ -38,8 +30,8 @@ if current == ARGV[1] then
   if refused(last) and not counter_error(last) then
     return redis.error_reply(last.err)
   end
-  last = tonumber(last)
-  if last == nil then
+  last = not refused(last) and tonumber(last)
+  if not last then
     return {-2}
   end
   return {1, last}
@@ -53,10 +45,9 @@ if not eager then
 end
 -- Counting first: if the counter is not a number, nothing is granted.
 local fence = redis.pcall('INCR', KEYS[2])
-if refused(fence) then
-  if counter_error(fence) then
-    return {-2}
-  end
+if counter_error(fence) then
+  return {-2}
+elseif refused(fence) then
   return redis.error_reply(fence.err)
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

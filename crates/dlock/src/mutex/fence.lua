@@ -6,20 +6,15 @@
 -- Returns the fence; 0 when the hold is no longer held (nothing drawn; also when another
 -- kind holds the key now); -2 when the counter is not an integer (named by the caller).
 local current = redis.pcall('GET', KEYS[1])
-if current ~= ARGV[1] then
-  if type(current) == 'table' and current.err then
-    if string.sub(current.err, 1, 9) == 'WRONGTYPE' then
-      return 0 -- another kind holds the key now: not us
-    end
-    return redis.error_reply(current.err)
-  end
-  return 0
+if refused(current) and not wrong_type(current) then
+  return redis.error_reply(current.err)
+elseif current ~= ARGV[1] then
+  return 0 -- expired, taken, or another kind holds the key now: not us
 end
 local fence = redis.pcall('INCR', KEYS[2])
-if type(fence) == 'table' and fence.err then
-  if string.find(fence.err, 'not an integer', 1, true) or string.sub(fence.err, 1, 9) == 'WRONGTYPE' then
-    return -2
-  end
+if counter_error(fence) then
+  return -2
+elseif refused(fence) then
   return redis.error_reply(fence.err)
 end
 return fence

@@ -5,13 +5,11 @@
 -- Returns 1 released, 0 not ours (expired or taken: nothing touched), -1 the key holds
 -- another type (a hash of another kind: named by the caller).
 local current = redis.pcall('GET', KEYS[1])
-if current ~= ARGV[1] then
-  if type(current) == 'table' and current.err and string.sub(current.err, 1, 9) == 'WRONGTYPE' then
-    return -1
-  end
-  if type(current) == 'table' and current.err then
-    return redis.error_reply(current.err)
-  end
+if wrong_type(current) then
+  return -1
+elseif refused(current) then
+  return redis.error_reply(current.err)
+elseif current ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
