@@ -10,13 +10,12 @@ use std::time::{Duration, Instant};
 use dlock::{Client, LockOptions, Owner, Wait};
 use dlock_testkit::RedisServer;
 
-/// extend() to a shorter lease: server lease shrinks, local validity does not.
-
 /// A fixed lease of `ttl`, no waiting.
 fn fixed(ttl: Duration) -> LockOptions {
     LockOptions::default().ttl(ttl).wait(Wait::NoWait)
 }
 
+/// extend() to a shorter lease: server lease shrinks, local validity does not.
 #[tokio::test]
 async fn extending_to_a_shorter_lease_shortens_the_local_validity() {
     let server = RedisServer::start();
