@@ -1,5 +1,7 @@
 //! `dlock bench`: the performance scenarios, each reported beside a raw baseline measured
-//! in the same run against the same server.
+//! in the same run against the same server. The throughput scenarios (seq; par,
+//! par_fenced and rwlock_read) take turns with their baseline in short alternating slices,
+//! so a machine whose speed drifts mid-run skews no ratio (see `interleaved`).
 //!
 //! * seq: one task, one key; acquire+release cycles/s vs raw `SET NX PX` + `EVALSHA`
 //!   compare-and-delete (the same two round trips) on the same kind of connection.
@@ -19,6 +21,8 @@
 //! * renew: many held, auto-renewed locks; script calls per second spent on renewal, vs
 //!   one call per lock per renewal period.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
@@ -149,7 +153,7 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
     let fixed = LockOptions::default()
         .ttl(Duration::from_secs(10))
         .wait(Wait::NoWait);
-    let progress = indicatif::ProgressBar::new(12);
+    let progress = indicatif::ProgressBar::new(10);
     progress.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
@@ -157,55 +161,76 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
     let mut rows = Vec::new();
     let step = |what: &str| progress.set_message(what.to_string());
 
-    // The server's time per cycle says where a throughput gap comes from: Redis runs on
-    // one thread, so par is bound by it.
-    const RAW_COMMANDS: &[&str] = &["set", "evalsha"];
-    const DLOCK_COMMANDS: &[&str] = &["set", "evalsha"];
-    let mut raw_par = 0.0;
-    for (scenario, tasks) in [("seq", 1), ("par", 64)] {
-        step(scenario);
-        let (raw_rate, raw_us) = measured(
-            &raw,
-            RAW_COMMANDS,
-            duration,
-            raw_cycles(&raw, &raw_prefix, tasks, duration),
-        )
-        .await?;
-        let (rate, us) = measured(
-            &raw,
-            DLOCK_COMMANDS,
-            duration,
-            dlock_cycles(client, &prefix, tasks, duration, fixed, false),
-        )
-        .await?;
-        rows.push(
-            Row::new(scenario, rate, "cycles/s")
-                .baseline(raw_rate)
-                .with("server_us_per_cycle", us.into())
-                .with("raw_server_us_per_cycle", raw_us.into()),
-        );
-        if tasks > 1 {
-            raw_par = raw_rate;
-        }
-        progress.inc(2);
-    }
-
-    // What a caller that reads every grant's fence pays, configured as the docs advise
-    // (the fence drawn with the grant); the raw pair has no fence.
-    step("par_fenced");
-    let (rate, us) = measured(
+    // Raw and dlock run in alternating slices of the same run (see `interleaved`); the
+    // server's time per cycle says where a throughput gap comes from: Redis runs on one
+    // thread, so par is bound by it.
+    step("seq");
+    let seq = interleaved(
         &raw,
-        DLOCK_COMMANDS,
         duration,
-        dlock_cycles(client, &prefix, 64, duration, fixed.fence_at_grant(), true),
+        &mut [
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(raw_cycles(&raw, &raw_prefix, 1, slice))),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(dlock_cycles(client, &prefix, 1, slice, fixed, false))),
+            ),
+        ],
     )
     .await?;
+    rows.push(throughput_row("seq", &seq[1], &seq[0]));
+    progress.inc(2);
+
+    // par_fenced: what a caller that reads every grant's fence pays, configured as the
+    // docs advise (the fence drawn with the grant); the raw pair has no fence.
+    step("par, par_fenced, rwlock_read");
+    let rw_name = format!("{prefix}rw-read");
+    let par = interleaved(
+        &raw,
+        duration,
+        &mut [
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(raw_cycles(&raw, &raw_prefix, 64, slice))),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(dlock_cycles(client, &prefix, 64, slice, fixed, false))),
+            ),
+            (
+                // With the fence drawn at grant, the acquire is the grant script.
+                SCRIPT_ONLY,
+                Box::new(|slice| {
+                    Box::pin(dlock_cycles(
+                        client,
+                        &prefix,
+                        64,
+                        slice,
+                        fixed.fence_at_grant(),
+                        true,
+                    ))
+                }),
+            ),
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| Box::pin(rwlock_reads(client, &rw_name, 64, slice))),
+            ),
+        ],
+    )
+    .await?;
+    rows.push(throughput_row("par", &par[1], &par[0]));
     rows.push(
-        Row::new("par_fenced", rate, "cycles/s")
-            .baseline(raw_par)
-            .with("server_us_per_cycle", us.into()),
+        Row::new("par_fenced", par[2].per_second, "cycles/s")
+            .baseline(par[0].per_second)
+            .with("server_us_per_cycle", par[2].server_us_per_cycle.into())
+            .with("raw_server_us_per_cycle", par[0].server_us_per_cycle.into()),
     );
-    progress.inc(1);
+    let rwlock_read = Row::new("rwlock_read", par[3].per_second, "cycles/s")
+        .baseline(par[0].per_second)
+        .with("server_us_per_cycle", par[3].server_us_per_cycle.into());
+    progress.inc(2);
 
     for fair in [false, true] {
         step(if fair { "handoff_fair" } else { "handoff" });
@@ -245,10 +270,7 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
         progress.inc(1);
     }
 
-    step("rwlock_read");
-    let reads = rwlock_reads(client, &format!("{prefix}rw-read"), 64, duration).await?;
-    rows.push(Row::new("rwlock_read", reads, "cycles/s").baseline(raw_par));
-    progress.inc(1);
+    rows.push(rwlock_read);
 
     step("rwlock_writer");
     let w = rwlock_writer(client, &format!("{prefix}rw-write"), duration).await?;
@@ -269,15 +291,99 @@ pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result
     );
     progress.inc(1);
     progress.finish_and_clear();
+    // Fence counters never expire: leave nothing of the run behind on a shared server.
+    let own = format!("{}dlock-bench:{}:", client.prefix(), std::process::id());
+    remove_keys(&raw, &[format!("{own}*"), format!("{{{own}*")]).await?;
 
+    let mut out = String::new();
     for row in &rows {
-        if args.json {
-            println!("{}", row.json());
+        out += &if args.json {
+            row.json().to_string()
         } else {
-            println!("{}", row.line());
+            row.line()
+        };
+        out.push('\n');
+    }
+    Ok(crate::exit::emit(&out))
+}
+
+/// INT, TERM and HUP, caught from before `--spawn` starts its server: from then on a
+/// signal must not kill the process, or the server and its directory would be left.
+pub struct Interrupts {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    /// Installs the handlers (within the runtime).
+    pub fn catch() -> dlock::Result<Interrupts> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let watch = |kind| {
+            signal(kind).map_err(|e| {
+                dlock::Error::InvalidArgument(format!("cannot watch for signals: {e}"))
+            })
+        };
+        Ok(Interrupts {
+            interrupt: watch(SignalKind::interrupt())?,
+            terminate: watch(SignalKind::terminate())?,
+            hangup: watch(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Runs the benchmark until it ends or a signal (INT, TERM, HUP) interrupts it, then
+/// returns 128 + the signal: the caller's clean-up (the `--spawn` server, the client's
+/// locks) runs either way, where dying on the signal would skip it.
+pub async fn bench_until_signal(
+    client: &Client,
+    url: &str,
+    args: BenchArgs,
+    mut signals: Interrupts,
+) -> dlock::Result<i32> {
+    let number = tokio::select! {
+        outcome = bench(client, url, args) => return outcome,
+        _ = signals.interrupt.recv() => libc::SIGINT,
+        _ = signals.terminate.recv() => libc::SIGTERM,
+        _ = signals.hangup.recv() => libc::SIGHUP,
+    };
+    eprintln!("dlock: bench interrupted by signal {number}; nothing was measured");
+    Ok(128 + number)
+}
+
+/// Deletes every key matching the glob patterns (their literal parts escaped by the
+/// caller's choice of prefix: a bench prefix has no glob characters of its own).
+async fn remove_keys(raw: &ConnectionManager, patterns: &[String]) -> dlock::Result<()> {
+    let mut conn = raw.clone();
+    for pattern in patterns {
+        let escaped: String = pattern
+            .char_indices()
+            .flat_map(|(i, c)| {
+                let literal =
+                    matches!(c, '?' | '[' | ']' | '\\') || (c == '*' && i + 1 < pattern.len());
+                literal.then_some('\\').into_iter().chain([c])
+            })
+            .collect();
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&escaped)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let _: i64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
         }
     }
-    Ok(0)
+    Ok(())
 }
 
 /// Raw baseline: SET NX PX + EVALSHA compare-and-delete, `tasks` tasks on distinct keys.
@@ -286,7 +392,7 @@ async fn raw_cycles(
     prefix: &str,
     tasks: usize,
     duration: Duration,
-) -> dlock::Result<f64> {
+) -> dlock::Result<u64> {
     let release = redis::Script::new(RAW_RELEASE);
     let deadline = Instant::now() + duration;
     let loops = (0..tasks).map(|task| {
@@ -316,15 +422,12 @@ async fn raw_cycles(
             Ok(cycles)
         }
     });
-    per_second(loops, duration).await
+    run_loops(loops).await
 }
 
 /// Runs the loops side by side (each returns how many cycles it made) and returns the
-/// cycles per second of them all.
-async fn per_second<Loop>(
-    loops: impl IntoIterator<Item = Loop>,
-    duration: Duration,
-) -> dlock::Result<f64>
+/// cycles they made in all.
+async fn run_loops<Loop>(loops: impl IntoIterator<Item = Loop>) -> dlock::Result<u64>
 where
     Loop: std::future::Future<Output = dlock::Result<u64>> + Send + 'static,
 {
@@ -333,7 +436,7 @@ where
     for handle in handles {
         total += handle.await.expect("bench task")?;
     }
-    Ok(total as f64 / duration.as_secs_f64())
+    Ok(total)
 }
 
 fn rand_token() -> u128 {
@@ -352,7 +455,7 @@ async fn dlock_cycles(
     duration: Duration,
     options: LockOptions,
     read_fence: bool,
-) -> dlock::Result<f64> {
+) -> dlock::Result<u64> {
     let deadline = Instant::now() + duration;
     let mut loops = Vec::with_capacity(tasks);
     for task in 0..tasks {
@@ -370,7 +473,7 @@ async fn dlock_cycles(
             Ok(cycles)
         });
     }
-    per_second(loops, duration).await
+    run_loops(loops).await
 }
 
 struct Handoff {
@@ -468,21 +571,75 @@ async fn server_usec(raw: &ConnectionManager, commands: &[&str]) -> dlock::Resul
         .sum())
 }
 
-/// Cycles/s of `run`, and the server's microseconds per cycle in `commands`.
-async fn measured<F>(
+/// One contender of an [`interleaved`] run: runs its cycles for the given slice of time
+/// and returns how many it made.
+type Contender<'a> =
+    Box<dyn FnMut(Duration) -> Pin<Box<dyn Future<Output = dlock::Result<u64>> + 'a>> + 'a>;
+
+/// A contender's result: cycles per second, and the server's time per cycle.
+struct Rate {
+    per_second: f64,
+    server_us_per_cycle: f64,
+}
+
+/// The top-level commands whose server time a cycle costs. Redis counts a script's
+/// inner commands under their own names too, so a contender whose `SET` runs inside its
+/// script counts only `evalsha`, or that `SET` would count twice.
+const SET_AND_SCRIPT: &[&str] = &["set", "evalsha"];
+const SCRIPT_ONLY: &[&str] = &["evalsha"];
+
+/// Runs the contenders (each with the commands its cycles send) in turns for `duration`
+/// each, over at least 8 slices whose order alternates (A B C, C B A, ...): on shared
+/// cores the machine's speed drifts within a run, by half or more here, and a baseline
+/// measured in one block before its contender measured the drift instead of the
+/// contender. Interleaved, a slow spell weighs on every contender alike. An untimed
+/// first slice each loads the scripts and warms the connections. Short runs (`--quick`)
+/// still give only indicative ratios: a slice of tens of milliseconds is noisy.
+async fn interleaved(
     raw: &ConnectionManager,
-    commands: &[&str],
     duration: Duration,
-    run: F,
-) -> dlock::Result<(f64, f64)>
-where
-    F: std::future::Future<Output = dlock::Result<f64>>,
-{
-    let before = server_usec(raw, commands).await?;
-    let rate = run.await?;
-    let spent = server_usec(raw, commands).await? - before;
-    let cycles = rate * duration.as_secs_f64();
-    Ok((rate, if cycles > 0.0 { spent / cycles } else { 0.0 }))
+    contenders: &mut [(&'static [&'static str], Contender<'_>)],
+) -> dlock::Result<Vec<Rate>> {
+    let rounds = (duration.as_millis() / 250).clamp(8, 240) as u32;
+    let slice = duration / rounds;
+    for (_, run) in contenders.iter_mut() {
+        run(slice.min(Duration::from_millis(50))).await?;
+    }
+    let mut cycles = vec![0u64; contenders.len()];
+    let mut usec = vec![0.0; contenders.len()];
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..contenders.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for index in order {
+            let (commands, run) = &mut contenders[index];
+            let before = server_usec(raw, commands).await?;
+            cycles[index] += run(slice).await?;
+            usec[index] += server_usec(raw, commands).await? - before;
+        }
+    }
+    let seconds = (slice * rounds).as_secs_f64();
+    Ok(cycles
+        .iter()
+        .zip(usec)
+        .map(|(&cycles, usec)| Rate {
+            per_second: cycles as f64 / seconds,
+            server_us_per_cycle: if cycles > 0 {
+                usec / cycles as f64
+            } else {
+                0.0
+            },
+        })
+        .collect())
+}
+
+/// A dlock throughput row beside its raw baseline of the same interleaved run.
+fn throughput_row(scenario: &'static str, dlock: &Rate, raw: &Rate) -> Row {
+    Row::new(scenario, dlock.per_second, "cycles/s")
+        .baseline(raw.per_second)
+        .with("server_us_per_cycle", dlock.server_us_per_cycle.into())
+        .with("raw_server_us_per_cycle", raw.server_us_per_cycle.into())
 }
 
 /// Calls per command from INFO commandstats, the INFO calls themselves left out.
@@ -598,7 +755,7 @@ async fn rwlock_reads(
     name: &str,
     tasks: usize,
     duration: Duration,
-) -> dlock::Result<f64> {
+) -> dlock::Result<u64> {
     let lock = client.rwlock_with(
         name,
         LockOptions::default()
@@ -618,7 +775,7 @@ async fn rwlock_reads(
             Ok(cycles)
         }
     });
-    per_second(loops, duration).await
+    run_loops(loops).await
 }
 
 /// The p-th percentile (0..=1) of `samples` (0 when there are none).
@@ -700,8 +857,9 @@ pub struct PrivateServer {
 }
 
 impl PrivateServer {
-    pub fn start() -> dlock::Result<PrivateServer> {
-        let failed = |what: String| dlock::Error::InvalidArgument(format!("--spawn: {what}"));
+    /// Starts the server; on failure, says why (the caller exits 69: no server to bench).
+    pub fn start() -> Result<PrivateServer, String> {
+        let failed = |what: String| format!("--spawn: {what}");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| failed(format!("no free loopback port ({e})")))?
@@ -725,9 +883,8 @@ impl PrivateServer {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| {
-                failed(format!(
-                    "cannot start redis-server ({e}); install the Debian package redis-server"
-                ))
+                let _ = std::fs::remove_dir_all(&dir);
+                failed(format!("cannot start redis-server ({e})"))
             })?;
         let server = PrivateServer { child, dir, port };
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -72,3 +72,21 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         _ => (UNAVAILABLE, "see the message above"),
     }
 }
+
+/// Prints a command's whole output: a reader that went away (`| head`) is no failure
+/// (exit 0, quietly); any other write error (a closed stdout, a full disk) exits 74.
+pub fn emit(text: &str) -> i32 {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => OK,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => OK,
+        Err(err) => {
+            eprintln!("dlock: cannot write the output: {err}\n  hint: check where stdout goes (a full disk, a closed descriptor)");
+            IO_ERROR
+        }
+    }
+}

@@ -44,14 +44,14 @@ impl InspectArgs {
 pub async fn inspect(client: &Client, args: &InspectArgs) -> dlock::Result<i32> {
     let Some(interval) = args.watch else {
         let locks = snapshot(client, args).await?;
-        return Ok(emit(&render(&locks, args, false)));
+        return Ok(exit::emit(&render(&locks, args, false)));
     };
     let mut interrupt =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .map_err(|e| dlock::Error::InvalidArgument(format!("cannot watch for Ctrl-C: {e}")))?;
     loop {
         let locks = snapshot(client, args).await?;
-        let code = emit(&render(&locks, args, true));
+        let code = exit::emit(&render(&locks, args, true));
         if code != exit::OK {
             return Ok(code);
         }
@@ -71,24 +71,6 @@ async fn snapshot(client: &Client, args: &InspectArgs) -> dlock::Result<Vec<Lock
         locks.push(client.inspect(name).await?);
     }
     Ok(locks)
-}
-
-/// Writes a rendered view to stdout. A reader that went away (`| head`) ends the output
-/// quietly; any other write error is reported, with exit 74.
-fn emit(text: &str) -> i32 {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => exit::OK,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
-        Err(err) => {
-            eprintln!("dlock: cannot write the output: {err}\n  hint: check where stdout goes (a full disk, a closed descriptor)");
-            exit::IO_ERROR
-        }
-    }
 }
 
 /// The view of `locks`: a table, or JSON.

@@ -213,6 +213,10 @@ fn main() -> ExitCode {
                 exit::OK
             };
             let _ = err.print();
+            if code == exit::USAGE {
+                // clap's "For more information, try '--help'" has no hint line of ours.
+                eprintln!("  hint: fix the arguments; `dlock --help` and `dlock <COMMAND> --help` list them");
+            }
             return ExitCode::from(code as u8);
         }
     };
@@ -452,23 +456,46 @@ async fn execute(cli: &Cli) -> dlock::Result<i32> {
             return Ok(exit::IO_ERROR);
         }
     }
+    if let Command::Bench(_) = cli.command {
+        // Results nobody can read are not worth a run (Rust's stdout drops writes to a
+        // closed descriptor silently).
+        if !stdout_is_open() {
+            eprintln!("dlock: standard output is closed: nowhere to print the results\n  hint: give dlock bench a standard output (a file or a pipe)");
+            return Ok(exit::IO_ERROR);
+        }
+    }
+    let interrupts = match cli.command {
+        Command::Bench(_) => Some(bench::Interrupts::catch()?),
+        _ => None,
+    };
     // `bench --spawn` measures a private server of its own.
     let spawned = match &cli.command {
-        Command::Bench(args) if args.spawn => Some(bench::PrivateServer::start()?),
+        Command::Bench(args) if args.spawn => match bench::PrivateServer::start() {
+            Ok(server) => Some(server),
+            Err(why) => {
+                eprintln!("dlock: {why}\n  hint: install redis-server (Debian package redis-server; ./scripts/ensure-redis.sh does it), or bench an existing server with --redis URL");
+                return Ok(exit::UNAVAILABLE);
+            }
+        },
         _ => None,
     };
     let url = spawned
         .as_ref()
         .map_or(cli.redis.clone(), |server| server.url());
     let client = connect(cli, &url).await?;
-    let outcome = dispatch(&client, cli, &url).await;
+    let outcome = dispatch(&client, cli, &url, interrupts).await;
     // Whatever is still held (an error path's guard, a cancelled wait's queue place) is
     // given back before exit: the runtime's shutdown would not wait for it.
     client.shutdown().await;
     outcome
 }
 
-async fn dispatch(client: &Client, cli: &Cli, url: &str) -> dlock::Result<i32> {
+async fn dispatch(
+    client: &Client,
+    cli: &Cli,
+    url: &str,
+    interrupts: Option<bench::Interrupts>,
+) -> dlock::Result<i32> {
     match &cli.command {
         Command::Run(args) => run::run(client, args.clone()).await,
         Command::Acquire {
@@ -477,7 +504,12 @@ async fn dispatch(client: &Client, cli: &Cli, url: &str) -> dlock::Result<i32> {
             kind,
             json,
         } => acquire(client, name, lease, kind, *json).await,
-        Command::Bench(args) => bench::bench(client, url, args.clone()).await,
+        Command::Bench(args) => match interrupts {
+            Some(interrupts) => {
+                bench::bench_until_signal(client, url, args.clone(), interrupts).await
+            }
+            None => bench::bench(client, url, args.clone()).await,
+        },
         Command::Inspect(args) => inspect::inspect(client, args).await,
         Command::Release {
             name, force: true, ..
