@@ -196,3 +196,62 @@ async fn clients_with_different_n_each_enforce_their_own() {
     assert!(matches!(three.try_acquire().await, Err(Error::Busy { .. })));
     assert!(five.try_acquire().await.is_ok(), "while N = 5 still admits");
 }
+
+/// Waits until `n` waiters are queued on `name`.
+async fn queued(server: &RedisServer, name: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cmd::<i64>(&["ZCARD", &format!("{{{name}}}:queue")]) != n {
+        assert!(Instant::now() < deadline, "{n} waiters never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A waiter granted from the queue makes the next in line watch the leases: when that
+/// holder crashes, the next waiter gets the permit when its lease ends, not when its own
+/// place in the queue is next refreshed. (Found by dlock-torture's holder-crash: the
+/// semaphore's hand-off after a crash took up to a third of the waiter lease.)
+#[tokio::test]
+async fn after_a_crash_the_next_in_line_gets_the_permit_when_the_lease_ends() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    // Places refreshed every 20 s, re-checks every 20 s: only the lease's end can hand
+    // over well within the 8 s the second waiter waits.
+    let slow = |ttl: Duration, wait| {
+        LockOptions::default()
+            .ttl(ttl)
+            .wait(wait)
+            .waiter_lease(Duration::from_secs(60))
+            .backoff(Duration::from_secs(20), Duration::from_secs(20))
+    };
+    let semaphore = client
+        .semaphore_with("pool", 1, slow(Duration::from_secs(30), Wait::NoWait))
+        .unwrap();
+    let held = semaphore.try_acquire().await.unwrap();
+    let wait = Wait::Timeout(Duration::from_secs(8));
+    // The first waiter's permit will be abandoned: a 500 ms lease, not renewed.
+    let crashing = client
+        .semaphore_with("pool", 1, slow(Duration::from_millis(500), wait))
+        .unwrap();
+    let first = tokio::spawn(async move { crashing.acquire().await });
+    queued(&server, "pool", 1).await;
+    let next = client
+        .semaphore_with("pool", 1, slow(Duration::from_secs(30), wait))
+        .unwrap();
+    let second = tokio::spawn(async move { next.acquire().await });
+    queued(&server, "pool", 2).await;
+    held.unlock().await.unwrap();
+    let abandoned = first.await.unwrap().unwrap();
+    let crashed = Instant::now();
+    std::mem::forget(abandoned);
+    let permit = second
+        .await
+        .unwrap()
+        .expect("the next in line took the abandoned permit");
+    // About 0.5 s; without the wake-up, the wait's last attempt at its 8 s deadline.
+    assert!(
+        crashed.elapsed() < Duration::from_secs(5),
+        "the hand-off took {:?}",
+        crashed.elapsed()
+    );
+    permit.unlock().await.unwrap();
+}

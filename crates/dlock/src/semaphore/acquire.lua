@@ -31,10 +31,10 @@ if queue_rank(KEYS[3], ARGV[1]) < free then
   entry_put(KEYS[1], ARGV[1], now + lease, fence)
   keep_alive(KEYS[1], lease)
   queue_leave(KEYS[3], KEYS[4], ARGV[1])
-  if free > 1 then
-    -- Another permit is still free: the next in line may take it.
-    wake(ARGV[5], queue_head(KEYS[3]))
-  end
+  -- The next in line takes a permit still free, or else now watches the soonest lease
+  -- (queued behind us it slept until woken: were a holder to crash, no release would
+  -- wake it before its place's refresh, long after the lease had freed the permit).
+  wake(ARGV[5], queue_head(KEYS[3]))
   return {1, fence}
 end
 local rank = queue_rank(KEYS[3], ARGV[1])
