@@ -1,0 +1,457 @@
+//! The checker: rebuilds every hold from the records and measures what the scenario's
+//! expectation is judged on.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::client::Primitive;
+use crate::record::Event;
+
+/// A client process frozen by the harness (SIGSTOP) from `from` to `to`.
+#[derive(Debug, Clone)]
+pub struct Pause {
+    pub pids: Vec<u32>,
+    pub from: u64,
+}
+
+/// A holder the harness killed (`kill -9`) at `at`: its process, or for `dlock run` the
+/// wrapper and its command.
+#[derive(Debug, Clone)]
+pub struct Kill {
+    pub primitive: Primitive,
+    pub at: u64,
+    pub pids: Vec<u32>,
+}
+
+/// What the harness did, for the checker.
+#[derive(Debug, Default)]
+pub struct Faults {
+    pub pauses: Vec<Pause>,
+    pub kills: Vec<Kill>,
+}
+
+/// One hold as the client believed it: from the acquire's return to the end of belief.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub client: String,
+    pub start: u64,
+    pub end: u64,
+    pub fence: u64,
+    pub lost: bool,
+    /// Writes to the fenced store: (when, accepted).
+    pub writes: Vec<(u64, bool)>,
+    /// A `dlock run` command that did not finish its work: `dlock run` stopped it when
+    /// the lock was lost (or the harness killed its wrapper).
+    pub command_stopped: bool,
+    /// The last step this hold began (0: none).
+    pub last_sign: u64,
+}
+
+/// Per primitive (and summed per scenario): what the checker found.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Findings {
+    pub acquisitions: u64,
+    /// Holds that began while the oracle's number of others were believed held.
+    pub overlaps: u64,
+    /// Late writes the fenced store refused.
+    pub stale_rejected: u64,
+    /// Increments of the unfenced counter that a stale read-modify-write undid.
+    pub lost_updates: u64,
+    /// Holds whose lost signal fired.
+    pub lost_signals: u64,
+    /// `dlock run` commands stopped before they finished (kill-on-loss, or their wrapper
+    /// killed by the harness).
+    pub commands_stopped: u64,
+    /// Holds whose fence was not above every fence granted before them.
+    pub fence_regressions: u64,
+    /// The longest a process went on writing after its lock was handed to another (ms).
+    pub late_write_ms: f64,
+    /// The longest from killing a holder to the next grant of its lock (ms).
+    pub max_free_ms: Option<f64>,
+    /// The first overlapping holds, described (client, believed interval, fence).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overlapping: Vec<String>,
+}
+
+impl Findings {
+    pub fn add(&mut self, other: &Findings) {
+        self.acquisitions += other.acquisitions;
+        self.overlaps += other.overlaps;
+        self.stale_rejected += other.stale_rejected;
+        self.lost_updates += other.lost_updates;
+        self.lost_signals += other.lost_signals;
+        self.commands_stopped += other.commands_stopped;
+        self.fence_regressions += other.fence_regressions;
+        self.late_write_ms = self.late_write_ms.max(other.late_write_ms);
+        self.max_free_ms = match (self.max_free_ms, other.max_free_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.overlapping
+            .extend(other.overlapping.iter().take(8).cloned());
+    }
+}
+
+/// The client name's primitive: clients are named `<primitive>/<who>`.
+pub fn primitive_of(client: &str) -> &str {
+    client.split('/').next().unwrap_or("")
+}
+
+/// Rebuilds the holds from the events. A hold without an end believed until the harness
+/// killed its process, if it did; otherwise (a `dlock run` command stopped on loss) until
+/// its last sign of life, a write or the start of a step.
+///
+/// A `dlock run` hold (client `.../cli-...`) frozen by a pause is cut at the pause's start
+/// plus half the lease. Its command cannot know when `dlock run`'s deadline is, and
+/// `dlock run` is frozen too and keeps no record. Renewing every third of a lease, its
+/// deadline lay about two thirds of a lease to a lease after the pause's start. Half a
+/// lease leaves a sixth for a renewal running late on a loaded machine; a renewal later
+/// than that could make the cut report an overlap that was not there (then the report
+/// names the holds, to be judged). It can miss an overlap in the rest of the window, which
+/// the library clients check exactly with their own recorded deadlines.
+pub fn holds(events: &[Event], faults: &Faults, ttl_ns: u64) -> Vec<Hold> {
+    let mut holds: HashMap<(String, u64), (Hold, u32, bool)> = HashMap::new();
+    for event in events {
+        match event {
+            Event::Begin {
+                client,
+                hold,
+                at,
+                fence,
+                pid,
+            } => {
+                let entry = holds.entry((client.clone(), *hold)).or_insert_with(|| {
+                    (
+                        Hold {
+                            client: client.clone(),
+                            start: *at,
+                            end: *at,
+                            fence: *fence,
+                            lost: false,
+                            writes: Vec::new(),
+                            command_stopped: false,
+                            last_sign: 0,
+                        },
+                        *pid,
+                        false,
+                    )
+                });
+                entry.0.start = *at;
+                entry.0.fence = *fence;
+                entry.1 = *pid;
+            }
+            Event::Write {
+                client,
+                hold,
+                at,
+                accepted,
+                ..
+            } => {
+                if let Some(entry) = holds.get_mut(&(client.clone(), *hold)) {
+                    entry.0.writes.push((*at, *accepted));
+                }
+            }
+            Event::End {
+                client,
+                hold,
+                at,
+                lost,
+            } => {
+                if let Some(entry) = holds.get_mut(&(client.clone(), *hold)) {
+                    entry.0.end = *at;
+                    entry.0.lost = *lost;
+                    entry.2 = true;
+                }
+            }
+            Event::Step {
+                client, hold, at, ..
+            } => {
+                if let Some(entry) = holds.get_mut(&(client.clone(), *hold)) {
+                    entry.0.last_sign = entry.0.last_sign.max(*at);
+                }
+            }
+            Event::Increment { .. } => {}
+        }
+    }
+    holds
+        .into_values()
+        .map(|(mut hold, pid, ended)| {
+            if !ended {
+                let last_write = hold.writes.iter().map(|w| w.0).max().unwrap_or(0);
+                hold.end = hold.start.max(last_write).max(hold.last_sign);
+                let killed = faults
+                    .kills
+                    .iter()
+                    .find(|k| k.pids.contains(&pid) && k.at >= hold.start);
+                match killed {
+                    Some(kill) => hold.end = hold.end.max(kill.at),
+                    None => hold.command_stopped = hold.client.contains("/cli-"),
+                }
+            }
+            if hold.client.contains("/cli-") {
+                for pause in &faults.pauses {
+                    if pause.pids.contains(&pid)
+                        && pause.from >= hold.start
+                        && pause.from < hold.end
+                    {
+                        hold.end = hold.end.min(pause.from + ttl_ns / 2);
+                    }
+                }
+            }
+            hold
+        })
+        .collect()
+}
+
+/// What one primitive's holds show against its oracle (`limit` holders at once).
+pub fn check(
+    primitive: Primitive,
+    holds: &[Hold],
+    increments: u64,
+    final_counter: u64,
+    kills: &[Kill],
+) -> Findings {
+    let mut findings = Findings {
+        acquisitions: holds.len() as u64,
+        lost_signals: holds.iter().filter(|h| h.lost).count() as u64,
+        commands_stopped: holds.iter().filter(|h| h.command_stopped).count() as u64,
+        ..Findings::default()
+    };
+    // Holds with an empty belief (granted, but the reply came after the deadline) made no
+    // claim to the lock.
+    let mut believed: Vec<&Hold> = holds.iter().filter(|h| h.end > h.start).collect();
+    believed.sort_by_key(|h| h.start);
+
+    // Overlaps: a sweep over starts and ends (an end at the very instant of a start
+    // frees first).
+    let mut edges: Vec<(u64, i32, usize)> = believed
+        .iter()
+        .enumerate()
+        .flat_map(|(index, h)| [(h.start, 1, index), (h.end, -1, index)])
+        .collect();
+    edges.sort_by_key(|&(at, delta, _)| (at, delta));
+    let mut holding: Vec<usize> = Vec::new();
+    for (_, delta, index) in edges {
+        if delta < 0 {
+            holding.retain(|&i| i != index);
+            continue;
+        }
+        holding.push(index);
+        if holding.len() > primitive.limit() {
+            findings.overlaps += 1;
+            if findings.overlapping.len() < 8 {
+                let describe =
+                    |h: &Hold| format!("{} [{}, {}] fence {}", h.client, h.start, h.end, h.fence);
+                let all: Vec<String> = holding.iter().map(|&i| describe(believed[i])).collect();
+                findings.overlapping.push(all.join(" / "));
+            }
+        }
+    }
+
+    if primitive.exclusive() {
+        let mut highest = None;
+        for hold in &believed {
+            if highest.is_some_and(|h| hold.fence <= h) {
+                findings.fence_regressions += 1;
+            }
+            highest = highest.max(Some(hold.fence));
+        }
+        findings.stale_rejected = holds
+            .iter()
+            .flat_map(|h| &h.writes)
+            .filter(|w| !w.1)
+            .count() as u64;
+        findings.lost_updates = increments.saturating_sub(final_counter);
+        // The window fencing must cover: a write after another hold began.
+        let starts: Vec<(u64, &str)> = believed
+            .iter()
+            .map(|h| (h.start, h.client.as_str()))
+            .collect();
+        for hold in holds {
+            for &(at, _) in &hold.writes {
+                let handed_over = starts
+                    .iter()
+                    .filter(|&&(start, client)| {
+                        start > hold.start
+                            && start < at
+                            && (client != hold.client || start > hold.end)
+                    })
+                    .map(|&(start, _)| start)
+                    .min();
+                if let Some(start) = handed_over {
+                    findings.late_write_ms = findings.late_write_ms.max((at - start) as f64 / 1e6);
+                }
+            }
+        }
+    }
+
+    let mut starts: Vec<u64> = holds.iter().map(|h| h.start).collect();
+    starts.sort_unstable();
+    for kill in kills.iter().filter(|k| k.primitive == primitive) {
+        // No later grant at all counts as never freed.
+        let gap = match starts.iter().find(|&&s| s > kill.at) {
+            Some(next) => (next - kill.at) as f64 / 1e6,
+            None => f64::INFINITY,
+        };
+        findings.max_free_ms = Some(findings.max_free_ms.unwrap_or(0.0).max(gap));
+    }
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(client: &str, start: u64, end: u64, fence: u64) -> Hold {
+        Hold {
+            client: client.into(),
+            start,
+            end,
+            fence,
+            lost: false,
+            writes: Vec::new(),
+            command_stopped: false,
+            last_sign: 0,
+        }
+    }
+
+    #[test]
+    fn back_to_back_holds_are_no_overlap() {
+        let holds = [
+            hold("a", 0, 10, 1),
+            hold("b", 10, 20, 2),
+            hold("a", 25, 30, 3),
+        ];
+        let found = check(Primitive::Mutex, &holds, 0, 0, &[]);
+        assert_eq!(found.overlaps, 0);
+        assert_eq!(found.fence_regressions, 0);
+    }
+
+    /// The negative control of the checker itself: a double grant is seen.
+    #[test]
+    fn a_double_grant_is_an_overlap() {
+        let holds = [hold("a", 0, 10, 1), hold("b", 5, 20, 2)];
+        let found = check(Primitive::Mutex, &holds, 0, 0, &[]);
+        assert_eq!(found.overlaps, 1);
+    }
+
+    #[test]
+    fn three_permits_allow_three_but_not_four() {
+        let three = [
+            hold("a", 0, 10, 1),
+            hold("b", 1, 10, 2),
+            hold("c", 2, 10, 3),
+        ];
+        assert_eq!(check(Primitive::Sem3, &three, 0, 0, &[]).overlaps, 0);
+        let four = [
+            hold("a", 0, 10, 1),
+            hold("b", 1, 10, 2),
+            hold("c", 2, 10, 3),
+            hold("d", 3, 4, 4),
+        ];
+        assert_eq!(check(Primitive::Sem3, &four, 0, 0, &[]).overlaps, 1);
+    }
+
+    #[test]
+    fn a_fence_that_goes_back_is_a_regression() {
+        let holds = [hold("a", 0, 10, 5), hold("b", 11, 20, 1)];
+        let found = check(Primitive::Mutex, &holds, 0, 0, &[]);
+        assert_eq!(found.fence_regressions, 1);
+        assert_eq!(found.overlaps, 0);
+    }
+
+    #[test]
+    fn a_write_after_the_hand_over_is_measured_and_lost_updates_counted() {
+        let mut stale = hold("a", 0, 10, 1);
+        stale.writes.push((50_000_000, false));
+        let holds = [stale, hold("b", 20_000_000, 60_000_000, 2)];
+        let found = check(Primitive::Mutex, &holds, 5, 4, &[]);
+        assert_eq!(found.overlaps, 0);
+        assert_eq!(found.stale_rejected, 1);
+        assert_eq!(found.lost_updates, 1);
+        assert!((found.late_write_ms - 30.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_paused_cli_hold_believes_no_longer_than_its_lease() {
+        let events = vec![
+            Event::Begin {
+                client: "mutex/cli-0".into(),
+                hold: 1,
+                at: 100,
+                fence: 1,
+                pid: 7,
+            },
+            Event::Write {
+                client: "mutex/cli-0".into(),
+                hold: 1,
+                at: 5_000,
+                fence: 1,
+                accepted: false,
+            },
+        ];
+        let faults = Faults {
+            pauses: vec![Pause {
+                pids: vec![6, 7],
+                from: 200,
+            }],
+            kills: vec![],
+        };
+        let rebuilt = holds(&events, &faults, 1_000);
+        assert_eq!(rebuilt[0].end, 700);
+        // Unpaused, the same hold would have lasted until its last write.
+        let unpaused = holds(&events, &Faults::default(), 1_000);
+        assert_eq!(unpaused[0].end, 5_000);
+    }
+
+    #[test]
+    fn a_killed_holder_frees_its_lock_by_the_next_grant() {
+        let holds = [
+            hold("a", 0, 10, 1),
+            hold("b", 1_500_000_000, 1_600_000_000, 2),
+        ];
+        let kills = [Kill {
+            primitive: Primitive::Mutex,
+            at: 500_000_000,
+            pids: vec![9],
+        }];
+        let found = check(Primitive::Mutex, &holds, 0, 0, &kills);
+        assert_eq!(found.max_free_ms, Some(1_000.0));
+    }
+}
+
+#[cfg(test)]
+mod more_tests {
+    use super::*;
+
+    /// A killed holder believed until its process died, not just until its last record.
+    #[test]
+    fn a_killed_hold_believes_until_the_kill() {
+        let events = vec![
+            Event::Begin {
+                client: "sem3/lib-async-0.1".into(),
+                hold: 1,
+                at: 100,
+                fence: 1,
+                pid: 7,
+            },
+            Event::Step {
+                client: "sem3/lib-async-0.1".into(),
+                hold: 1,
+                at: 150,
+            },
+        ];
+        let killed = Faults {
+            pauses: vec![],
+            kills: vec![Kill {
+                primitive: Primitive::Sem3,
+                at: 900,
+                pids: vec![7],
+            }],
+        };
+        assert_eq!(holds(&events, &killed, 1_000)[0].end, 900);
+        // Not killed (a command stopped on loss): its last sign of life.
+        assert_eq!(holds(&events, &Faults::default(), 1_000)[0].end, 150);
+    }
+}

@@ -1,0 +1,482 @@
+//! The client processes. A **library client** (`dlock-torture client`) takes the lock
+//! again and again through dlock's async or blocking API until its deadline. A **CLI
+//! client** is a loop of `dlock run LOCK -- dlock-torture writer`, run by the harness; the
+//! writer is one hold's work, trusting `dlock run` to keep the lock (or to kill it).
+//!
+//! A hold's work: three times, check the lock is still believed held, read the unfenced
+//! counter, work a few milliseconds, then write the fenced store with the hold's fence
+//! and the counter with what was read plus one. A pause that lands in the work is the
+//! classic stale holder: its check passed, its write comes after the lock moved on.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use dlock::{LockOptions, RawLock, Wait};
+use rand::Rng;
+use serde::Serialize;
+
+use crate::record::{instant_ns, mono_ns, Event, Recorder};
+use crate::store::Store;
+
+/// The lock kinds the harness runs, each with the oracle of how many may hold at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Primitive {
+    /// The plain mutex.
+    Mutex,
+    /// The FIFO fair mutex.
+    Fair,
+    /// The write lock of a read-write lock.
+    Write,
+    /// A semaphore of one permit.
+    Sem1,
+    /// A semaphore of three permits: at most three at once.
+    Sem3,
+}
+
+impl Primitive {
+    pub const ALL: [Primitive; 5] = [
+        Primitive::Mutex,
+        Primitive::Fair,
+        Primitive::Write,
+        Primitive::Sem1,
+        Primitive::Sem3,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::Fair => "fair",
+            Primitive::Write => "write",
+            Primitive::Sem1 => "sem1",
+            Primitive::Sem3 => "sem3",
+        }
+    }
+
+    /// How many may hold at once: the oracle.
+    pub fn limit(self) -> usize {
+        if self == Primitive::Sem3 {
+            3
+        } else {
+            1
+        }
+    }
+
+    /// One holder at a time: fences order the holders, so the fenced store and the
+    /// unfenced counter apply (three concurrent permit holders legitimately interleave).
+    pub fn exclusive(self) -> bool {
+        self.limit() == 1
+    }
+
+    /// The `dlock run` flags that take this kind of lock.
+    pub fn cli_flags(self) -> &'static [&'static str] {
+        match self {
+            Primitive::Mutex => &[],
+            Primitive::Fair => &["--fair"],
+            Primitive::Write => &["--write"],
+            Primitive::Sem1 => &["--permits", "1"],
+            Primitive::Sem3 => &["--permits", "3"],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Api {
+    Async,
+    Blocking,
+}
+
+/// A library client process.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    #[arg(long, value_enum)]
+    pub api: Api,
+    #[arg(long, value_enum)]
+    pub primitive: Primitive,
+    /// The lock server (or the proxy in front of it).
+    #[arg(long)]
+    pub redis: String,
+    /// The store server.
+    #[arg(long)]
+    pub store: String,
+    #[arg(long)]
+    pub lock: String,
+    #[arg(long)]
+    pub ttl_ms: u64,
+    /// One work step lasts between half of this and this (ms).
+    #[arg(long)]
+    pub work_ms: u64,
+    /// Stop taking the lock at this CLOCK_MONOTONIC instant (ns).
+    #[arg(long)]
+    pub until_ns: u64,
+    /// This client's name in the records.
+    #[arg(long)]
+    pub client: String,
+    #[arg(long)]
+    pub log: PathBuf,
+    /// A file that exists while this client holds the lock (the harness picks its fault
+    /// targets from these).
+    #[arg(long)]
+    pub holding: PathBuf,
+}
+
+/// One `dlock run` hold's work.
+#[derive(Debug, Args)]
+pub struct WriterArgs {
+    #[arg(long, value_enum)]
+    pub primitive: Primitive,
+    #[arg(long)]
+    pub store: String,
+    #[arg(long)]
+    pub client: String,
+    #[arg(long)]
+    pub hold: u64,
+    /// One work step lasts between half of this and this (ms).
+    #[arg(long)]
+    pub work_ms: u64,
+    #[arg(long)]
+    pub log: PathBuf,
+    #[arg(long)]
+    pub holding: PathBuf,
+}
+
+/// A granted lock, whichever API granted it.
+trait Held {
+    fn valid_until(&self) -> Instant;
+    fn is_lost(&self) -> bool;
+    fn fence(&self) -> dlock::Result<u64>;
+    fn unlock(self: Box<Self>) -> dlock::Result<()>;
+}
+
+struct AsyncHeld<R: RawLock> {
+    runtime: tokio::runtime::Handle,
+    guard: dlock::Guard<R>,
+}
+
+impl<R: RawLock + 'static> Held for AsyncHeld<R> {
+    fn valid_until(&self) -> Instant {
+        self.guard.valid_until()
+    }
+    fn is_lost(&self) -> bool {
+        self.guard.lost_signal().lost().is_some()
+    }
+    fn fence(&self) -> dlock::Result<u64> {
+        self.runtime.block_on(self.guard.fence())
+    }
+    fn unlock(self: Box<Self>) -> dlock::Result<()> {
+        let AsyncHeld { runtime, guard } = *self;
+        runtime.block_on(guard.unlock())
+    }
+}
+
+impl<R: RawLock + 'static> Held for dlock::blocking::Guard<R> {
+    fn valid_until(&self) -> Instant {
+        dlock::blocking::Guard::valid_until(self)
+    }
+    fn is_lost(&self) -> bool {
+        self.lost().is_some()
+    }
+    fn fence(&self) -> dlock::Result<u64> {
+        dlock::blocking::Guard::fence(self)
+    }
+    fn unlock(self: Box<Self>) -> dlock::Result<()> {
+        dlock::blocking::Guard::unlock(*self)
+    }
+}
+
+enum Locker {
+    Async {
+        runtime: tokio::runtime::Runtime,
+        client: dlock::Client,
+        lock: AsyncLock,
+    },
+    Blocking {
+        client: dlock::blocking::Client,
+        lock: BlockingLock,
+    },
+}
+
+enum AsyncLock {
+    Mutex(dlock::Mutex),
+    Write(dlock::RwLock),
+    Semaphore(dlock::Semaphore),
+}
+
+enum BlockingLock {
+    Mutex(dlock::blocking::Mutex),
+    Write(dlock::blocking::RwLock),
+    Semaphore(dlock::blocking::Semaphore),
+}
+
+impl Locker {
+    fn connect(args: &ClientArgs, options: LockOptions) -> dlock::Result<Locker> {
+        let (name, primitive) = (args.lock.as_str(), args.primitive);
+        Ok(match args.api {
+            Api::Async => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime");
+                let client = runtime.block_on(dlock::Client::connect(&args.redis))?;
+                let lock = match primitive {
+                    Primitive::Mutex => AsyncLock::Mutex(client.mutex_with(name, options)?),
+                    Primitive::Fair => AsyncLock::Mutex(client.fair_mutex_with(name, options)?),
+                    Primitive::Write => AsyncLock::Write(client.rwlock_with(name, options)?),
+                    Primitive::Sem1 | Primitive::Sem3 => AsyncLock::Semaphore(
+                        client.semaphore_with(name, primitive.limit() as u32, options)?,
+                    ),
+                };
+                Locker::Async {
+                    runtime,
+                    client,
+                    lock,
+                }
+            }
+            Api::Blocking => {
+                let client = dlock::blocking::Client::connect(&args.redis)?;
+                let lock = match primitive {
+                    Primitive::Mutex => BlockingLock::Mutex(client.mutex_with(name, options)?),
+                    Primitive::Fair => BlockingLock::Mutex(client.fair_mutex_with(name, options)?),
+                    Primitive::Write => BlockingLock::Write(client.rwlock_with(name, options)?),
+                    Primitive::Sem1 | Primitive::Sem3 => BlockingLock::Semaphore(
+                        client.semaphore_with(name, primitive.limit() as u32, options)?,
+                    ),
+                };
+                Locker::Blocking { client, lock }
+            }
+        })
+    }
+
+    fn acquire(&self) -> dlock::Result<Box<dyn Held>> {
+        Ok(match self {
+            Locker::Async { runtime, lock, .. } => {
+                let handle = runtime.handle().clone();
+                match lock {
+                    AsyncLock::Mutex(m) => Box::new(AsyncHeld {
+                        guard: runtime.block_on(m.lock())?,
+                        runtime: handle,
+                    }),
+                    AsyncLock::Write(rw) => Box::new(AsyncHeld {
+                        guard: runtime.block_on(rw.write())?,
+                        runtime: handle,
+                    }),
+                    AsyncLock::Semaphore(s) => Box::new(AsyncHeld {
+                        guard: runtime.block_on(s.acquire())?,
+                        runtime: handle,
+                    }),
+                }
+            }
+            Locker::Blocking { lock, .. } => match lock {
+                BlockingLock::Mutex(m) => Box::new(m.lock()?),
+                BlockingLock::Write(rw) => Box::new(rw.write()?),
+                BlockingLock::Semaphore(s) => Box::new(s.acquire()?),
+            },
+        })
+    }
+
+    fn shutdown(self) {
+        match self {
+            Locker::Async {
+                runtime, client, ..
+            } => runtime.block_on(client.shutdown()),
+            Locker::Blocking { client, .. } => client.shutdown(),
+        }
+    }
+}
+
+fn pause_ms(range: std::ops::Range<u64>) {
+    std::thread::sleep(Duration::from_millis(rand::rng().random_range(range)));
+}
+
+/// Connects to the store, retrying until `until_ns` (it never fails in the harness, but a
+/// client must not die of a slow start).
+fn store(url: &str, primitive: Primitive, until_ns: u64) -> Option<Store> {
+    loop {
+        match Store::connect(url, primitive.name()) {
+            Ok(store) => return Some(store),
+            Err(_) if mono_ns() < until_ns => pause_ms(20..50),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The work of one hold: three steps of check, read, work, fenced write, unfenced write.
+/// Without a store (the semaphore of three, whose holders legitimately interleave) a
+/// step is check and work only. `believe` is the client's check that it still holds the
+/// lock; a step whose check fails stops the work and returns when the belief was found
+/// ended.
+fn work(
+    mut store: Option<&mut Store>,
+    recorder: &mut Recorder,
+    (client, hold, fence): (&str, u64, u64),
+    work_ms: u64,
+    believe: &dyn Fn() -> bool,
+) -> Option<u64> {
+    for _ in 0..3 {
+        if !believe() {
+            return Some(mono_ns());
+        }
+        recorder.record(&Event::Step {
+            client: client.to_string(),
+            hold,
+            at: mono_ns(),
+        });
+        let Some(store) = store.as_deref_mut() else {
+            pause_ms(work_ms / 2..work_ms);
+            continue;
+        };
+        let Ok(read) = store.read_counter() else {
+            continue;
+        };
+        pause_ms(work_ms / 2..work_ms);
+        let at = mono_ns();
+        let Ok(accepted) = store.fenced_write(fence) else {
+            continue;
+        };
+        recorder.record(&Event::Write {
+            client: client.to_string(),
+            hold,
+            at,
+            fence,
+            accepted,
+        });
+        if store.write_counter(read + 1).is_ok() {
+            recorder.record(&Event::Increment {
+                client: client.to_string(),
+                hold,
+            });
+        }
+    }
+    None
+}
+
+/// `dlock-torture client`: takes the lock through the library until `until_ns`.
+pub fn run_library(args: ClientArgs) -> i32 {
+    // With --keep the harness keeps this stderr: RUST_LOG=dlock=debug shows every wait.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let mut recorder = Recorder::create(&args.log).expect("create the client's record");
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let options = LockOptions::default()
+        .renewed(ttl)
+        .wait(Wait::Timeout(ttl * 3));
+    let locker = loop {
+        match Locker::connect(&args, options) {
+            Ok(locker) => break locker,
+            Err(_) if mono_ns() < args.until_ns => pause_ms(50..100),
+            Err(err) => {
+                eprintln!("{}: could not connect: {err}", args.client);
+                return 1;
+            }
+        }
+    };
+    let mut store = match args.primitive.exclusive() {
+        true => match store(&args.store, args.primitive, args.until_ns) {
+            Some(store) => Some(store),
+            None => return 1,
+        },
+        false => None,
+    };
+    let mut hold = 0;
+    while mono_ns() < args.until_ns {
+        let guard = match locker.acquire() {
+            Ok(guard) => guard,
+            // Busy past the wait, Redis unreachable or refusing: try again.
+            Err(_) => {
+                pause_ms(10..30);
+                continue;
+            }
+        };
+        let begun = mono_ns();
+        hold += 1;
+        let Ok(fence) = guard.fence() else {
+            // Lost before the fence could be drawn: nothing was believed.
+            let _ = guard.unlock();
+            continue;
+        };
+        recorder.record(&Event::Begin {
+            client: args.client.clone(),
+            hold,
+            at: begun,
+            fence,
+            pid: std::process::id(),
+        });
+        let _ = std::fs::write(&args.holding, format!("{}", std::process::id()));
+        let believe = || !guard.is_lost() && Instant::now() < guard.valid_until();
+        let belief_ended = work(
+            store.as_mut(),
+            &mut recorder,
+            (&args.client, hold, fence),
+            args.work_ms,
+            &believe,
+        );
+        let _ = std::fs::remove_file(&args.holding);
+        let released = mono_ns();
+        let deadline = instant_ns(guard.valid_until());
+        let lost = guard.is_lost();
+        let _ = guard.unlock();
+        recorder.record(&Event::End {
+            client: args.client.clone(),
+            hold,
+            // The belief ends at the release, or earlier where the client learnt or its
+            // deadline says the lock was gone.
+            at: released.min(deadline).min(belief_ended.unwrap_or(u64::MAX)),
+            lost,
+        });
+        pause_ms(0..20);
+    }
+    locker.shutdown();
+    0
+}
+
+/// `dlock-torture writer`: one hold's work under `dlock run` (fence from DLOCK_FENCE).
+pub fn run_writer(args: WriterArgs) -> i32 {
+    let begun = mono_ns();
+    let Some(fence) = std::env::var("DLOCK_FENCE")
+        .ok()
+        .and_then(|f| f.parse::<u64>().ok())
+    else {
+        eprintln!("writer: DLOCK_FENCE is not set: run me under `dlock run`");
+        return 64;
+    };
+    let mut recorder = Recorder::create(&args.log).expect("create the writer's record");
+    let pid = std::process::id();
+    recorder.record(&Event::Begin {
+        client: args.client.clone(),
+        hold: args.hold,
+        at: begun,
+        fence,
+        pid,
+    });
+    // `dlock run` (our parent) renews the lease; this process leads its own group.
+    // SAFETY: getppid has no preconditions.
+    let wrapper = unsafe { libc::getppid() };
+    let _ = std::fs::write(&args.holding, format!("{wrapper} {pid}"));
+    let mut store = match args.primitive.exclusive() {
+        true => match store(&args.store, args.primitive, u64::MAX) {
+            Some(store) => Some(store),
+            None => return 1,
+        },
+        false => None,
+    };
+    // A command under `dlock run` has no check to make: it trusts dlock to stop it.
+    work(
+        store.as_mut(),
+        &mut recorder,
+        (&args.client, args.hold, fence),
+        args.work_ms,
+        &|| true,
+    );
+    let _ = std::fs::remove_file(&args.holding);
+    recorder.record(&Event::End {
+        client: args.client,
+        hold: args.hold,
+        at: mono_ns(),
+        lost: false,
+    });
+    0
+}

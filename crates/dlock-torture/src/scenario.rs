@@ -1,0 +1,728 @@
+//! The scenarios: which servers, which faults, what is expected, and the run that puts
+//! client processes, faults and the checker together.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use dlock_testkit::{Proxy, RedisServer, ServerOptions};
+use rand::seq::IndexedRandom;
+use serde::Serialize;
+
+use crate::check::{self, Faults, Findings, Kill, Pause};
+use crate::client::Primitive;
+use crate::record::{self, mono_ns, Event};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expect {
+    /// No overlap of believed-held intervals, fences only increase.
+    Safe,
+    /// A negative control: the checker must see the double grant.
+    Violation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    ClientPause,
+    HolderCrash,
+    ServerPause,
+    ServerRestart,
+    NetworkDelay,
+}
+
+pub struct Scenario {
+    pub name: &'static str,
+    pub expect: Expect,
+    /// What it proves, in one line (for the table and docs/safety.md).
+    pub about: &'static str,
+    fault: Fault,
+    durable: bool,
+    /// Not runnable yet: what it waits for.
+    pub pending: Option<&'static str>,
+}
+
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "client-pause",
+        expect: Expect::Safe,
+        about: "a holder SIGSTOPped past its lease, then resumed: its belief ends at its deadline, the fenced store refuses its late write, the unfenced counter loses an update",
+        fault: Fault::ClientPause,
+        durable: false,
+        pending: None,
+    },
+    Scenario {
+        name: "holder-crash",
+        expect: Expect::Safe,
+        about: "holders kill -9ed while holding (a `dlock run` wrapper: its command dies with it); the lock frees within the lease",
+        fault: Fault::HolderCrash,
+        durable: false,
+        pending: None,
+    },
+    Scenario {
+        name: "server-pause",
+        expect: Expect::Safe,
+        about: "the lock server SIGSTOPped for 1.5 leases, then resumed",
+        fault: Fault::ServerPause,
+        durable: false,
+        pending: None,
+    },
+    Scenario {
+        name: "server-restart-aof",
+        expect: Expect::Safe,
+        about: "the lock server kill -9ed and restarted, AOF with appendfsync always",
+        fault: Fault::ServerRestart,
+        durable: true,
+        pending: None,
+    },
+    Scenario {
+        name: "server-restart-nopersist",
+        expect: Expect::Violation,
+        about: "the same restart without persistence: the lock is forgotten while held (negative control)",
+        fault: Fault::ServerRestart,
+        durable: false,
+        pending: None,
+    },
+    Scenario {
+        name: "network-delay",
+        expect: Expect::Safe,
+        about: "every reply of the lock server delayed by 1.5 leases (a TCP proxy), then not",
+        fault: Fault::NetworkDelay,
+        durable: false,
+        pending: None,
+    },
+    Scenario {
+        name: "redlock-minority-down",
+        expect: Expect::Safe,
+        about: "5 masters, 2 killed and restarted at random",
+        fault: Fault::ServerRestart,
+        durable: false,
+        pending: Some("Redlock (issue 12)"),
+    },
+    Scenario {
+        name: "redlock-restart-nopersist",
+        expect: Expect::Violation,
+        about: "a quorum node restarted without persistence (negative control)",
+        fault: Fault::ServerRestart,
+        durable: false,
+        pending: Some("Redlock (issue 12)"),
+    },
+    Scenario {
+        name: "failover-no-ack",
+        expect: Expect::Violation,
+        about: "a replica promoted after the master died before replicating (negative control)",
+        fault: Fault::ServerRestart,
+        durable: false,
+        pending: Some("Sentinel and replica acknowledgement (issue 11)"),
+    },
+    Scenario {
+        name: "failover-ack",
+        expect: Expect::Safe,
+        about: "the same with replica acknowledgement on: the acquire fails instead",
+        fault: Fault::ServerRestart,
+        durable: false,
+        pending: Some("Sentinel and replica acknowledgement (issue 11)"),
+    },
+];
+
+/// How big a run is.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Fault rounds per scenario.
+    pub rounds: u32,
+    /// The lease of every lock.
+    pub ttl: Duration,
+    /// The `dlock` binary the CLI clients run.
+    pub dlock: PathBuf,
+    /// This binary (the library clients and the writer).
+    pub me: PathBuf,
+    /// The lock kinds to run.
+    pub primitives: Vec<Primitive>,
+    /// Keep each scenario's records (and the clients' stderr) and say where.
+    pub keep: bool,
+}
+
+/// One scenario's result.
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub scenario: &'static str,
+    pub expect: Expect,
+    /// `None` while pending.
+    pub ok: Option<bool>,
+    /// `None` while pending (nothing was measured).
+    #[serde(flatten)]
+    pub findings: Option<Findings>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub primitives: BTreeMap<&'static str, Findings>,
+    pub rounds: u32,
+    pub seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<&'static str>,
+    /// Why `ok` is false, in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+impl Outcome {
+    /// A scenario that was not judged: pending, or interrupted.
+    fn unjudged(scenario: &Scenario, seconds: f64, pending: Option<&'static str>) -> Outcome {
+        Outcome {
+            scenario: scenario.name,
+            expect: scenario.expect,
+            ok: None,
+            findings: None,
+            primitives: BTreeMap::new(),
+            rounds: 0,
+            seconds,
+            pending,
+            problems: Vec::new(),
+        }
+    }
+}
+
+/// The client processes of one primitive: two through the library (async and blocking)
+/// and two through `dlock run`; the semaphore of three gets six, so that more than three
+/// want it.
+fn clients_of(primitive: Primitive) -> Vec<(&'static str, usize)> {
+    if primitive == Primitive::Sem3 {
+        vec![
+            ("lib-async", 0),
+            ("lib-async", 1),
+            ("lib-blocking", 0),
+            ("cli", 0),
+            ("cli", 1),
+            ("cli", 2),
+        ]
+    } else {
+        vec![
+            ("lib-async", 0),
+            ("lib-blocking", 0),
+            ("cli", 0),
+            ("cli", 1),
+        ]
+    }
+}
+
+/// Processes the harness started and that may still run.
+type Live = Arc<Mutex<HashSet<u32>>>;
+
+struct Run<'a> {
+    dir: &'a Path,
+    lock_url: String,
+    store_url: String,
+    ttl: Duration,
+    until_ns: u64,
+    config: &'a Config,
+    live: Live,
+}
+
+impl Run<'_> {
+    fn holding_dir(&self) -> PathBuf {
+        self.dir.join("holding")
+    }
+
+    /// A slot keeps one client alive until the run's end (a killed one is replaced).
+    fn spawn_slot(
+        &self,
+        primitive: Primitive,
+        kind: &'static str,
+        slot: usize,
+    ) -> thread::JoinHandle<()> {
+        let (dir, live) = (self.dir.to_path_buf(), self.live.clone());
+        let (lock_url, store_url) = (self.lock_url.clone(), self.store_url.clone());
+        let (ttl, until_ns, config) = (self.ttl, self.until_ns, self.config.clone());
+        let lock = format!("torture:{}", primitive.name());
+        let holding_dir = self.holding_dir();
+        thread::spawn(move || {
+            let mut generation = 0u64;
+            while mono_ns() < until_ns && interrupted().is_none() {
+                generation += 1;
+                let client = format!("{}/{kind}-{slot}.{generation}", primitive.name());
+                let file = client.replace('/', "_");
+                let log = dir.join(format!("{file}.jsonl"));
+                let holding = holding_dir.join(&file);
+                let mut command = if kind == "cli" {
+                    let mut command = Command::new(&config.dlock);
+                    command
+                        .arg("run")
+                        .args(["--redis", &lock_url])
+                        .args(["--ttl", &format!("{}ms", ttl.as_millis())])
+                        .args(["--wait", &format!("{}ms", 3 * ttl.as_millis())])
+                        .args(primitive.cli_flags())
+                        .args(["-q", &lock, "--"])
+                        .arg(&config.me)
+                        .args(["writer", "--primitive", primitive.name()])
+                        .args(["--store", &store_url, "--client", &client])
+                        .args(["--hold", "1"])
+                        .args(["--work-ms", &work_ms(ttl).to_string()])
+                        .arg("--log")
+                        .arg(&log)
+                        .arg("--holding")
+                        .arg(&holding);
+                    command
+                } else {
+                    let mut command = Command::new(&config.me);
+                    command
+                        .arg("client")
+                        .args([
+                            "--api",
+                            if kind == "lib-async" {
+                                "async"
+                            } else {
+                                "blocking"
+                            },
+                        ])
+                        .args(["--primitive", primitive.name()])
+                        .args(["--redis", &lock_url, "--store", &store_url, "--lock", &lock])
+                        .args(["--ttl-ms", &ttl.as_millis().to_string()])
+                        .args(["--work-ms", &work_ms(ttl).to_string()])
+                        .args(["--until-ns", &until_ns.to_string()])
+                        .args(["--client", &client])
+                        .arg("--log")
+                        .arg(&log)
+                        .arg("--holding")
+                        .arg(&holding);
+                    command
+                };
+                let stderr = match config.keep {
+                    true => std::fs::File::create(dir.join(format!("{file}.stderr")))
+                        .map_or_else(|_| Stdio::null(), Stdio::from),
+                    false => Stdio::null(),
+                };
+                command
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(stderr);
+                // SAFETY: prctl is async-signal-safe; the child dies with this slot's
+                // thread, which outlives it unless the harness itself is killed.
+                unsafe {
+                    command.pre_exec(|| {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                        Ok(())
+                    });
+                }
+                let Ok(mut child) = command.spawn() else {
+                    thread::sleep(Duration::from_millis(100));
+                    continue;
+                };
+                live.lock().unwrap().insert(child.id());
+                let spawned = mono_ns();
+                let status = child.wait();
+                let quick_exit = mono_ns() - spawned < 100_000_000;
+                live.lock().unwrap().remove(&child.id());
+                let _ = std::fs::remove_file(&holding);
+                // A client that cannot run at all must not be respawned in a tight loop
+                // (the judge reports a client kind that never held any lock).
+                // (A real hold lasts most of a second; a busy `dlock run` waits 3 leases.)
+                if quick_exit
+                    || status.map_or(true, |s| s.code().is_some_and(|c| c != 0 && c != 75))
+                {
+                    sleep(Duration::from_millis(200));
+                }
+            }
+        })
+    }
+
+    /// The holders now, with the pids a fault targets: a library client's own pid; for a
+    /// `dlock run` client the wrapper's pid and its command's (which leads its group).
+    fn holders(&self, primitive: Primitive) -> Vec<(String, Vec<u32>)> {
+        let prefix = format!("{}_", primitive.name());
+        let Ok(entries) = std::fs::read_dir(self.holding_dir()) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                if !name.starts_with(&prefix) {
+                    return None;
+                }
+                let text = std::fs::read_to_string(self.holding_dir().join(&name)).ok()?;
+                let pids: Vec<u32> = text
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                // Only live processes (a killed client's file may linger a moment).
+                let alive = !pids.is_empty() && pids.iter().all(|&pid| signal(pid as i32, 0));
+                alive.then_some((name, pids))
+            })
+            .collect()
+    }
+}
+
+/// How long one step of a hold's work lasts at most: half the lease, so a hold (three
+/// steps, 0.75 to 1.5 leases) outlasts its first lease and lives on renewals, and a fault
+/// lands inside holds more often than between them.
+fn work_ms(ttl: Duration) -> u64 {
+    (ttl.as_millis() as u64 / 2).max(2)
+}
+
+/// Sends `sig` (0: only checks the process exists); true when it was delivered.
+fn signal(pid: i32, sig: i32) -> bool {
+    // SAFETY: kill has no memory effects; the pids are of processes this harness started
+    // (or their process groups, which `dlock run` made for their commands).
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// The signal (INT, TERM, HUP) that asked the harness to stop, or 0.
+static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_interrupt(signal: libc::c_int) {
+    INTERRUPTED.store(signal, Ordering::SeqCst);
+}
+
+/// From now on INT, TERM and HUP stop the run cleanly (every process it started killed,
+/// frozen ones included, every server stopped, every record removed) instead of killing
+/// the harness and orphaning all that.
+pub fn catch_interrupts() {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(signal, on_interrupt as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+/// The signal that interrupted the run, if one did.
+pub fn interrupted() -> Option<i32> {
+    match INTERRUPTED.load(Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
+/// Sleeps, cut short by an interrupt.
+fn sleep(duration: Duration) {
+    let until = mono_ns() + duration.as_nanos() as u64;
+    while interrupted().is_none() {
+        let left = until.saturating_sub(mono_ns());
+        if left == 0 {
+            return;
+        }
+        thread::sleep(Duration::from_nanos(left).min(Duration::from_millis(20)));
+    }
+}
+
+/// Kills every client process still running when dropped: on the normal path nothing is
+/// left by then, but an interrupt or a panic must not leave clients running, or frozen.
+struct KillLive(Live);
+
+impl Drop for KillLive {
+    fn drop(&mut self) {
+        for &pid in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            // SIGKILL ends a stopped process too; a `dlock run` command dies with its
+            // wrapper (PR_SET_PDEATHSIG).
+            signal(pid as i32, libc::SIGKILL);
+        }
+    }
+}
+
+/// Runs one scenario.
+pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
+    let started = mono_ns();
+    if let Some(pending) = scenario.pending {
+        return Outcome::unjudged(scenario, 0.0, Some(pending));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("dlock-torture-")
+        .tempdir()
+        .expect("a temp dir for the records");
+    std::fs::create_dir_all(dir.path().join("holding")).expect("the holding dir");
+    let ttl = config.ttl;
+    let mut server = RedisServer::start_with(if scenario.durable {
+        ServerOptions::durable()
+    } else {
+        ServerOptions::default()
+    });
+    let store = RedisServer::start();
+    let proxy = (scenario.fault == Fault::NetworkDelay).then(|| Proxy::start(server.port()));
+    let lock_url = proxy.as_ref().map_or_else(|| server.url(), |p| p.url());
+    // Each round: a fault, then calm for the lock to pass around; plus a calm start.
+    let round = ttl * 4;
+    let until_ns = mono_ns() + (ttl * 2 + round * config.rounds).as_nanos() as u64;
+    let run = Run {
+        dir: dir.path(),
+        lock_url,
+        store_url: store.url(),
+        ttl,
+        until_ns,
+        config,
+        live: Arc::new(Mutex::new(HashSet::new())),
+    };
+    let cleanup = KillLive(run.live.clone());
+    let mut slots = Vec::new();
+    for &primitive in &config.primitives {
+        for (kind, slot) in clients_of(primitive) {
+            slots.push(run.spawn_slot(primitive, kind, slot));
+        }
+    }
+    sleep(ttl * 2);
+    let mut faults = Faults::default();
+    for index in 0..config.rounds {
+        if interrupted().is_some() {
+            break;
+        }
+        let round_start = mono_ns();
+        inject(
+            scenario.fault,
+            index,
+            &run,
+            &mut server,
+            proxy.as_ref(),
+            &mut faults,
+        );
+        let spent = Duration::from_nanos(mono_ns() - round_start);
+        sleep(round.saturating_sub(spent));
+    }
+    // The clients stop by themselves (library clients at `until_ns`, each `dlock run`
+    // within its wait); past a generous bound, whatever still runs is killed.
+    let bound = mono_ns() + (ttl * 10).as_nanos() as u64;
+    while slots.iter().any(|s| !s.is_finished()) && mono_ns() < bound && interrupted().is_none() {
+        thread::sleep(Duration::from_millis(50));
+    }
+    drop(cleanup);
+    for slot in slots {
+        let _ = slot.join();
+    }
+    if interrupted().is_some() {
+        // Nothing to judge (a Ctrl-C reached the servers too); the caller exits 128+N.
+        return Outcome::unjudged(scenario, (mono_ns() - started) as f64 / 1e9, None);
+    }
+    let events = record::read_all(dir.path()).expect("read the records");
+    let counters = final_counters(&store, &config.primitives);
+    let outcome = judge(scenario, config, &events, &faults, &counters);
+    drop(proxy);
+    if config.keep {
+        let timeline = serde_json::json!({
+            "clock": "CLOCK_MONOTONIC nanoseconds, as in every record",
+            "pauses": faults.pauses.iter().map(|p| serde_json::json!({"pids": p.pids, "from": p.from})).collect::<Vec<_>>(),
+            "kills": faults.kills.iter().map(|k| serde_json::json!({"lock": k.primitive.name(), "pids": k.pids, "at": k.at})).collect::<Vec<_>>(),
+        });
+        let _ = std::fs::write(dir.path().join("faults.json"), format!("{timeline:#}\n"));
+        eprintln!(
+            "    records kept in {} (faults.json: what the harness did when)",
+            dir.keep().display()
+        );
+    }
+    Outcome {
+        seconds: (mono_ns() - started) as f64 / 1e9,
+        ..outcome
+    }
+}
+
+/// One round of the scenario's fault.
+fn inject(
+    fault: Fault,
+    index: u32,
+    run: &Run,
+    server: &mut RedisServer,
+    proxy: Option<&Proxy>,
+    faults: &mut Faults,
+) {
+    let ttl = run.ttl;
+    match fault {
+        Fault::ClientPause => {
+            // One holder per primitive at once; library and `dlock run` holders in turn.
+            let mut paused = Vec::new();
+            for &primitive in &run.config.primitives {
+                let holders = run.holders(primitive);
+                let preferred: Vec<_> = holders
+                    .iter()
+                    .filter(|(name, _)| name.contains("_cli-") == (index % 2 == 1))
+                    .collect();
+                let pool: Vec<_> = if preferred.is_empty() {
+                    holders.iter().collect()
+                } else {
+                    preferred
+                };
+                if let Some((_, pids)) = pool.choose(&mut rand::rng()) {
+                    paused.push(pids.clone());
+                }
+            }
+            let from = mono_ns();
+            for pids in &paused {
+                stop_or_continue(pids, libc::SIGSTOP);
+                faults.pauses.push(Pause {
+                    pids: pids.clone(),
+                    from,
+                });
+            }
+            sleep(ttl * 2);
+            for pids in &paused {
+                stop_or_continue(pids, libc::SIGCONT);
+            }
+        }
+        Fault::HolderCrash => {
+            for &primitive in &run.config.primitives {
+                if let Some((_, pids)) = run.holders(primitive).choose(&mut rand::rng()) {
+                    // The library client, or the `dlock run` wrapper (its command must
+                    // die with it).
+                    if signal(pids[0] as i32, libc::SIGKILL) {
+                        faults.kills.push(Kill {
+                            primitive,
+                            at: mono_ns(),
+                            pids: pids.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Fault::ServerPause => {
+            server.pause();
+            sleep(ttl * 3 / 2);
+            server.resume();
+        }
+        Fault::ServerRestart => server.restart(),
+        Fault::NetworkDelay => {
+            if let Some(proxy) = proxy {
+                proxy.delay_replies(ttl * 3 / 2);
+                sleep(ttl * 2);
+                proxy.delay_replies(Duration::ZERO);
+            }
+        }
+    }
+}
+
+/// Freezes or resumes a holder: a library client, or a `dlock run` wrapper together with
+/// its command's process group.
+fn stop_or_continue(pids: &[u32], sig: i32) {
+    for (index, &pid) in pids.iter().enumerate() {
+        if index == 0 {
+            signal(pid as i32, sig);
+        } else {
+            signal(-(pid as i32), sig);
+        }
+    }
+}
+
+fn final_counters(store: &RedisServer, primitives: &[Primitive]) -> HashMap<String, u64> {
+    primitives
+        .iter()
+        .map(|p| {
+            let value: Option<u64> = store.cmd(&["GET", &format!("torture:{}:counter", p.name())]);
+            (p.name().to_string(), value.unwrap_or(0))
+        })
+        .collect()
+}
+
+/// Checks the records against the scenario's expectation.
+pub fn judge(
+    scenario: &Scenario,
+    config: &Config,
+    events: &[Event],
+    faults: &Faults,
+    counters: &HashMap<String, u64>,
+) -> Outcome {
+    let holds = check::holds(events, faults, config.ttl.as_nanos() as u64);
+    let mut increments: HashMap<&str, u64> = HashMap::new();
+    for event in events {
+        if let Event::Increment { client, .. } = event {
+            *increments.entry(check::primitive_of(client)).or_default() += 1;
+        }
+    }
+    let mut total = Findings::default();
+    let mut primitives = BTreeMap::new();
+    for &primitive in &config.primitives {
+        let mine: Vec<_> = holds
+            .iter()
+            .filter(|h| check::primitive_of(&h.client) == primitive.name())
+            .cloned()
+            .collect();
+        let found = check::check(
+            primitive,
+            &mine,
+            increments.get(primitive.name()).copied().unwrap_or(0),
+            counters.get(primitive.name()).copied().unwrap_or(0),
+            &faults.kills,
+        );
+        total.add(&found);
+        primitives.insert(primitive.name(), found);
+    }
+    let mut problems = Vec::new();
+    if total.acquisitions == 0 {
+        problems.push("no acquisitions: nothing was tested".to_string());
+    }
+    // Every lock must have been held, and every kind of client must have held some lock:
+    // a client kind that never gets in (a `dlock run` that cannot start, a writer without
+    // its fence) would make its half of the proof vacuous. Per lock *and* kind is too
+    // strict: with a few holds per lock, an unfair lock may pass one client by.
+    for &primitive in &config.primitives {
+        let prefix = format!("{}/", primitive.name());
+        if !holds.iter().any(|h| h.client.starts_with(&prefix)) {
+            problems.push(format!("{}: no client ever held the lock", primitive.name()));
+        }
+    }
+    for kind in ["lib-async", "lib-blocking", "cli"] {
+        let infix = format!("/{kind}-");
+        if !holds.iter().any(|h| h.client.contains(&infix)) {
+            problems.push(format!("no {kind} client ever held any lock"));
+        }
+    }
+    match scenario.expect {
+        Expect::Safe => {
+            if total.overlaps > 0 {
+                problems.push(format!("{} overlapping holds", total.overlaps));
+            }
+            if total.fence_regressions > 0 {
+                problems.push(format!("{} fences went backwards", total.fence_regressions));
+            }
+        }
+        Expect::Violation => {
+            // Each detector must fire on its own, or one of them could be blind unnoticed.
+            if total.overlaps == 0 {
+                problems.push(
+                    "the expected double grant was not seen: the overlap check would be blind"
+                        .into(),
+                );
+            }
+            let exclusive = config.primitives.iter().any(|p| p.exclusive());
+            if exclusive && total.fence_regressions == 0 {
+                problems.push("no fence went backwards: the fence check would be blind".into());
+            }
+        }
+    }
+    match scenario.fault {
+        // Only exclusive kinds write (three permit holders legitimately interleave).
+        Fault::ClientPause if config.primitives.iter().any(|p| p.exclusive()) => {
+            if total.stale_rejected == 0 {
+                problems.push("no late write was refused by the fenced store".into());
+            }
+            if total.lost_updates == 0 {
+                problems.push(
+                    "the unfenced counter lost no update (the negative control saw nothing)".into(),
+                );
+            }
+        }
+        Fault::HolderCrash => {
+            // The lease, plus the waiter's wake-up and, for `dlock run`, its command's
+            // start (debug builds on 2 busy cores: a few hundred ms at worst).
+            let bound_ms = (config.ttl.as_millis() + 500) as f64;
+            match total.max_free_ms {
+                None => problems.push("no holder was killed".into()),
+                Some(ms) if ms.is_infinite() => {
+                    problems.push("a killed holder's lock was never granted again".into())
+                }
+                Some(ms) if ms > bound_ms => problems.push(format!(
+                    "a killed holder's lock took {ms:.0} ms to free (bound: the lease plus 500 ms)"
+                )),
+                Some(_) => {}
+            }
+        }
+        _ => {}
+    }
+    Outcome {
+        scenario: scenario.name,
+        expect: scenario.expect,
+        ok: Some(problems.is_empty()),
+        findings: Some(total),
+        primitives,
+        rounds: config.rounds,
+        seconds: 0.0,
+        pending: None,
+        problems,
+    }
+}
