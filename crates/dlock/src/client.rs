@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::backend::{Backend, Connection};
+
 use crate::error::{Error, Result};
 use crate::lease::{self, LeaseCell, LostReason};
 use crate::mutex::Mutex;
@@ -56,8 +58,8 @@ pub struct Client {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) conn: ConnectionManager,
-    redis: redis::Client,
+    /// Every Redis call goes through it (scripts, queries, renewals, the subscriber).
+    pub(crate) backend: Backend,
     pub(crate) prefix: String,
     connect_timeout: Duration,
     /// Where background work (releases on drop, the notifier) runs, even when a guard is
@@ -278,8 +280,7 @@ impl ClientBuilder {
         };
         let client = Client {
             inner: Arc::new(ClientInner {
-                conn,
-                redis,
+                backend: Backend::single_node(conn, redis),
                 prefix: self.prefix,
                 connect_timeout: self.connect_timeout,
                 runtime: tokio::runtime::Handle::current(),
@@ -600,9 +601,9 @@ impl Client {
         Ok(())
     }
 
-    /// A clone of the shared connection, for commands the locks need.
-    pub(crate) fn conn(&self) -> ConnectionManager {
-        self.inner.conn.clone()
+    /// A request handle of the client's backend, for commands the locks need.
+    pub(crate) fn conn(&self) -> Connection {
+        self.inner.backend.connection()
     }
 
     /// The shared renewal scheduler, started on first use.
@@ -610,14 +611,14 @@ impl Client {
     pub(crate) fn renewer(&self) -> &Renewer {
         self.inner
             .renewer
-            .get_or_init(|| Renewer::start(self.inner.conn.clone(), &self.inner.runtime))
+            .get_or_init(|| Renewer::start(self.inner.backend.clone(), &self.inner.runtime))
     }
 
     /// The shared release notifier, started on first use.
     pub(crate) fn notifier(&self) -> &Notifier {
         self.inner.notifier.get_or_init(|| {
             Notifier::start(
-                self.inner.redis.clone(),
+                self.inner.backend.clone(),
                 self.inner.connect_timeout,
                 &self.inner.runtime,
             )

@@ -27,7 +27,9 @@ pub(crate) struct LockKeys {
     pub key: String,
     /// The never-expiring fencing counter of this lock.
     pub fence: String,
-    /// The pub/sub channel on which releases of this lock are announced.
+    /// The pub/sub channel on which releases of this lock are announced: in the lock's
+    /// hash slot like a companion key (`{N}:released`), so a cluster can carry it over
+    /// sharded pub/sub on the lock's own shard.
     pub channel: String,
 }
 
@@ -43,11 +45,12 @@ impl LockKeys {
         let mut keys = LockKeys {
             name: name.to_string(),
             fence: String::new(),
-            channel: format!("dlock:released:{key}"),
+            channel: String::new(),
             key,
         };
-        // Computed once: every acquire names the fence key.
+        // Computed once: every acquire names the fence key, every release the channel.
         keys.fence = keys.companion("fence");
+        keys.channel = keys.companion("released");
         Ok(keys)
     }
 
@@ -140,6 +143,13 @@ mod tests {
                 slot(&keys.companion("queue")),
                 "name {name:?}"
             );
+            // Channels too: sharded pub/sub routes a channel by the same slot rule.
+            assert_eq!(slot(&keys.key), slot(&keys.channel), "name {name:?}");
+            assert_eq!(
+                slot(&keys.key),
+                slot(&format!("{}token", keys.companion("wake:"))),
+                "name {name:?}"
+            );
         }
     }
 
@@ -148,6 +158,7 @@ mod tests {
         let keys = LockKeys::new("", "nightly").unwrap();
         assert_eq!(keys.key, "nightly");
         assert_eq!(keys.fence, "{nightly}:fence");
+        assert_eq!(keys.channel, "{nightly}:released");
     }
 
     #[test]

@@ -39,6 +39,7 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 pub mod blocking;
 mod client;
 mod error;

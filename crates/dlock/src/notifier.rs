@@ -11,6 +11,7 @@
 //! falls back to jittered polling, and the task resubscribes everything on reconnect (and
 //! wakes everyone again, since releases may have been missed meanwhile).
 
+use crate::backend::Backend;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -81,7 +82,7 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     pub(crate) fn start(
-        client: redis::Client,
+        backend: Backend,
         connect_timeout: Duration,
         runtime: &tokio::runtime::Handle,
     ) -> Notifier {
@@ -91,7 +92,7 @@ impl Notifier {
         });
         let (commands, rx) = mpsc::unbounded_channel();
         runtime.spawn(run_subscriber(
-            client,
+            backend,
             connect_timeout,
             channels.clone(),
             rx,
@@ -240,7 +241,7 @@ async fn back_off(pause: Duration, commands: &mut mpsc::UnboundedReceiver<Comman
 }
 
 async fn run_subscriber(
-    client: redis::Client,
+    backend: Backend,
     connect_timeout: Duration,
     channels: Arc<Channels>,
     mut commands: mpsc::UnboundedReceiver<Command>,
@@ -248,7 +249,7 @@ async fn run_subscriber(
     const FIRST_PAUSE: Duration = Duration::from_millis(50);
     let mut pause = FIRST_PAUSE;
     loop {
-        let connection = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
+        let connection = tokio::time::timeout(connect_timeout, backend.subscriber()).await;
         let Ok(Ok(pubsub)) = connection else {
             if !back_off(pause, &mut commands).await {
                 return;

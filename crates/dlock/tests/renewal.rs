@@ -311,3 +311,25 @@ async fn renewal_retries_through_dropped_connections() {
     assert_eq!(holder, guard.token());
     guard.unlock().await.unwrap();
 }
+
+/// An extend to a shorter lease moves the next renewal earlier: the watchdog, asleep
+/// until the old lease's renewal time, must wake for the new one.
+#[tokio::test]
+async fn renewal_follows_an_extend_to_a_shorter_lease() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.mutex_with("job", renewed(30_000)).unwrap();
+    let mut guard = mutex.try_lock().await.unwrap();
+    // Let the watchdog go to sleep until the 30 s lease's renewal time.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.extend(Duration::from_millis(600)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(guard.lost_signal().lost(), None);
+    assert!(guard.is_held().await.unwrap());
+    let pttl: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(
+        (0..=600).contains(&pttl),
+        "renewed with the new lease: {pttl} ms"
+    );
+    guard.unlock().await.unwrap();
+}

@@ -34,7 +34,7 @@ impl QueueKeys {
         QueueKeys {
             queue: keys.companion("queue"),
             leases: keys.companion("queue-leases"),
-            wake_prefix: format!("dlock:wake:{}:", keys.key),
+            wake_prefix: keys.companion("wake:"),
             on_empty: None,
         }
     }

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 
+use crate::backend::Backend;
 use crate::lease::{self, LeaseCell, LostReason};
 use crate::observe;
 use crate::raw::HoldKind;
@@ -55,25 +55,44 @@ struct Shared {
     next_id: AtomicU64,
     /// Set by [`Renewer::stop`]: nothing is renewed any more.
     stopped: std::sync::atomic::AtomicBool,
+    /// When the scheduler will next look at the leases on its own (`None`: not before it
+    /// is woken). Written under the `entries` lock, so a lease due earlier than this, and
+    /// only such a lease, wakes it: with many grants a second, waking for each (and
+    /// rescanning every lease) was a wake-up per acquire.
+    wake_at: StdMutex<Option<Instant>>,
+    wake: mpsc::UnboundedSender<()>,
+}
+
+impl Shared {
+    /// Wakes the scheduler if a lease is now due at `due`, before it would look on its
+    /// own. Called with the `entries` lock held.
+    fn due_at(&self, due: Instant) {
+        let mut wake_at = self.wake_at.lock().unwrap();
+        if wake_at.map_or(true, |at| due < at) {
+            *wake_at = Some(due);
+            let _ = self.wake.send(());
+        }
+    }
 }
 
 /// The renewal scheduler of one client.
 pub(crate) struct Renewer {
     shared: Arc<Shared>,
-    wake: mpsc::UnboundedSender<()>,
 }
 
 impl Renewer {
-    pub(crate) fn start(conn: ConnectionManager, runtime: &tokio::runtime::Handle) -> Renewer {
+    pub(crate) fn start(backend: Backend, runtime: &tokio::runtime::Handle) -> Renewer {
+        let (wake, wakeups) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             entries: StdMutex::new(HashMap::new()),
             in_flight: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
             stopped: std::sync::atomic::AtomicBool::new(false),
+            wake_at: StdMutex::new(None),
+            wake,
         });
-        let (wake, wakeups) = mpsc::unbounded_channel();
-        runtime.spawn(run(conn, shared.clone(), wakeups));
-        Renewer { shared, wake }
+        runtime.spawn(run(backend, shared.clone(), wakeups));
+        Renewer { shared }
     }
 
     /// Stops every renewal and waits out a round in flight ([`Client::shutdown`]).
@@ -83,20 +102,23 @@ impl Renewer {
         self.shared.stopped.store(true, Ordering::Release);
         self.shared.entries.lock().unwrap().clear();
         drop(self.shared.in_flight.lock().await);
-        let _ = self.wake.send(());
+        let _ = self.shared.wake.send(());
     }
 
     /// Starts renewing a lease that was just granted or renewed at `renewed_at`.
     pub(crate) fn register(&self, spec: RenewalSpec, renewed_at: Instant) -> Registration {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let next_due = renewed_at + spec.ttl / 3;
+        let mut entries = self.shared.entries.lock().unwrap();
+        // Checked under the lock `stop` clears the leases under: a lease registered while
+        // it runs is either cleared by it or not added at all.
         if self.shared.stopped.load(Ordering::Acquire) {
             return Registration {
                 id,
                 shared: self.shared.clone(),
             };
         }
-        self.shared.entries.lock().unwrap().insert(
+        entries.insert(
             id,
             Entry {
                 spec,
@@ -104,7 +126,8 @@ impl Renewer {
                 retrying: false,
             },
         );
-        let _ = self.wake.send(());
+        self.shared.due_at(next_due);
+        drop(entries);
         Registration {
             id,
             shared: self.shared.clone(),
@@ -129,10 +152,13 @@ impl Registration {
 impl Registration {
     /// Renew with `ttl` from now on (after a manual extension sent at `extended_at`).
     pub(crate) fn set_ttl(&self, ttl: Duration, extended_at: Instant) {
-        if let Some(entry) = self.shared.entries.lock().unwrap().get_mut(&self.id) {
+        let mut entries = self.shared.entries.lock().unwrap();
+        if let Some(entry) = entries.get_mut(&self.id) {
             entry.spec.ttl = ttl;
             entry.next_due = extended_at + ttl / 3;
             entry.retrying = false;
+            // A shorter lease is due before the scheduler would look again.
+            self.shared.due_at(entry.next_due);
         }
     }
 
@@ -148,18 +174,16 @@ impl Drop for Registration {
     }
 }
 
-async fn run(
-    conn: ConnectionManager,
-    shared: Arc<Shared>,
-    mut wakeups: mpsc::UnboundedReceiver<()>,
-) {
+async fn run(backend: Backend, shared: Arc<Shared>, mut wakeups: mpsc::UnboundedReceiver<()>) {
     loop {
         if shared.stopped.load(Ordering::Acquire) {
             return;
         }
         let next_wake = {
             let entries = shared.entries.lock().unwrap();
-            entries.values().map(|e| e.next_due).min()
+            let next = entries.values().map(|e| e.next_due).min();
+            *shared.wake_at.lock().unwrap() = next;
+            next
         };
         let sleep = async {
             match next_wake {
@@ -176,12 +200,12 @@ async fn run(
             }
             _ = sleep => {}
         }
-        round(&conn, &shared).await;
+        round(&backend, &shared).await;
     }
 }
 
 /// Renews every lease that is due now or within the next sixth of its TTL.
-async fn round(conn: &ConnectionManager, shared: &Shared) {
+async fn round(backend: &Backend, shared: &Shared) {
     let in_flight = shared.in_flight.lock().await;
     let now = Instant::now();
     let due: Vec<(u64, String, HoldKind, String, Duration)> = {
@@ -218,9 +242,9 @@ async fn round(conn: &ConnectionManager, shared: &Shared) {
             })
             .collect()
     };
-    for chunk in due.chunks(BATCH) {
+    for chunk in backend.batches(due, |(_, key, ..)| key.as_str(), BATCH) {
         let mut invocation = RENEW.invocation();
-        for (_, key, kind, token, ttl) in chunk {
+        for (_, key, kind, token, ttl) in &chunk {
             invocation
                 .key(key)
                 .arg(kind.code())
@@ -228,7 +252,8 @@ async fn round(conn: &ConnectionManager, shared: &Shared) {
                 .arg(ttl.as_millis() as u64);
         }
         let sent = Instant::now();
-        let reply: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn.clone()).await;
+        let reply: redis::RedisResult<Vec<i64>> =
+            invocation.invoke_async(&mut backend.connection()).await;
         let mut entries = shared.entries.lock().unwrap();
         for (index, (id, _, _, _, ttl)) in chunk.iter().enumerate() {
             let Some(entry) = entries.get_mut(id) else {
