@@ -653,7 +653,10 @@ pub fn judge(
     for &primitive in &config.primitives {
         let prefix = format!("{}/", primitive.name());
         if !holds.iter().any(|h| h.client.starts_with(&prefix)) {
-            problems.push(format!("{}: no client ever held the lock", primitive.name()));
+            problems.push(format!(
+                "{}: no client ever held the lock",
+                primitive.name()
+            ));
         }
     }
     for kind in ["lib-async", "lib-blocking", "cli"] {
