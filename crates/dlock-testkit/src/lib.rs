@@ -5,6 +5,13 @@
 //! (same port, same data directory), pause (`SIGSTOP`) and resume the server; on drop it
 //! kills exactly the process it started. A missing `redis-server` binary is a clear panic
 //! naming the Debian package, never a skipped test.
+//!
+//! Three topologies are built from such servers, each torn down process by process when
+//! dropped (also when a panic interrupts their start):
+//! - [`RedisCluster`]: a Redis Cluster of masters and replicas, with slot migration and
+//!   master failover;
+//! - [`MasterWithReplicas`]: one master and its replicas (for `WAIT`);
+//! - [`SentinelGroup`]: Redis Sentinels watching a master, with failover.
 
 #![warn(missing_docs)]
 
@@ -14,8 +21,37 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod cluster;
 mod proxy;
+mod replicated;
+mod sentinel;
+pub use cluster::{key_slot, RedisCluster};
 pub use proxy::Proxy;
+pub use replicated::MasterWithReplicas;
+pub use sentinel::SentinelGroup;
+
+/// How long one probe of a server (connect, then one reply) may take before it counts as
+/// "not answering". Probes run in polling loops, so a paused server must not hang them.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a server runs as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServerMode {
+    /// A plain server (a replica too, with `--replicaof` in [`ServerOptions::extra_args`]).
+    #[default]
+    Standalone,
+    /// A cluster node (`cluster-enabled yes`) with its `nodes.conf` in its data directory
+    /// and its cluster bus on a second free port. It belongs to no cluster until joined:
+    /// [`RedisCluster`] does that.
+    Cluster {
+        /// `cluster-node-timeout`: how long a node may not answer before it is suspected.
+        node_timeout: Duration,
+    },
+    /// Redis Sentinel (`redis-server sentinel.conf --sentinel`), with its own rewritable
+    /// config file in its data directory. It watches nothing until told to:
+    /// [`SentinelGroup`] does that.
+    Sentinel,
+}
 
 /// How a server is started.
 #[derive(Debug, Clone, Default)]
@@ -27,7 +63,10 @@ pub struct ServerOptions {
     /// Extra `--name value` arguments, e.g. `["--requirepass", "pw"]`.
     pub extra_args: Vec<String>,
     /// Serve TLS only (`rediss://`), with a certificate from a CA made for this server.
+    /// Standalone servers only.
     pub tls: bool,
+    /// Plain server, cluster node or sentinel.
+    pub mode: ServerMode,
 }
 
 impl ServerOptions {
@@ -52,6 +91,9 @@ impl ServerOptions {
 /// One `redis-server` process owned by a test.
 pub struct RedisServer {
     port: u16,
+    /// The cluster bus port of a cluster node: chosen once, so that a restarted node is
+    /// found where the other nodes remember it.
+    cluster_port: Option<u16>,
     dir: tempfile::TempDir,
     options: ServerOptions,
     child: Option<Child>,
@@ -65,10 +107,20 @@ impl RedisServer {
 
     /// Starts a server with the given options.
     pub fn start_with(options: ServerOptions) -> RedisServer {
+        assert!(
+            !options.tls || options.mode == ServerMode::Standalone,
+            "TLS is supported for standalone servers only"
+        );
+        assert!(
+            !options.aof || options.mode != ServerMode::Sentinel,
+            "a sentinel keeps no data: AOF makes no sense for it"
+        );
         let mut last_error = String::new();
         for _ in 0..10 {
             let mut server = RedisServer {
                 port: free_port(),
+                // Not port + 10000 (Redis' default): that overflows for high free ports.
+                cluster_port: matches!(options.mode, ServerMode::Cluster { .. }).then(free_port),
                 dir: tempfile::Builder::new()
                     .prefix("dlock-redis-")
                     .tempdir()
@@ -135,12 +187,30 @@ impl RedisServer {
 
     /// Runs one command and returns its reply.
     pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let mut cmd = redis::cmd(args[0]);
-        for arg in &args[1..] {
-            cmd.arg(*arg);
-        }
-        cmd.query(&mut self.connection())
+        build_cmd(args)
+            .query(&mut self.connection())
             .unwrap_or_else(|e| panic!("{args:?} on {}: {e}", self.url()))
+    }
+
+    /// Runs one command as a probe: an error instead of a panic, and bounded in time even
+    /// when the server is paused or gone.
+    pub(crate) fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> Result<T, String> {
+        if self.child.is_none() {
+            // Not ours any more: the port may belong to anyone now.
+            return Err(format!(
+                "{args:?}: server on port {} is not running",
+                self.port
+            ));
+        }
+        probe(self.client(), args).map_err(|e| format!("{args:?} on port {}: {e}", self.port))
+    }
+
+    /// One field of `INFO <section>` (e.g. `role` of `replication`), as a probe.
+    pub(crate) fn info_field(&self, section: &str, field: &str) -> Result<String, String> {
+        let info: String = self.try_cmd(&["INFO", section])?;
+        info_value(&info, field)
+            .map(str::to_string)
+            .ok_or_else(|| format!("no {field} in INFO {section} of port {}", self.port))
     }
 
     /// Calls per command since start or the last `CONFIG RESETSTAT`, from
@@ -205,7 +275,41 @@ impl RedisServer {
     fn launch(&mut self) -> Result<(), String> {
         let dir = self.dir.path().to_path_buf();
         let log = dir.join("redis.log");
-        let mut args: Vec<String> = if self.options.tls {
+        let mut args: Vec<String> = Vec::new();
+        if self.options.mode != ServerMode::Sentinel {
+            // A master waits 5 s (Redis 7's default) before a diskless full sync, in case
+            // more replicas come to share it: that would be 5 s added to every test that
+            // starts replicas.
+            args.extend(["--repl-diskless-sync-delay".into(), "0".into()]);
+        }
+        match self.options.mode {
+            ServerMode::Standalone => {}
+            ServerMode::Cluster { node_timeout } => {
+                let bus = self.cluster_port.expect("a cluster node has a bus port");
+                args.extend([
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    // Relative to --dir: each node has its own.
+                    "--cluster-config-file".into(),
+                    "nodes.conf".into(),
+                    "--cluster-node-timeout".into(),
+                    node_timeout.as_millis().to_string(),
+                    "--cluster-port".into(),
+                    bus.to_string(),
+                ]);
+            }
+            ServerMode::Sentinel => {
+                // Sentinel insists on a config file it can rewrite (it records what it
+                // monitors and the other sentinels it found there), given first.
+                let conf = dir.join("sentinel.conf");
+                if !conf.exists() {
+                    std::fs::write(&conf, "# written by dlock-testkit; sentinel appends\n")
+                        .map_err(|e| format!("write {}: {e}", conf.display()))?;
+                }
+                args.extend([conf.display().to_string(), "--sentinel".into()]);
+            }
+        }
+        args.extend(if self.options.tls {
             let (cert, key, ca) = write_tls_files(&dir);
             vec![
                 "--port".into(),
@@ -223,7 +327,7 @@ impl RedisServer {
             ]
         } else {
             vec!["--port".into(), self.port.to_string()]
-        };
+        });
         args.extend(
             [
                 "--bind".into(),
@@ -284,19 +388,22 @@ impl RedisServer {
         }
     }
 
-    /// True when the server accepts a data command (not only PING: after a restart with
-    /// AOF, it must have finished loading).
+    /// True when the server is ready for its tests.
     fn answers(&self) -> bool {
-        let Ok(client) = self.client() else {
-            return false;
-        };
-        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
-            return false;
-        };
-        redis::cmd("EXISTS")
-            .arg("dlock-testkit-probe")
-            .query::<i64>(&mut conn)
-            .is_ok()
+        match self.options.mode {
+            // A data command, not only PING: after a restart with AOF, the server must
+            // have finished loading.
+            ServerMode::Standalone => self
+                .try_cmd::<i64>(&["EXISTS", "dlock-testkit-probe"])
+                .is_ok(),
+            // A data command fails with CLUSTERDOWN until the node is in a cluster that
+            // covers all slots; what matters here is that the process has loaded its data.
+            ServerMode::Cluster { .. } => self
+                .info_field("persistence", "loading")
+                .is_ok_and(|loading| loading == "0"),
+            // Sentinels know no data commands (nor INFO persistence).
+            ServerMode::Sentinel => self.try_cmd::<String>(&["PING"]).is_ok(),
+        }
     }
 }
 
@@ -307,6 +414,78 @@ impl Drop for RedisServer {
             signal(pid, libc::SIGCONT);
         }
         self.kill9();
+    }
+}
+
+/// Runs one command on `127.0.0.1:port` (plain TCP) as a probe, like
+/// [`RedisServer::try_cmd`], for servers known only by port (e.g. the master a Sentinel
+/// names).
+pub(crate) fn probe_port<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> Result<T, String> {
+    probe(
+        redis::Client::open(format!("redis://127.0.0.1:{port}")),
+        args,
+    )
+    .map_err(|e| format!("{args:?} on port {port}: {e}"))
+}
+
+/// One command on a fresh connection, every step bounded by [`PROBE_TIMEOUT`].
+fn probe<T: redis::FromRedisValue>(
+    client: redis::RedisResult<redis::Client>,
+    args: &[&str],
+) -> redis::RedisResult<T> {
+    let mut conn = client?.get_connection_with_timeout(PROBE_TIMEOUT)?;
+    conn.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    conn.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    build_cmd(args).query(&mut conn)
+}
+
+/// A command from its words.
+fn build_cmd(args: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd
+}
+
+/// The value of `field` in an `INFO` reply (`field:value` lines).
+fn info_value<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)?
+            .strip_prefix(':')
+            .map(|value| value.trim_end())
+    })
+}
+
+/// Polls `probe` until it succeeds, or panics once `timeout` has passed, saying what never
+/// happened and what the last probe saw instead.
+pub(crate) fn poll<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe() {
+            Ok(value) => return value,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("{what}: did not happen within {timeout:?}; last seen: {last}")
+            }
+            // Between probes: the condition is another process's doing.
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// A process that is killed when dropped, so that a panic while waiting for it leaks
+/// nothing.
+pub(crate) struct KillOnDrop(pub(crate) Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // Both fail harmlessly when the process has already been reaped.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -363,7 +542,28 @@ fn tail(log: &str) -> String {
 
 /// Path of `redis-server`, or a panic that says how to install it.
 pub fn redis_server_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("REDIS_SERVER") {
+    find_binary("REDIS_SERVER", "redis-server")
+}
+
+/// Path of `redis-cli` (Debian's `redis-tools`, which `redis-server` depends on), used to
+/// create clusters.
+pub(crate) fn redis_cli_binary() -> PathBuf {
+    if std::env::var_os("REDIS_CLI").is_none() {
+        // Prefer the one beside the redis-server in use: they come in pairs.
+        if let Some(dir) = redis_server_binary().parent() {
+            let beside = dir.join("redis-cli");
+            if beside.is_file() {
+                return beside;
+            }
+        }
+    }
+    find_binary("REDIS_CLI", "redis-cli")
+}
+
+/// `$env_var`, else `name` on PATH or in /usr/bin or /usr/sbin, else a panic that says how
+/// to install it.
+fn find_binary(env_var: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env_var) {
         return PathBuf::from(path);
     }
     for dir in std::env::var_os("PATH")
@@ -372,15 +572,15 @@ pub fn redis_server_binary() -> PathBuf {
         .into_iter()
         .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
     {
-        let candidate = dir.join("redis-server");
+        let candidate = dir.join(name);
         if candidate.is_file() {
             return candidate;
         }
     }
     panic!(
-        "redis-server was not found on PATH. dlock's tests run against a real Redis: install the \
+        "{name} was not found on PATH. dlock's tests run against a real Redis: install the \
          Debian package `redis-server` (sudo apt-get install redis-server), or run \
-         ./scripts/test.sh which installs it, or set REDIS_SERVER to the binary's path."
+         ./scripts/test.sh which installs it, or set {env_var} to the binary's path."
     );
 }
 
@@ -400,9 +600,42 @@ fn parse_command_calls(info: &str) -> HashMap<String, u64> {
         .collect()
 }
 
+/// Helpers shared by the tests of all modules.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::RedisServer;
+
+    /// The pids of running servers.
+    pub(crate) fn pids(servers: &[RedisServer]) -> Vec<u32> {
+        servers.iter().filter_map(RedisServer::pid).collect()
+    }
+
+    /// Panics if any of `pids` is still alive (after the handles owning them dropped).
+    pub(crate) fn assert_all_gone(pids: &[u32]) {
+        assert!(!pids.is_empty(), "no pids to check");
+        for &pid in pids {
+            // SAFETY: kill(2) with signal 0 only probes; ESRCH means the process is gone
+            // (and reaped: Drop waited for it).
+            let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
+            assert!(!alive, "redis-server {pid} still alive after drop");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tests share topologies across threads (e.g. a migration in `spawn_blocking` while
+    /// clients run): this fails to compile if one stops being shareable.
+    #[test]
+    fn topologies_are_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<RedisServer>();
+        shareable::<RedisCluster>();
+        shareable::<MasterWithReplicas>();
+        shareable::<SentinelGroup>();
+    }
 
     #[test]
     fn parses_commandstats() {
