@@ -1,50 +1,327 @@
 //! The backend seam: every Redis call of the library goes through a [`Backend`] — the
-//! scripts and plain commands (through [`Backend::connection`]), the watchdog's renewal
-//! batches ([`Backend::batches`]) and the notifier's subscriber
-//! ([`Backend::subscriber`]). The primitives never see which topology they run on.
+//! scripts and plain commands (through [`Backend::connection`]), acknowledged writes
+//! ([`Backend::acknowledged`]), the watchdog's renewal batches ([`Backend::batches`]),
+//! commands that concern every master ([`Backend::on_every_master`]) and the notifier's
+//! subscriber ([`Backend::subscriber`]). The primitives never see which topology they run
+//! on.
 //!
-//! One implementation so far: a single node, over one multiplexed `ConnectionManager`
-//! (reconnecting by itself) and a dedicated pub/sub connection. Redis Cluster and a
-//! Sentinel-resolved master plug in here as further variants (docs/decisions.md, "One
-//! backend seam").
+//! Three implementations:
+//! - **single node**: one multiplexed `ConnectionManager` (reconnecting by itself) and a
+//!   dedicated pub/sub connection;
+//! - **Redis Cluster**: the redis crate's cluster connection, which routes each request by
+//!   its key's slot and follows `MOVED`/`ASK`; notifications over sharded pub/sub;
+//! - **Sentinel**: the master the sentinels name, looked up again whenever a request
+//!   finds the master gone or demoted (a failover), the subscriber too.
+//!
+//! Acknowledged writes (`LockOptions::replicas`) go over a second connection of their own,
+//! since `WAIT` blocks the connection it is sent on (docs/decisions.md, "One backend seam").
 
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, PushKind, RedisFuture, Value};
+
+use crate::keys::hash_slot;
 
 /// Where a client's requests go.
 #[derive(Clone)]
 pub(crate) enum Backend {
     /// One Redis server.
-    SingleNode {
-        /// Every request, multiplexed.
-        conn: ConnectionManager,
-        /// Opens the subscriber's own connection (a subscribed connection can do nothing
-        /// else).
-        client: redis::Client,
-    },
+    SingleNode(Arc<SingleNode>),
+    /// A Redis Cluster.
+    Cluster(Arc<Cluster>),
+    /// The master of a Sentinel-monitored group.
+    Sentinel(Arc<Sentinel>),
+}
+
+pub(crate) struct SingleNode {
+    /// Every request, multiplexed.
+    conn: ConnectionManager,
+    /// Opens the subscriber's and the acknowledged writes' own connections.
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    acknowledged: tokio::sync::OnceCell<ConnectionManager>,
+}
+
+pub(crate) struct Cluster {
+    /// Every request, routed by slot.
+    conn: ClusterConnection,
+    /// Opens further connections (acknowledged writes).
+    client: redis::cluster::ClusterClient,
+    /// Makes the builder again, for the subscriber's client (RESP3 with a push channel of
+    /// its own).
+    builder: ClusterBuilder,
+    acknowledged: tokio::sync::OnceCell<ClusterConnection>,
+}
+
+/// Makes a configured cluster client builder (the builder itself is not `Clone`).
+pub(crate) type ClusterBuilder =
+    Arc<dyn Fn() -> redis::cluster::ClusterClientBuilder + Send + Sync>;
+
+pub(crate) struct Sentinel {
+    sentinels: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
+    config: ConnectionManagerConfig,
+    /// The master as last resolved, with its connections.
+    master: RwLock<SentinelMaster>,
+    /// True while a task asks the sentinels for the master (one at a time).
+    resolving: AtomicBool,
+}
+
+#[derive(Clone)]
+struct SentinelMaster {
+    client: redis::Client,
+    conn: ConnectionManager,
+    acknowledged: Arc<tokio::sync::OnceCell<ConnectionManager>>,
 }
 
 impl Backend {
-    pub(crate) fn single_node(conn: ConnectionManager, client: redis::Client) -> Backend {
-        Backend::SingleNode { conn, client }
+    pub(crate) fn single_node(
+        conn: ConnectionManager,
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+    ) -> Backend {
+        Backend::SingleNode(Arc::new(SingleNode {
+            conn,
+            client,
+            config,
+            acknowledged: tokio::sync::OnceCell::new(),
+        }))
+    }
+
+    /// Connects to a cluster through `builder` (its seed nodes answer with the slot map).
+    pub(crate) async fn cluster(builder: ClusterBuilder) -> redis::RedisResult<Backend> {
+        let client = builder().build()?;
+        let conn = client.get_async_connection().await?;
+        Ok(Backend::Cluster(Arc::new(Cluster {
+            conn,
+            client,
+            builder,
+            acknowledged: tokio::sync::OnceCell::new(),
+        })))
+    }
+
+    /// Asks the sentinels for the master and connects to it.
+    pub(crate) async fn sentinel(
+        mut sentinels: redis::sentinel::SentinelClient,
+        config: ConnectionManagerConfig,
+    ) -> redis::RedisResult<Backend> {
+        let client = sentinels.async_get_client().await?;
+        let conn = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+        Ok(Backend::Sentinel(Arc::new(Sentinel {
+            sentinels: tokio::sync::Mutex::new(sentinels),
+            config,
+            master: RwLock::new(SentinelMaster {
+                client,
+                conn,
+                acknowledged: Arc::default(),
+            }),
+            resolving: AtomicBool::new(false),
+        })))
+    }
+
+    /// True when release notifications travel over sharded pub/sub (`SPUBLISH`): on a
+    /// cluster, where plain `PUBLISH` would be broadcast to every node.
+    pub(crate) fn sharded_pubsub(&self) -> bool {
+        matches!(self, Backend::Cluster(_))
     }
 
     /// A handle for requests (cheap: it shares the backend's connections).
     pub(crate) fn connection(&self) -> Connection {
         match self {
-            Backend::SingleNode { conn, .. } => Connection::SingleNode(conn.clone()),
+            Backend::SingleNode(node) => Connection::Plain(node.conn.clone()),
+            Backend::Cluster(cluster) => Connection::Cluster(cluster.conn.clone()),
+            Backend::Sentinel(sentinel) => Connection::Sentinel {
+                conn: sentinel.master.read().unwrap().conn.clone(),
+                sentinel: sentinel.clone(),
+            },
         }
     }
 
-    /// A new connection for the notifier to subscribe on.
-    pub(crate) async fn subscriber(&self) -> redis::RedisResult<redis::aio::PubSub> {
+    /// The connection for writes that wait for replicas: `WAIT` blocks the connection it
+    /// is sent on, so these never share the connection of the client's other requests.
+    /// Opened on first use.
+    pub(crate) async fn acknowledged(&self) -> redis::RedisResult<Connection> {
         match self {
-            Backend::SingleNode { client, .. } => client.get_async_pubsub().await,
+            Backend::SingleNode(node) => {
+                let conn = node
+                    .acknowledged
+                    .get_or_try_init(|| {
+                        ConnectionManager::new_with_config(node.client.clone(), node.config.clone())
+                    })
+                    .await?;
+                Ok(Connection::Plain(conn.clone()))
+            }
+            Backend::Cluster(cluster) => {
+                let conn = cluster
+                    .acknowledged
+                    .get_or_try_init(|| async { cluster.client.get_async_connection().await })
+                    .await?;
+                Ok(Connection::Cluster(conn.clone()))
+            }
+            Backend::Sentinel(sentinel) => {
+                let master = sentinel.master.read().unwrap().clone();
+                let conn = master
+                    .acknowledged
+                    .get_or_try_init(|| {
+                        ConnectionManager::new_with_config(
+                            master.client.clone(),
+                            sentinel.config.clone(),
+                        )
+                    })
+                    .await?;
+                Ok(Connection::Sentinel {
+                    conn: conn.clone(),
+                    sentinel: sentinel.clone(),
+                })
+            }
+        }
+    }
+
+    /// `WAIT count timeout` on the connection for acknowledged writes, at the node that
+    /// owns `key` (on a cluster; the one master otherwise): how many replicas have every
+    /// write sent on that connection so far.
+    pub(crate) async fn wait_for_replicas(
+        &self,
+        key: &str,
+        count: u32,
+        timeout: Duration,
+    ) -> redis::RedisResult<u32> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(count).arg(timeout.as_millis().max(1) as u64);
+        match self.acknowledged().await? {
+            Connection::Cluster(mut cluster) => {
+                use redis::cluster_routing::{Route, SlotAddr};
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(hash_slot(key), SlotAddr::Master),
+                ));
+                Ok(redis::from_redis_value(
+                    cluster.route_command(wait, routing).await?,
+                )?)
+            }
+            mut conn => wait.query_async(&mut conn).await,
+        }
+    }
+
+    /// Sends `cmd` to every master (one on a single node) and returns each reply.
+    pub(crate) async fn on_every_master(&self, cmd: &Cmd) -> redis::RedisResult<Vec<Value>> {
+        match self {
+            Backend::Cluster(cluster) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let reply = cluster
+                    .conn
+                    .clone()
+                    .route_command(cmd.clone(), routing)
+                    .await?;
+                Ok(match reply {
+                    Value::Map(pairs) => pairs.into_iter().map(|(_, value)| value).collect(),
+                    Value::Array(values) => values,
+                    other => vec![other],
+                })
+            }
+            _ => Ok(vec![cmd.query_async(&mut self.connection()).await?]),
+        }
+    }
+
+    /// The addresses of the cluster's masters (none on other topologies), from `CLUSTER
+    /// SLOTS`: a `SCAN` must visit each.
+    pub(crate) async fn cluster_masters(&self) -> redis::RedisResult<Vec<(String, u16)>> {
+        let Backend::Cluster(cluster) = self else {
+            return Ok(Vec::new());
+        };
+        let slots: Vec<Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut cluster.conn.clone())
+            .await?;
+        let mut masters = Vec::new();
+        for range in slots {
+            let Value::Array(parts) = range else { continue };
+            let Some(Value::Array(master)) = parts.get(2) else {
+                continue;
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+                _ => continue,
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                continue;
+            };
+            let address = (host, *port as u16);
+            if !masters.contains(&address) {
+                masters.push(address);
+            }
+        }
+        Ok(masters)
+    }
+
+    /// Sends `cmd` to the cluster master at `address`.
+    pub(crate) async fn on_master(
+        &self,
+        address: &(String, u16),
+        cmd: &Cmd,
+    ) -> redis::RedisResult<Value> {
+        match self {
+            Backend::Cluster(cluster) => {
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: address.0.clone(),
+                    port: address.1,
+                });
+                cluster
+                    .conn
+                    .clone()
+                    .route_command(cmd.clone(), routing)
+                    .await
+            }
+            _ => cmd.query_async(&mut self.connection()).await,
+        }
+    }
+
+    /// A new subscriber for the notifier: its own connection (a subscribed RESP2
+    /// connection can do nothing else); on a cluster, a RESP3 cluster connection whose
+    /// sharded subscriptions the redis crate routes by slot and restores after a
+    /// reconnect or a slot move.
+    pub(crate) async fn subscriber(
+        &self,
+    ) -> redis::RedisResult<(SubscriberSink, SubscriberStream)> {
+        match self {
+            Backend::SingleNode(node) => {
+                let (sink, stream) = node.client.get_async_pubsub().await?.split();
+                Ok((
+                    SubscriberSink::Plain(sink),
+                    SubscriberStream::Plain(Box::pin(stream)),
+                ))
+            }
+            Backend::Sentinel(sentinel) => {
+                // Asked afresh: after a failover the subscriber follows the new master.
+                let client = sentinel.sentinels.lock().await.async_get_client().await?;
+                let (sink, stream) = client.get_async_pubsub().await?.split();
+                Ok((
+                    SubscriberSink::Plain(sink),
+                    SubscriberStream::Plain(Box::pin(stream)),
+                ))
+            }
+            Backend::Cluster(cluster) => {
+                let (pushes, receiver) = tokio::sync::mpsc::unbounded_channel();
+                let conn = (cluster.builder)()
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(pushes)
+                    .build()?
+                    .get_async_connection()
+                    .await?;
+                Ok((
+                    SubscriberSink::Sharded(conn),
+                    SubscriberStream::Sharded(receiver),
+                ))
+            }
         }
     }
 
     /// Splits work on many keys into batches that one script call may carry: at most
-    /// `max` items each (on a cluster, also only items whose `key` is in one hash slot: a
+    /// `max` items each and, on a cluster, only items whose `key` is in one hash slot (a
     /// script may not touch two slots).
     pub(crate) fn batches<T>(
         &self,
@@ -52,32 +329,127 @@ impl Backend {
         key: impl Fn(&T) -> &str,
         max: usize,
     ) -> Vec<Vec<T>> {
-        match self {
-            Backend::SingleNode { .. } => {
+        let max = max.max(1);
+        let mut groups: Vec<(u16, Vec<T>)> = Vec::new();
+        for item in items {
+            let group = match self {
+                Backend::Cluster(_) => hash_slot(key(&item)),
                 // One node holds every slot: keys do not split batches.
-                let _ = key;
-                let mut batches = Vec::with_capacity(items.len().div_ceil(max.max(1)));
-                let mut items = items.into_iter().peekable();
-                while items.peek().is_some() {
-                    batches.push(items.by_ref().take(max.max(1)).collect());
-                }
-                batches
+                _ => 0,
+            };
+            match groups
+                .iter_mut()
+                .rev()
+                .find(|(slot, batch)| *slot == group && batch.len() < max)
+            {
+                Some((_, batch)) => batch.push(item),
+                None => groups.push((group, vec![item])),
             }
         }
+        groups.into_iter().map(|(_, batch)| batch).collect()
     }
+}
+
+impl Sentinel {
+    /// Looks for a new master when `err` may mean a failover. A READONLY reply means the
+    /// master we write to was demoted: reported as a dropped connection, so waiters retry
+    /// (on the new master, once found) instead of failing for good.
+    fn after_error(self: &Arc<Self>, err: redis::RedisError) -> redis::RedisError {
+        self.check_master(&err);
+        if is_readonly(&err) {
+            return redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the master was demoted to a replica (READONLY); following the failover",
+            ));
+        }
+        err
+    }
+
+    /// After a request failed in a way a failover explains (the master unreachable, or a
+    /// replica now: READONLY), asks the sentinels for the master in the background and
+    /// switches to it when it changed. One lookup at a time.
+    fn check_master(self: &Arc<Self>, err: &redis::RedisError) {
+        let failover_sign = err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_io_error()
+            || err.is_timeout()
+            || is_readonly(err);
+        if !failover_sign || self.resolving.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let sentinel = self.clone();
+        tokio::spawn(async move {
+            let found = sentinel.sentinels.lock().await.async_get_client().await;
+            match found {
+                Ok(client) => {
+                    let current = sentinel
+                        .master
+                        .read()
+                        .unwrap()
+                        .client
+                        .get_connection_info()
+                        .addr()
+                        .clone();
+                    if *client.get_connection_info().addr() != current {
+                        match ConnectionManager::new_with_config(
+                            client.clone(),
+                            sentinel.config.clone(),
+                        )
+                        .await
+                        {
+                            Ok(conn) => {
+                                tracing::warn!(
+                                    master = %client.get_connection_info().addr(),
+                                    "the sentinels name a new master; following it"
+                                );
+                                *sentinel.master.write().unwrap() = SentinelMaster {
+                                    client,
+                                    conn,
+                                    acknowledged: Arc::default(),
+                                };
+                            }
+                            Err(err) => {
+                                tracing::debug!(error = %err, "the new master does not answer yet")
+                            }
+                        }
+                    }
+                }
+                Err(err) => tracing::debug!(error = %err, "no sentinel named the master"),
+            }
+            // Not more than a few lookups a second while the failover is under way.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            sentinel.resolving.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// A write refused by a replica (also when raised inside a script).
+fn is_readonly(err: &redis::RedisError) -> bool {
+    err.code() == Some("READONLY") || err.to_string().contains("READONLY")
 }
 
 /// A request handle of a [`Backend`]; `query_async` and script invocations take it like
 /// any redis connection.
 #[derive(Clone)]
 pub(crate) enum Connection {
-    SingleNode(ConnectionManager),
+    Plain(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel {
+        conn: ConnectionManager,
+        sentinel: Arc<Sentinel>,
+    },
 }
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Connection::SingleNode(conn) => conn.req_packed_command(cmd),
+            Connection::Plain(conn) => conn.req_packed_command(cmd),
+            Connection::Cluster(conn) => conn.req_packed_command(cmd),
+            Connection::Sentinel { conn, sentinel } => Box::pin(async move {
+                conn.req_packed_command(cmd)
+                    .await
+                    .map_err(|err| sentinel.after_error(err))
+            }),
         }
     }
 
@@ -88,13 +460,104 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Connection::SingleNode(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Plain(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Sentinel { conn, sentinel } => Box::pin(async move {
+                conn.req_packed_commands(pipeline, offset, count)
+                    .await
+                    .map_err(|err| sentinel.after_error(err))
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Connection::SingleNode(conn) => conn.get_db(),
+            Connection::Plain(conn) | Connection::Sentinel { conn, .. } => conn.get_db(),
+            Connection::Cluster(_) => 0,
+        }
+    }
+}
+
+/// Where the notifier sends (un)subscriptions.
+pub(crate) enum SubscriberSink {
+    Plain(redis::aio::PubSubSink),
+    Sharded(ClusterConnection),
+}
+
+impl SubscriberSink {
+    pub(crate) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            SubscriberSink::Plain(sink) => sink.subscribe(channel).await,
+            SubscriberSink::Sharded(conn) => conn.ssubscribe(channel).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            SubscriberSink::Plain(sink) => sink.unsubscribe(channel).await,
+            SubscriberSink::Sharded(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+
+    /// True when one channel's failure says nothing about the others (each shard is
+    /// its own connection, restored by the redis crate).
+    pub(crate) fn is_sharded(&self) -> bool {
+        matches!(self, SubscriberSink::Sharded(_))
+    }
+}
+
+/// What the subscriber hears.
+pub(crate) enum Heard {
+    /// A release announced on `channel`.
+    Message { channel: String, payload: Vec<u8> },
+    /// The server ended our subscription to `channel` (its slot moved to another shard).
+    Dropped(String),
+    /// A shard's connection dropped (the redis crate reconnects and resubscribes):
+    /// releases may have been missed.
+    Interrupted,
+}
+
+/// Where the notifier hears releases.
+pub(crate) enum SubscriberStream {
+    Plain(std::pin::Pin<Box<redis::aio::PubSubStream>>),
+    Sharded(tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>),
+}
+
+impl SubscriberStream {
+    /// The next thing heard; `None` when the connection ended.
+    pub(crate) async fn next(&mut self) -> Option<Heard> {
+        match self {
+            SubscriberStream::Plain(stream) => stream.next().await.map(|message| Heard::Message {
+                channel: message.get_channel_name().to_string(),
+                payload: message.get_payload_bytes().to_vec(),
+            }),
+            SubscriberStream::Sharded(pushes) => loop {
+                let push = pushes.recv().await?;
+                let text = |index: usize| match push.data.get(index) {
+                    Some(Value::BulkString(bytes)) => Some(bytes.clone()),
+                    _ => None,
+                };
+                match push.kind {
+                    PushKind::SMessage | PushKind::Message => {
+                        if let (Some(channel), Some(payload)) = (text(0), text(1)) {
+                            return Some(Heard::Message {
+                                channel: String::from_utf8_lossy(&channel).into_owned(),
+                                payload,
+                            });
+                        }
+                    }
+                    PushKind::SUnsubscribe => {
+                        if let Some(channel) = text(0) {
+                            return Some(Heard::Dropped(
+                                String::from_utf8_lossy(&channel).into_owned(),
+                            ));
+                        }
+                    }
+                    PushKind::Disconnection => return Some(Heard::Interrupted),
+                    // Subscription confirmations (also the redis crate's resubscriptions).
+                    _ => {}
+                }
+            },
         }
     }
 }
@@ -103,15 +566,20 @@ impl ConnectionLike for Connection {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn batches_hold_at_most_max_items_in_order() {
+    fn offline() -> Backend {
         // A client that never connects: batching needs no server.
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        let config = redis::aio::ConnectionManagerConfig::new().set_number_of_retries(0);
-        let Ok(conn) = ConnectionManager::new_lazy_with_config(client.clone(), config) else {
+        let config = ConnectionManagerConfig::new().set_number_of_retries(0);
+        let Ok(conn) = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+        else {
             panic!("a lazy connection manager needs no server");
         };
-        let backend = Backend::single_node(conn, client);
+        Backend::single_node(conn, client, config)
+    }
+
+    #[tokio::test]
+    async fn batches_hold_at_most_max_items_in_order() {
+        let backend = offline();
         let batches = backend.batches((0..450).collect::<Vec<_>>(), |_| "k", 200);
         let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
         assert_eq!(sizes, [200, 200, 50]);

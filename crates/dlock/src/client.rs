@@ -55,6 +55,9 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<ClientInner>,
+    /// This handle's writes wait for replicas: they go over the backend's connection for
+    /// acknowledged writes (the handle of a lock with [`LockOptions::replicas`]).
+    acknowledged: bool,
 }
 
 pub(crate) struct ClientInner {
@@ -126,12 +129,27 @@ struct TrackedHold {
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     url: String,
+    topology: Topology,
     prefix: String,
     connect_timeout: Duration,
     response_timeout: Duration,
     tls_root: Option<Vec<u8>>,
     tls_client: Option<(Vec<u8>, Vec<u8>)>,
     holder_label: Option<String>,
+}
+
+/// Which Redis deployment a [`ClientBuilder`] connects to.
+#[derive(Debug, Clone)]
+enum Topology {
+    /// The one server of the builder's URL.
+    SingleNode,
+    /// A Redis Cluster, found through these seed nodes.
+    Cluster(Vec<String>),
+    /// The master the sentinels name for `service`.
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+    },
 }
 
 /// Longest holder label accepted ([`ClientBuilder::holder_label`]).
@@ -221,29 +239,6 @@ impl ClientBuilder {
         // rustls needs a process-wide crypto provider; another part of the program may
         // have installed one already, which is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let opened = if self.tls_root.is_some() || self.tls_client.is_some() {
-            redis::Client::build_with_tls(
-                self.url.as_str(),
-                redis::TlsCertificates {
-                    client_tls: self
-                        .tls_client
-                        .clone()
-                        .map(|(cert, key)| redis::ClientTlsConfig {
-                            client_cert: cert,
-                            client_key: key,
-                        }),
-                    root_cert: self.tls_root.clone(),
-                },
-            )
-        } else {
-            redis::Client::open(self.url.as_str())
-        };
-        let redis = opened.map_err(|e| {
-            Error::InvalidArgument(format!(
-                "Redis URL {:?} is not valid ({e}); expected redis://[user:password@]host[:port][/db] or rediss://...",
-                redact(&self.url)
-            ))
-        })?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
@@ -251,36 +246,16 @@ impl ClientBuilder {
             // itself, so one quick retry here keeps failures prompt.
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
-        let tls = self.url.starts_with("rediss://");
-        if tls {
-            refuse_plain_port(&redis, &self.url, self.connect_timeout).await?;
-        }
-        let budget = self.connect_timeout;
-        let connect = ConnectionManager::new_with_config(redis.clone(), config);
-        let conn = match tokio::time::timeout(budget, connect).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(err)) => return Err(connect_error(&self.url, tls, err)),
-            Err(_) => {
-                return Err(Error::Connection(redis::RedisError::from(
-                    std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!(
-                            "no connection to {} within {}{}",
-                            redact(&self.url),
-                            crate::humane(budget),
-                            if tls {
-                                " (a TLS handshake that never completes: is the server serving TLS on this port?)"
-                            } else {
-                                ""
-                            }
-                        ),
-                    ),
-                )))
+        let backend = match &self.topology {
+            Topology::SingleNode => self.connect_single_node(config).await?,
+            Topology::Cluster(seeds) => self.connect_cluster(seeds).await?,
+            Topology::Sentinel { sentinels, service } => {
+                self.connect_sentinel(sentinels, service, config).await?
             }
         };
         let client = Client {
             inner: Arc::new(ClientInner {
-                backend: Backend::single_node(conn, redis),
+                backend,
                 prefix: self.prefix,
                 connect_timeout: self.connect_timeout,
                 runtime: tokio::runtime::Handle::current(),
@@ -293,9 +268,174 @@ impl ClientBuilder {
                 holder_label: self.holder_label,
                 response_timeout: self.response_timeout,
             }),
+            acknowledged: false,
         };
         client.check_server().await?;
         Ok(client)
+    }
+
+    fn tls_certificates(&self) -> Option<redis::TlsCertificates> {
+        (self.tls_root.is_some() || self.tls_client.is_some()).then(|| redis::TlsCertificates {
+            client_tls: self
+                .tls_client
+                .clone()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert,
+                    client_key: key,
+                }),
+            root_cert: self.tls_root.clone(),
+        })
+    }
+
+    /// Opens a `redis::Client` for one URL, with the builder's TLS certificates.
+    fn open(&self, url: &str) -> Result<redis::Client> {
+        let opened = match self.tls_certificates() {
+            Some(certificates) => redis::Client::build_with_tls(url, certificates),
+            None => redis::Client::open(url),
+        };
+        opened.map_err(|e| {
+            Error::InvalidArgument(format!(
+                "Redis URL {:?} is not valid ({e}); expected redis://[user:password@]host[:port][/db] or rediss://...",
+                redact(url)
+            ))
+        })
+    }
+
+    /// Bounds a connection attempt by the connect timeout, with the errors named.
+    async fn within_budget<T>(
+        &self,
+        what: &str,
+        tls: bool,
+        connect: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        let budget = self.connect_timeout;
+        match tokio::time::timeout(budget, connect).await {
+            Ok(Ok(connected)) => Ok(connected),
+            Ok(Err(err)) => Err(connect_error(what, tls, err)),
+            Err(_) => Err(Error::Connection(redis::RedisError::from(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no connection to {what} within {}{}",
+                        crate::humane(budget),
+                        if tls {
+                            " (a TLS handshake that never completes: is the server serving TLS on this port?)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ),
+            ))),
+        }
+    }
+
+    async fn connect_single_node(&self, config: ConnectionManagerConfig) -> Result<Backend> {
+        let redis = self.open(&self.url)?;
+        let tls = self.url.starts_with("rediss://");
+        if tls {
+            refuse_plain_port(&redis, &self.url, self.connect_timeout).await?;
+        }
+        let connect = ConnectionManager::new_with_config(redis.clone(), config.clone());
+        let conn = self.within_budget(&redact(&self.url), tls, connect).await?;
+        Ok(Backend::single_node(conn, redis, config))
+    }
+
+    async fn connect_cluster(&self, seeds: &[String]) -> Result<Backend> {
+        if seeds.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a cluster needs at least one seed node URL".into(),
+            ));
+        }
+        for seed in seeds {
+            self.open(seed)?;
+        }
+        let tls = seeds.iter().any(|seed| seed.starts_with("rediss://"));
+        let described = format!("the cluster at {}", describe_urls(seeds));
+        let (seeds, certificates) = (seeds.to_vec(), self.tls_certificates());
+        let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
+        let builder: crate::backend::ClusterBuilder = Arc::new(move || {
+            let builder = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+                .connection_timeout(connect_timeout)
+                .response_timeout(response_timeout)
+                // MOVED/ASK and a failed node are retried with a short pause; a lock call
+                // that still fails retries by itself.
+                .retries(4)
+                .min_retry_wait(10)
+                .max_retry_wait(500);
+            match &certificates {
+                Some(certificates) => builder.certs(certificates.clone()),
+                None => builder,
+            }
+        });
+        self.within_budget(&described, tls, Backend::cluster(builder))
+            .await
+    }
+
+    async fn connect_sentinel(
+        &self,
+        sentinels: &[String],
+        service: &str,
+        config: ConnectionManagerConfig,
+    ) -> Result<Backend> {
+        use redis::IntoConnectionInfo;
+        if sentinels.is_empty() {
+            return Err(Error::InvalidArgument(
+                "Sentinel needs at least one sentinel URL".into(),
+            ));
+        }
+        if service.is_empty() || service.chars().any(char::is_whitespace) {
+            return Err(Error::InvalidArgument(format!(
+                "the Sentinel service name {service:?} must be a non-empty name without spaces (the name in `sentinel monitor <name> ...`)"
+            )));
+        }
+        let mut infos = Vec::new();
+        for url in sentinels {
+            self.open(url)?;
+            infos.push(url.as_str().into_connection_info().map_err(|e| {
+                Error::InvalidArgument(format!("Sentinel URL {:?} is not valid ({e})", redact(url)))
+            })?);
+        }
+        let addresses = infos.iter().map(|info| info.addr().clone());
+        let mut builder = redis::sentinel::SentinelClientBuilder::new(
+            addresses,
+            service,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| Error::InvalidArgument(format!("Sentinel settings: {e}")))?;
+        // The first URL's credentials and database serve both the sentinels and the
+        // master (documented on ClientBuilder::sentinel).
+        let first = infos[0].redis_settings();
+        if let Some(username) = first.username() {
+            builder = builder
+                .set_client_to_sentinel_username(username)
+                .set_client_to_redis_username(username);
+        }
+        if let Some(password) = first.password() {
+            builder = builder
+                .set_client_to_sentinel_password(password)
+                .set_client_to_redis_password(password);
+        }
+        builder = builder.set_client_to_redis_db(first.db());
+        let tls = sentinels.iter().any(|url| url.starts_with("rediss://"));
+        if tls {
+            builder = builder
+                .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
+                .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        }
+        if let Some(certificates) = self.tls_certificates() {
+            builder = builder
+                .set_client_to_sentinel_certificates(certificates.clone())
+                .set_client_to_redis_certificates(certificates);
+        }
+        let client = builder
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("Sentinel settings: {e}")))?;
+        let described = format!(
+            "the master of {service:?} named by the sentinels at {}",
+            describe_urls(sentinels)
+        );
+        self.within_budget(&described, tls, Backend::sentinel(client, config))
+            .await
     }
 }
 
@@ -311,6 +451,7 @@ impl Client {
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
             url: url.to_string(),
+            topology: Topology::SingleNode,
             prefix: String::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
@@ -318,6 +459,58 @@ impl Client {
             tls_client: None,
             holder_label: None,
         }
+    }
+
+    /// Starts configuring a client for a Redis Cluster, found through `seeds` (any of its
+    /// nodes; the rest are discovered). Requests are routed by slot and follow `MOVED` and
+    /// `ASK` during a resharding; release notifications travel over sharded pub/sub
+    /// (Redis 7 or newer). Every key of one lock, and its channels, share one slot.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlock::Result<()> {
+    /// let client = dlock::Client::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .connect()
+    ///     .await?;
+    /// let guard = client.mutex("nightly-report")?.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> ClientBuilder {
+        let seeds: Vec<String> = seeds.into_iter().map(Into::into).collect();
+        let mut builder = Client::builder(seeds.first().map_or("", String::as_str));
+        builder.topology = Topology::Cluster(seeds);
+        builder
+    }
+
+    /// Starts configuring a client for the master that the sentinels at `sentinels` name
+    /// for `service` (the name in `sentinel monitor <service> ...`). After a failover,
+    /// requests and the release subscriber follow the new master. The first URL's
+    /// username, password and database are used for the sentinels and the master alike.
+    ///
+    /// Replication is asynchronous: a grant the master acknowledged may be lost in a
+    /// failover, and the lock granted again. [`LockOptions::replicas`] narrows that hole.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlock::Result<()> {
+    /// let client = dlock::Client::sentinel_builder(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .connect()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_builder<S: Into<String>>(
+        sentinels: impl IntoIterator<Item = S>,
+        service: &str,
+    ) -> ClientBuilder {
+        let sentinels: Vec<String> = sentinels.into_iter().map(Into::into).collect();
+        let mut builder = Client::builder(sentinels.first().map_or("", String::as_str));
+        builder.topology = Topology::Sentinel {
+            sentinels,
+            service: service.to_string(),
+        };
+        builder
     }
 
     /// A mutex named `name` with default options (30 s lease renewed automatically,
@@ -446,6 +639,12 @@ impl Client {
         }
     }
 
+    /// How long one request may wait for Redis to answer
+    /// ([`ClientBuilder::response_timeout`]).
+    pub fn response_timeout(&self) -> Duration {
+        self.inner.response_timeout
+    }
+
     /// True once [`Client::shutdown`] was called.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
@@ -563,28 +762,52 @@ impl Client {
         }
     }
 
-    /// Checks the server version; warns when eviction could drop locks or fences.
+    /// Checks the server version (every master's, on a cluster); warns when eviction
+    /// could drop locks or fences.
     async fn check_server(&self) -> Result<()> {
-        let info: redis::RedisResult<String> =
-            redis::cmd("INFO").query_async(&mut self.conn()).await;
-        let info = match info {
-            Ok(info) => info,
+        let infos = match self
+            .inner
+            .backend
+            .on_every_master(&redis::cmd("INFO"))
+            .await
+        {
+            Ok(infos) => infos,
             Err(err) if err.code() == Some("NOPERM") => {
                 tracing::debug!("INFO is not permitted; the server version is not checked");
                 return Ok(());
             }
             Err(err) => return Err(Error::from_redis("INFO", err)),
         };
+        for info in infos {
+            let info: String = redis::from_redis_value(info)
+                .map_err(|e| Error::unexpected_reply(format!("INFO: {e}")))?;
+            self.check_info(&info)?;
+        }
+        Ok(())
+    }
+
+    fn check_info(&self, info: &str) -> Result<()> {
         let field = |name: &str| {
             info.lines()
                 .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
                 .map(str::trim)
         };
         if let Some(version) = field("redis_version") {
-            if too_old(version) {
+            let needed = match self.inner.backend.sharded_pubsub() {
+                // Sharded pub/sub (SPUBLISH/SSUBSCRIBE) came with Redis 7.
+                true => (7, 0),
+                false => MIN_REDIS_VERSION,
+            };
+            if older_than(version, needed) {
                 return Err(Error::Unsupported(format!(
-                    "the server runs Redis {version}; dlock needs Redis {}.{} or newer",
-                    MIN_REDIS_VERSION.0, MIN_REDIS_VERSION.1
+                    "the server runs Redis {version}; dlock needs Redis {}.{} or newer{}",
+                    needed.0,
+                    needed.1,
+                    if needed == MIN_REDIS_VERSION {
+                        ""
+                    } else {
+                        " on a cluster"
+                    }
                 )));
             }
         }
@@ -604,6 +827,48 @@ impl Client {
     /// A request handle of the client's backend, for commands the locks need.
     pub(crate) fn conn(&self) -> Connection {
         self.inner.backend.connection()
+    }
+
+    /// A handle of the same client whose writes go over the connection for acknowledged
+    /// writes, so a `WAIT` after them covers them.
+    pub(crate) fn acknowledging(&self) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            acknowledged: true,
+        }
+    }
+
+    /// The connection this handle writes on (see [`Client::acknowledging`]).
+    pub(crate) async fn write_connection(&self) -> redis::RedisResult<Connection> {
+        match self.acknowledged {
+            true => self.inner.backend.acknowledged().await,
+            false => Ok(self.conn()),
+        }
+    }
+
+    /// Waits until `replicas.count` replicas have this handle's writes so far on the
+    /// node of `key`; [`Error::NotReplicated`] when fewer acknowledge in time.
+    pub(crate) async fn confirm_replicated(
+        &self,
+        name: &str,
+        key: &str,
+        replicas: crate::options::Replicas,
+    ) -> Result<()> {
+        let acknowledged = self
+            .inner
+            .backend
+            .wait_for_replicas(key, replicas.count, replicas.timeout)
+            .await
+            .map_err(|err| Error::from_redis("WAIT", err))?;
+        if acknowledged < replicas.count {
+            crate::observe::not_replicated(name, replicas.count, acknowledged);
+            return Err(Error::NotReplicated {
+                name: name.to_string(),
+                wanted: replicas.count,
+                acknowledged,
+            });
+        }
+        Ok(())
     }
 
     /// The shared renewal scheduler, started on first use.
@@ -626,10 +891,10 @@ impl Client {
     }
 }
 
-/// True when a `redis_version` is older than [`MIN_REDIS_VERSION`].
-fn too_old(version: &str) -> bool {
+/// True when a `redis_version` is older than `needed` (major, minor).
+fn older_than(version: &str, needed: (u32, u32)) -> bool {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < MIN_REDIS_VERSION
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < needed
 }
 
 /// Rejects a PEM file without certificates before any connection is tried.
@@ -715,6 +980,14 @@ impl std::fmt::Debug for Client {
 
 /// The URL with any password replaced, for error messages: `user:password@` and the
 /// `pass=` / `password=` query parameters of unix-socket URLs.
+/// Several URLs for a message, passwords hidden.
+fn describe_urls(urls: &[String]) -> String {
+    urls.iter()
+        .map(|url| redact(url))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn redact(url: &str) -> String {
     let url = redact_userinfo(url);
     match url.split_once('?') {
@@ -755,10 +1028,10 @@ mod tests {
     #[test]
     fn versions_before_6_2_are_too_old() {
         for old in ["5.0.14", "6.0.20", "6.1.9", "2.8"] {
-            assert!(super::too_old(old), "{old}");
+            assert!(super::older_than(old, super::MIN_REDIS_VERSION), "{old}");
         }
         for new in ["6.2.0", "7.0.15", "7.4.2", "10.0.0"] {
-            assert!(!super::too_old(new), "{new}");
+            assert!(!super::older_than(new, super::MIN_REDIS_VERSION), "{new}");
         }
     }
 

@@ -74,6 +74,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// Fewer replicas than asked ([`LockOptions::replicas`](crate::LockOptions::replicas))
+    /// acknowledged a grant or extend in time. The grant was given back (an extend's
+    /// hold too); nothing is held.
+    #[error("lock {name:?}: only {acknowledged} of {wanted} replicas acknowledged the write in time; the lock was given back")]
+    NotReplicated {
+        /// The lock name.
+        name: String,
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that acknowledged.
+        acknowledged: u32,
+    },
+
     /// The server lacks something dlock needs (e.g. it is older than Redis 6.2).
     #[error("unsupported Redis server: {0}")]
     Unsupported(String),

@@ -56,15 +56,7 @@ impl<R: RawLock> Guard<R> {
         let options = raw.options();
         let cell = lease::new_cell(lease::valid_until(sent, options.ttl));
         let hold_id = raw.client().track_hold(&raw, &token, &cell)?;
-        let held = Held::start(
-            raw.client(),
-            &token,
-            sent,
-            raw.hold_key(),
-            options.ttl,
-            options.renewal,
-            cell,
-        );
+        let held = Held::start(raw.client(), &token, sent, raw.hold_key(), options, cell);
         Some(Guard {
             raw,
             token,
@@ -149,7 +141,14 @@ impl<R: RawLock> Guard<R> {
         // No renewal round may interleave: the later reply must be the lease Redis has.
         let paused = self.held.pause_renewal().await;
         let sent = Instant::now();
-        extend_hold(&self.raw, &self.token, ttl).await?;
+        let extended = extend_hold(&self.raw, &self.token, ttl).await;
+        if let Err(Error::NotReplicated { .. }) = &extended {
+            // extend_hold gave the hold back.
+            if lease::declare_lost(&self.held.cell, LostReason::Released) {
+                crate::observe::lost(self.raw.hold_key().0, LostReason::Released);
+            }
+        }
+        extended?;
         self.held.extended(sent, ttl);
         drop(paused);
         Ok(())
@@ -247,7 +246,21 @@ pub(crate) async fn extend_hold<R: RawLock>(raw: &R, token: &str, ttl: Duration)
         .run(raw.client())
         .await?;
     match outcome.as_slice() {
-        [1] => Ok(()),
+        [1] => match raw.options().replicas {
+            None => Ok(()),
+            Some(replicas) => {
+                let confirmed = raw
+                    .client()
+                    .confirm_replicated(raw.name(), key, replicas)
+                    .await;
+                if confirmed.is_err() {
+                    // An extend the replicas may not have: give the hold back rather than
+                    // keep one a failover could hand to someone else.
+                    let _ = raw.release(token).await;
+                }
+                confirmed
+            }
+        },
         [0] => Err(Error::Lost {
             name: raw.name().to_string(),
         }),

@@ -99,33 +99,35 @@ fn validate_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The Redis Cluster slot of a key (CRC16/XMODEM of the hashed part, mod 16384): the
+/// renewer groups its batches by it, since one script may not touch two slots.
+pub(crate) fn hash_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let part = match b.iter().position(|&c| c == b'{') {
+        Some(o) => match b[o + 1..].iter().position(|&c| c == b'}') {
+            Some(l) if l > 0 => &b[o + 1..o + 1 + l],
+            _ => b,
+        },
+        None => b,
+    };
+    let mut crc: u16 = 0;
+    for &byte in part {
+        crc ^= (byte as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
+    use super::hash_slot as slot;
     use super::*;
-
-    /// The Redis Cluster slot of a key (CRC16/XMODEM of the hashed part, mod 16384).
-    fn slot(key: &str) -> u16 {
-        let b = key.as_bytes();
-        let part = match b.iter().position(|&c| c == b'{') {
-            Some(o) => match b[o + 1..].iter().position(|&c| c == b'}') {
-                Some(l) if l > 0 => &b[o + 1..o + 1 + l],
-                _ => b,
-            },
-            None => b,
-        };
-        let mut crc: u16 = 0;
-        for &byte in part {
-            crc ^= (byte as u16) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc % 16384
-    }
 
     #[test]
     fn crc16_matches_redis_reference_value() {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::options::Renewal;
+use crate::options::{LockOptions, Renewal};
 use crate::raw::HoldKind;
 use crate::renew::{Registration, RenewalSpec};
 
@@ -53,18 +53,18 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// Starts holding `token`'s lease of `ttl` at `key`, granted by a request sent at
-    /// `sent`, renewed per `renewal`.
+    /// Starts holding `token`'s lease at `key`, granted by a request sent at `sent`, with
+    /// the lease, renewal and replica acknowledgement of `options`.
     pub fn start(
         client: &Client,
         token: &str,
         sent: Instant,
         (key, kind): (&str, HoldKind),
-        ttl: Duration,
-        renewal: Renewal,
+        options: &LockOptions,
         cell: LeaseCell,
     ) -> Held {
-        let registration = match renewal {
+        let (ttl, replicas) = (options.ttl, options.replicas);
+        let registration = match options.renewal {
             Renewal::Manual => None,
             Renewal::Auto { max_hold } => Some(client.renewer().register(
                 RenewalSpec {
@@ -74,6 +74,7 @@ impl Held {
                     ttl,
                     // A cap too large to represent is no cap.
                     hold_until: max_hold.and_then(|cap| sent.checked_add(cap)),
+                    replicas,
                     cell: cell.clone(),
                 },
                 sent,

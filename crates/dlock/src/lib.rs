@@ -70,7 +70,9 @@ pub use inspect::{Holder, LockInfo, LockKind};
 pub use keys::{check_name, MAX_NAME_LEN};
 pub use lease::{drift_allowance, LostReason, LostSignal, MAX_TTL, MIN_TTL};
 pub use mutex::{Mutex, MutexGuard};
-pub use options::{LockOptions, Renewal, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF};
+pub use options::{
+    LockOptions, Renewal, Replicas, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF, MAX_REPLICAS,
+};
 pub use raw::RawLock;
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};

@@ -11,13 +11,12 @@
 //! falls back to jittered polling, and the task resubscribes everything on reconnect (and
 //! wakes everyone again, since releases may have been missed meanwhile).
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Heard, SubscriberSink};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 /// How long a waiter waits for Redis to confirm its subscription before polling instead.
@@ -211,11 +210,17 @@ enum Subscribed {
     Broken,
 }
 
-async fn subscribe(sink: &mut redis::aio::PubSubSink, channel: &str) -> Subscribed {
+async fn subscribe(sink: &mut SubscriberSink, channel: &str) -> Subscribed {
     match sink.subscribe(channel).await {
         Ok(()) => Subscribed::Yes,
         Err(err) if err.code().is_some() && !err.is_connection_dropped() => {
             tracing::debug!(channel, error = %err, "subscription refused; waiters on it poll");
+            Subscribed::Refused
+        }
+        // On a cluster one shard's failure leaves the others subscribed: this channel's
+        // waiters poll, and its next waiter tries again.
+        Err(err) if sink.is_sharded() => {
+            tracing::debug!(channel, error = %err, "sharded subscription failed; waiters on it poll");
             Subscribed::Refused
         }
         Err(_) => Subscribed::Broken,
@@ -250,14 +255,13 @@ async fn run_subscriber(
     let mut pause = FIRST_PAUSE;
     loop {
         let connection = tokio::time::timeout(connect_timeout, backend.subscriber()).await;
-        let Ok(Ok(pubsub)) = connection else {
+        let Ok(Ok((mut sink, mut stream))) = connection else {
             if !back_off(pause, &mut commands).await {
                 return;
             }
             pause = (pause * 2).min(Duration::from_secs(2));
             continue;
         };
-        let (mut sink, mut stream) = pubsub.split();
         let mut subscribed: HashSet<String> = HashSet::new();
         let wanted: Vec<String> = channels.entries.lock().unwrap().keys().cloned().collect();
         let mut healthy = true;
@@ -284,8 +288,25 @@ async fn run_subscriber(
 
         while healthy {
             tokio::select! {
-                message = stream.next() => match message {
-                    Some(message) => channels.deliver(message.get_channel_name(), message.get_payload_bytes()),
+                heard = stream.next() => match heard {
+                    Some(Heard::Message { channel, payload }) => channels.deliver(&channel, &payload),
+                    Some(Heard::Dropped(channel)) => {
+                        // The channel's slot moved to another shard: its waiters re-check
+                        // now, and the subscription follows the slot.
+                        subscribed.remove(&channel);
+                        channels.deliver(&channel, b"all");
+                        let wanted = channels.entries.lock().unwrap().contains_key(&channel);
+                        if wanted {
+                            let ok = matches!(subscribe(&mut sink, &channel).await, Subscribed::Yes);
+                            if ok {
+                                subscribed.insert(channel.clone());
+                            }
+                            channels.set_live(&channel, ok);
+                        }
+                    }
+                    // A shard reconnected (the redis crate resubscribes it): releases may
+                    // have been missed meanwhile.
+                    Some(Heard::Interrupted) => channels.wake_all(),
                     None => healthy = false,
                 },
                 command = commands.recv() => match command {

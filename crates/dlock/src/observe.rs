@@ -8,6 +8,7 @@
 //! | `dlock_timed_out_total` | `kind` | waits that used up their budget |
 //! | `dlock_lost_total` | `reason` | holds that may have been lost (`expired`, `taken`, `released`) |
 //! | `dlock_renew_failures_total` | | renewal calls that failed (retried until the deadline) |
+//! | `dlock_not_replicated_total` | | grants, extends and renewals too few replicas acknowledged |
 //! | `dlock_wait_seconds` | `kind` | time from the first attempt to the grant |
 //!
 //! Labels never carry lock names (unbounded cardinality); the events do.
@@ -77,4 +78,16 @@ pub(crate) fn renew_failed(key: &str, error: &dyn std::fmt::Display) {
 
 pub(crate) fn released(kind: &'static str, lock: &str) {
     tracing::debug!(lock, kind, "released");
+}
+
+/// Too few replicas acknowledged a write of a lock with `LockOptions::replicas`.
+pub(crate) fn not_replicated(lock: &str, wanted: u32, acknowledged: u32) {
+    tracing::warn!(
+        lock,
+        wanted,
+        acknowledged,
+        "too few replicas acknowledged the lock's write"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("dlock_not_replicated_total").increment(1);
 }

@@ -49,7 +49,23 @@ pub struct LockOptions {
     /// For callers that read every grant's fence. Every other kind always draws it with
     /// the grant.
     pub fence_at_grant: bool,
+    /// Replica acknowledgement of grants, extends and renewals (see
+    /// [`LockOptions::replicas`]); `None` (the default) trusts the master's reply alone.
+    pub replicas: Option<Replicas>,
 }
+
+/// How many replicas must acknowledge a lock's writes, and how long to wait for them
+/// (`WAIT count timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Replicas {
+    /// Replicas that must have the write.
+    pub count: u32,
+    /// How long to wait for them; must be shorter than the lease.
+    pub timeout: Duration,
+}
+
+/// Most replicas a lock may ask to acknowledge its writes.
+pub const MAX_REPLICAS: u32 = 64;
 
 /// Longest wait timeout accepted: a year.
 const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -69,6 +85,7 @@ impl Default for LockOptions {
             backoff: Backoff::default(),
             waiter_lease: DEFAULT_WAITER_LEASE,
             fence_at_grant: false,
+            replicas: None,
         }
     }
 }
@@ -120,6 +137,18 @@ impl LockOptions {
         self
     }
 
+    /// Waits, after every grant, extend and renewal, until `count` replicas have the write
+    /// (`WAIT count timeout` on the connection that wrote it; a connection of its own, so
+    /// the client's other requests do not wait behind it). Too few acknowledgements within
+    /// `timeout`: a grant or extend is given back and fails with
+    /// [`Error::NotReplicated`]; a renewal counts as failed (retried while the lease
+    /// lasts, then the lost signal fires). Narrows the hole a failover to a replica that
+    /// never received the grant opens; it does not close it (docs/safety.md).
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas { count, timeout });
+        self
+    }
+
     /// Sets the polling bounds.
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff = Backoff { min, max };
@@ -151,6 +180,21 @@ impl LockOptions {
                 return Err(Error::InvalidArgument(
                     "max_hold must be greater than zero".into(),
                 ));
+            }
+        }
+        if let Some(replicas) = self.replicas {
+            if replicas.count == 0 || replicas.count > MAX_REPLICAS {
+                return Err(Error::InvalidArgument(format!(
+                    "replicas {} is out of range; ask for 1 to {MAX_REPLICAS} replicas (or none, to trust the master alone)",
+                    replicas.count
+                )));
+            }
+            if replicas.timeout.is_zero() || replicas.timeout >= self.ttl {
+                return Err(Error::InvalidArgument(format!(
+                    "the replica timeout {} must be above zero and shorter than the lease {}: an acknowledgement after the lease is worthless",
+                    crate::humane(replicas.timeout),
+                    crate::humane(self.ttl)
+                )));
             }
         }
         if let Wait::Timeout(timeout) = self.wait {

@@ -23,6 +23,10 @@ pub trait RawLock: private::RawProtocol {}
 
 impl<T: private::RawProtocol> RawLock for T {}
 
+/// Room left between a `WAIT`'s timeout and the client's response timeout, for the round
+/// trip around the wait.
+const WAIT_MARGIN: Duration = Duration::from_millis(500);
+
 /// What every kind of lock knows about the named lock it acts on.
 #[derive(Debug, Clone)]
 pub struct LockCore {
@@ -37,6 +41,23 @@ impl LockCore {
     pub(crate) fn new(client: Client, name: &str, options: LockOptions) -> Result<LockCore> {
         options.validate()?;
         let keys = std::sync::Arc::new(LockKeys::new(client.prefix(), name)?);
+        // A lock whose writes wait for replicas writes on the connection `WAIT` runs on.
+        let client = match options.replicas {
+            Some(replicas) => {
+                let limit = client.response_timeout().saturating_sub(WAIT_MARGIN);
+                if replicas.timeout > limit {
+                    return Err(crate::Error::InvalidArgument(format!(
+                        "the replica timeout {} must be at most {} (the client's response timeout {} less {}), or the response timeout would cut the WAIT off; shorten it or raise ClientBuilder::response_timeout",
+                        crate::humane(replicas.timeout),
+                        crate::humane(limit),
+                        crate::humane(client.response_timeout()),
+                        crate::humane(WAIT_MARGIN)
+                    )));
+                }
+                client.acknowledging()
+            }
+            None => client,
+        };
         Ok(LockCore {
             client,
             keys,

@@ -2,13 +2,17 @@
 //! resent once over a dropped connection (every script is safe to run twice), with the
 //! server's refusals and DLOCKTYPE replies turned into typed errors in one place.
 
+use crate::backend::Backend;
 use crate::client::Client;
 use crate::error::{Error, Result};
 
-/// A script with the name its errors are reported under.
+/// A script with the name its errors are reported under, in two forms: announcing
+/// releases with `PUBLISH`, and with `SPUBLISH` for a cluster's sharded pub/sub (the
+/// channel is in the lock's slot, so the script may publish on it).
 pub(crate) struct LuaScript {
     name: &'static str,
-    script: redis::Script,
+    plain: redis::Script,
+    sharded: redis::Script,
 }
 
 /// Builds a `LazyLock<LuaScript>` from the shared prelude and the given files (paths
@@ -42,51 +46,72 @@ impl LuaScript {
     pub fn new(name: &'static str, code: &str) -> LuaScript {
         LuaScript {
             name,
-            script: redis::Script::new(code),
+            plain: redis::Script::new(code),
+            // Every announcement in the scripts is written `'PUBLISH'`.
+            sharded: redis::Script::new(&code.replace("'PUBLISH'", "'SPUBLISH'")),
         }
     }
 
-    /// A bare invocation, for callers that run it on a connection of their own (the
-    /// renewer).
-    pub fn invocation(&self) -> redis::ScriptInvocation<'_> {
-        self.script.prepare_invoke()
+    /// The form to run on `backend`.
+    pub fn for_backend(&self, backend: &Backend) -> &redis::Script {
+        match backend.sharded_pubsub() {
+            true => &self.sharded,
+            false => &self.plain,
+        }
     }
 
     /// Starts a call: add keys and arguments, then [`Call::run`].
     pub fn call(&self) -> Call<'_> {
         Call {
-            name: self.name,
-            invocation: self.script.prepare_invoke(),
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
         }
     }
 }
 
 /// One prepared script call.
 pub(crate) struct Call<'a> {
-    name: &'static str,
-    invocation: redis::ScriptInvocation<'a>,
+    script: &'a LuaScript,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
 }
 
 impl Call<'_> {
     pub fn key<T: redis::ToRedisArgs>(mut self, key: T) -> Self {
-        self.invocation.key(key);
+        key.write_redis_args(&mut self.keys);
         self
     }
 
     pub fn arg<T: redis::ToRedisArgs>(mut self, arg: T) -> Self {
-        self.invocation.arg(arg);
+        arg.write_redis_args(&mut self.args);
         self
+    }
+
+    /// The invocation for `backend`'s form of the script.
+    fn invocation(&self, backend: &Backend) -> redis::ScriptInvocation<'_> {
+        let mut invocation = self.script.for_backend(backend).prepare_invoke();
+        for key in &self.keys {
+            invocation.key(key.as_slice());
+        }
+        for arg in &self.args {
+            invocation.arg(arg.as_slice());
+        }
+        invocation
     }
 
     /// Runs the script. A request that met a dropped connection is sent once more on the
     /// reconnected one (every dlock script may run twice: acquires recognise their own
     /// token, releases and extends compare it); timeouts are not retried here.
     pub async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T> {
-        resent_once(self.name, || async {
-            self.invocation.invoke_async(&mut client.conn()).await
+        let invocation = self.invocation(&client.inner.backend);
+        resent_once(self.script.name, || async {
+            invocation
+                .invoke_async(&mut client.write_connection().await?)
+                .await
         })
         .await
-        .map_err(|err| script_error(self.name, err))
+        .map_err(|err| script_error(self.script.name, err))
     }
 }
 

@@ -155,6 +155,14 @@ async fn acquire_in_span<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> 
                 if let Some(watch) = watch.as_mut() {
                     watch.wake_used();
                 }
+                if let Some(replicas) = options.replicas {
+                    let key = raw.hold_key().0;
+                    if let Err(err) = client.confirm_replicated(raw.name(), key, replicas).await {
+                        // Never a silently unreplicated lock: the grant is given back.
+                        claim.unknown();
+                        break Err(err);
+                    }
+                }
                 match claim.into_guard(fence, holds, sent) {
                     Ok(guard) => {
                         observe::acquired(raw.kind_name(), raw.name(), attempts, started.elapsed());

@@ -254,7 +254,7 @@ impl Mutex {
             .arg("PX")
             .arg(ttl_ms);
         let granted: Option<redis::Value> = crate::script::resent_once("SET NX", || async {
-            set.query_async(&mut client.conn()).await
+            set.query_async(&mut client.write_connection().await?).await
         })
         .await
         .map_err(|err| Error::from_redis("SET NX", err))?;

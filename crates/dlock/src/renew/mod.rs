@@ -16,11 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::backend::Backend;
 use crate::lease::{self, LeaseCell, LostReason};
 use crate::observe;
+use crate::options::Replicas;
 use crate::raw::HoldKind;
 use crate::script::{lua_script, LuaScript};
 
@@ -30,6 +32,9 @@ pub(crate) static RENEW: LazyLock<LuaScript> =
 /// Most leases renewed by one script call (keeps each call short on the server).
 pub const BATCH: usize = 200;
 
+/// Renewal batches in flight at once (a cluster needs one per slot in use).
+const CONCURRENT_BATCHES: usize = 32;
+
 /// What the scheduler needs to renew one lease.
 pub(crate) struct RenewalSpec {
     pub key: String,
@@ -38,6 +43,8 @@ pub(crate) struct RenewalSpec {
     pub ttl: Duration,
     /// Stop renewing after this instant (a cap on the total hold time).
     pub hold_until: Option<Instant>,
+    /// Renewals must reach this many replicas (`LockOptions::replicas`).
+    pub replicas: Option<Replicas>,
     pub cell: LeaseCell,
 }
 
@@ -204,11 +211,62 @@ async fn run(backend: Backend, shared: Arc<Shared>, mut wakeups: mpsc::Unbounded
     }
 }
 
+/// A lease due for renewal.
+struct Due {
+    id: u64,
+    key: String,
+    kind: HoldKind,
+    token: String,
+    ttl: Duration,
+    replicas: Option<Replicas>,
+}
+
+/// Renews one batch (one slot on a cluster); with `replicas`, on the connection for
+/// acknowledged writes and then `WAIT`: a renewal the replicas do not have fails as a
+/// whole (retried while the leases last), since a failover would lose it.
+async fn renew_batch(
+    backend: &Backend,
+    chunk: &[Due],
+    replicas: Option<Replicas>,
+) -> redis::RedisResult<Vec<i64>> {
+    let mut invocation = RENEW.for_backend(backend).prepare_invoke();
+    for lease in chunk {
+        invocation
+            .key(&lease.key)
+            .arg(lease.kind.code())
+            .arg(&lease.token)
+            .arg(lease.ttl.as_millis() as u64);
+    }
+    let Some(replicas) = replicas else {
+        return invocation.invoke_async(&mut backend.connection()).await;
+    };
+    let reply: Vec<i64> = invocation
+        .invoke_async(&mut backend.acknowledged().await?)
+        .await?;
+    let Some(first) = chunk.first() else {
+        return Ok(reply);
+    };
+    let acknowledged = backend
+        .wait_for_replicas(&first.key, replicas.count, replicas.timeout)
+        .await?;
+    if acknowledged < replicas.count {
+        observe::not_replicated(&first.key, replicas.count, acknowledged);
+        return Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "only {acknowledged} of {} replicas acknowledged the renewal",
+                replicas.count
+            ),
+        )));
+    }
+    Ok(reply)
+}
+
 /// Renews every lease that is due now or within the next sixth of its TTL.
 async fn round(backend: &Backend, shared: &Shared) {
     let in_flight = shared.in_flight.lock().await;
     let now = Instant::now();
-    let due: Vec<(u64, String, HoldKind, String, Duration)> = {
+    let due: Vec<Due> = {
         let mut entries = shared.entries.lock().unwrap();
         entries.retain(|_, entry| {
             let state = entry.spec.cell.state();
@@ -231,31 +289,42 @@ async fn round(backend: &Backend, shared: &Shared) {
                 };
                 e.next_due <= now + early
             })
-            .map(|(id, e)| {
-                (
-                    *id,
-                    e.spec.key.clone(),
-                    e.spec.kind,
-                    e.spec.token.clone(),
-                    e.spec.ttl,
-                )
+            .map(|(id, e)| Due {
+                id: *id,
+                key: e.spec.key.clone(),
+                kind: e.spec.kind,
+                token: e.spec.token.clone(),
+                ttl: e.spec.ttl,
+                replicas: e.spec.replicas,
             })
             .collect()
     };
-    for chunk in backend.batches(due, |(_, key, ..)| key.as_str(), BATCH) {
-        let mut invocation = RENEW.invocation();
-        for (_, key, kind, token, ttl) in &chunk {
-            invocation
-                .key(key)
-                .arg(kind.code())
-                .arg(token)
-                .arg(ttl.as_millis() as u64);
-        }
+    // Leases whose renewals wait for replicas go in batches of their own, on the
+    // connection for acknowledged writes.
+    let mut groups: HashMap<Option<Replicas>, Vec<Due>> = HashMap::new();
+    for lease in due {
+        groups.entry(lease.replicas).or_default().push(lease);
+    }
+    // Batches run concurrently: on a cluster there is one per slot in use, and waiting for
+    // each in turn would make a round of many locks as slow as their number.
+    let batches = groups.into_iter().flat_map(|(replicas, leases)| {
+        backend
+            .batches(leases, |lease| lease.key.as_str(), BATCH)
+            .into_iter()
+            .map(move |batch| (replicas, batch))
+    });
+    let sends = batches.map(|(replicas, chunk)| async move {
         let sent = Instant::now();
-        let reply: redis::RedisResult<Vec<i64>> =
-            invocation.invoke_async(&mut backend.connection()).await;
+        let reply = renew_batch(backend, &chunk, replicas).await;
+        (chunk, sent, reply)
+    });
+    let replies = futures_util::stream::iter(sends)
+        .buffer_unordered(CONCURRENT_BATCHES)
+        .collect::<Vec<_>>()
+        .await;
+    for (chunk, sent, reply) in replies {
         let mut entries = shared.entries.lock().unwrap();
-        for (index, (id, _, _, _, ttl)) in chunk.iter().enumerate() {
+        for (index, Due { id, ttl, .. }) in chunk.iter().enumerate() {
             let Some(entry) = entries.get_mut(id) else {
                 continue; // unregistered meanwhile
             };

@@ -1,0 +1,272 @@
+//! Beyond one node with replicas: a Sentinel failover that lock operations and waiters
+//! follow, and opt-in replica acknowledgement (`LockOptions::replicas`).
+
+use std::time::{Duration, Instant};
+
+use dlock::{Client, Error, LockOptions, Wait};
+use dlock_testkit::{key_slot, MasterWithReplicas, RedisCluster, RedisServer, SentinelGroup};
+
+/// Waits until the replicas acknowledge a write on the master: a replica just synced may
+/// still be loading what it received, and acknowledges nothing until it is done.
+fn until_replicas_acknowledge(group: &MasterWithReplicas) {
+    until_acknowledged(group.master(), group.replicas().len(), "probe");
+}
+
+/// Waits until `replicas` replicas acknowledge a write of `probe` (a key `master` serves).
+fn until_acknowledged(master: &RedisServer, replicas: usize, probe: &str) {
+    let mut conn = master.connection();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let _: () = redis::cmd("SET")
+            .arg(probe)
+            .arg(1)
+            .query(&mut conn)
+            .unwrap();
+        let acknowledged: usize = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(1000)
+            .query(&mut conn)
+            .unwrap();
+        if acknowledged >= replicas {
+            let _: () = redis::cmd("DEL").arg(probe).query(&mut conn).unwrap();
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replicas never acknowledged a write"
+        );
+    }
+}
+
+fn fixed(ttl: Duration) -> LockOptions {
+    LockOptions::default()
+        .ttl(ttl)
+        .wait(Wait::Timeout(Duration::from_secs(60)))
+}
+
+/// Retries `attempt` until it succeeds or `within` passes (a failover under way).
+async fn eventually<T, F, Fut>(within: Duration, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = dlock::Result<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match attempt().await {
+            Ok(value) => return value,
+            Err(err) if Instant::now() < deadline => {
+                eprintln!("not yet: {err}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err) => panic!("still failing after {within:?}: {err}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_sentinel_failover_locks_and_wakeups_continue_on_the_new_master() {
+    let mut group = MasterWithReplicas::start(1);
+    let sentinels = SentinelGroup::start(group.master(), "locks", 3);
+    let connect = || Client::sentinel_builder(sentinels.urls(), "locks").connect();
+    let first = connect().await.unwrap();
+    let second = connect().await.unwrap();
+    let options = fixed(Duration::from_secs(20));
+    first
+        .mutex_with("before", options)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    // Subscribed before the failover: the subscriber must follow it.
+    let _ = second.mutex("warm-up").unwrap().try_lock().await;
+
+    let old_port = group.master().port();
+    group.master_mut().kill9();
+    let new_port = sentinels.wait_for_failover(old_port, Duration::from_secs(30));
+    assert_ne!(new_port, old_port);
+
+    // Lock operations continue against the new master.
+    let mutex = first.mutex_with("after", options).unwrap();
+    let guard = eventually(Duration::from_secs(20), || mutex.try_lock()).await;
+    let promoted = group
+        .by_port(new_port)
+        .expect("the promoted replica is ours");
+    let holder: Option<String> = promoted.cmd(&["GET", "after"]);
+    assert_eq!(
+        holder.as_deref(),
+        Some(guard.token()),
+        "the grant is on the new master"
+    );
+
+    // A waiter on the other client is woken by the release on the new master, though it
+    // would otherwise poll only at the end of the 20 s lease.
+    let waiting = second
+        .mutex_with(
+            "after",
+            options.backoff(Duration::from_secs(20), Duration::from_secs(20)),
+        )
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = eventually(Duration::from_secs(20), || waiting.lock()).await;
+        let got = Instant::now();
+        guard.unlock().await.unwrap();
+        got
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let got = waiter.await.unwrap();
+    let waited = got.saturating_duration_since(released);
+    assert!(
+        waited < Duration::from_secs(8),
+        "the waiter was not woken by the release on the new master (took {waited:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
+    let group = MasterWithReplicas::start(1);
+    until_replicas_acknowledge(&group);
+    let client = Client::connect(&group.master().url()).await.unwrap();
+    let acked = fixed(Duration::from_secs(10)).replicas(1, Duration::from_millis(300));
+
+    // Replica running: granted, and the replica has the grant.
+    let guard = client
+        .mutex_with("acked", acked)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let on_replica: Option<String> = group.replica(0).cmd(&["GET", "acked"]);
+    assert_eq!(on_replica.as_deref(), Some(guard.token()));
+    guard.unlock().await.unwrap();
+
+    // Every kind asks for the acknowledgement the same way.
+    let owner = dlock::Owner::new();
+    let rw = client.rwlock_with("acked-rw", acked).unwrap();
+    rw.try_read(&owner).await.unwrap().unlock().await.unwrap();
+    let semaphore = client.semaphore_with("acked-sem", 2, acked).unwrap();
+    semaphore
+        .try_acquire()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+
+    // Replica stopped: the acquire fails with the typed error and leaves no key.
+    group.replica(0).pause();
+    for fair in [false, true] {
+        let mutex = if fair {
+            client.fair_mutex_with("acked", acked).unwrap()
+        } else {
+            client.mutex_with("acked", acked).unwrap()
+        };
+        match mutex.try_lock().await {
+            Err(Error::NotReplicated {
+                wanted,
+                acknowledged,
+                ..
+            }) => assert_eq!((wanted, acknowledged), (1, 0)),
+            other => panic!("fair {fair}: expected NotReplicated, got {other:?}"),
+        }
+        let exists: i64 = group.master().cmd(&["EXISTS", "acked"]);
+        assert_eq!(
+            exists, 0,
+            "fair {fair}: an unreplicated grant was left behind"
+        );
+    }
+    // The client's other requests do not wait behind the WAIT.
+    let plain = client.mutex("unacked").unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let slow = fixed(Duration::from_secs(10)).replicas(1, Duration::from_secs(2));
+            client
+                .mutex_with("acked-slow", slow)
+                .unwrap()
+                .try_lock()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    plain.try_lock().await.unwrap().unlock().await.unwrap();
+    assert!(
+        !waiting.is_finished(),
+        "the plain request should have finished while the WAIT was still waiting"
+    );
+    assert!(matches!(
+        waiting.await.unwrap(),
+        Err(Error::NotReplicated { .. })
+    ));
+
+    // A WAIT the response timeout would cut off is refused up front.
+    match client.mutex_with(
+        "acked",
+        fixed(Duration::from_secs(10)).replicas(1, Duration::from_secs(5)),
+    ) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("response timeout"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+
+    // An extend the replica cannot acknowledge gives the hold back.
+    group.replica(0).resume();
+    until_replicas_acknowledge(&group);
+    let mut guard = client
+        .mutex_with("acked", acked)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    group.replica(0).pause();
+    assert!(matches!(
+        guard.extend(Duration::from_secs(10)).await,
+        Err(Error::NotReplicated { .. })
+    ));
+    assert!(
+        guard.lost_signal().lost().is_some(),
+        "the lost signal fired"
+    );
+    let exists: i64 = group.master().cmd(&["EXISTS", "acked"]);
+    assert_eq!(exists, 0, "the unreplicated extend left the lock held");
+    group.replica(0).resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_acknowledgement_on_a_cluster_waits_on_the_locks_own_shard() {
+    let cluster = RedisCluster::start(3, 1);
+    for (index, master) in cluster.masters().iter().enumerate() {
+        let probe = (0..)
+            .map(|i| format!("probe-{i}"))
+            .find(|key| cluster.master_for_slot(key_slot(key)) == index)
+            .unwrap();
+        until_acknowledged(master, 1, &probe);
+    }
+    let client = Client::cluster_builder(cluster.urls())
+        .connect()
+        .await
+        .unwrap();
+    let acked = LockOptions::default()
+        .renewed(Duration::from_millis(1500))
+        .replicas(1, Duration::from_millis(500));
+    let mut guards = Vec::new();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        guards.push(
+            client
+                .mutex_with(name, acked)
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap(),
+        );
+    }
+    // Renewals are acknowledged too: the locks outlive their lease.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    for guard in guards {
+        assert!(guard.lost_signal().lost().is_none());
+        guard.unlock().await.unwrap();
+    }
+}
