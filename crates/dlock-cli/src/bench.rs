@@ -1,5 +1,7 @@
 //! `dlock bench`: the performance scenarios, each reported beside a raw baseline measured
-//! in the same run against the same server. The throughput scenarios (seq; par,
+//! in the same run against the same server (on a cluster, through a cluster connection
+//! routed like dlock's, its server-side figures summed over the masters; through
+//! Sentinel, on the master the sentinels name). The throughput scenarios (seq; par,
 //! par_fenced and rwlock_read) take turns with their baseline in short alternating slices,
 //! so a machine whose speed drifts mid-run skews no ratio (see `interleaved`).
 //!
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use dlock::{Client, LockOptions, Owner, Wait};
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionLike, ConnectionManager};
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -43,7 +45,7 @@ pub struct BenchArgs {
     #[arg(long)]
     json: bool,
     /// Start a private redis-server on a free loopback port for the run (and stop it
-    /// after), instead of using --redis
+    /// after), instead of using --redis. Not with --cluster or --sentinel
     #[arg(long)]
     pub spawn: bool,
     /// A short run, under a minute: 300ms per throughput scenario, 1000 renewed locks,
@@ -138,9 +140,201 @@ impl Row {
     }
 }
 
-pub async fn bench(client: &Client, url: &str, args: BenchArgs) -> dlock::Result<i32> {
-    let raw_client = redis::Client::open(url).map_err(dlock::Error::from)?;
-    let raw = raw_client.get_connection_manager().await?;
+/// The deployment dlock's client talks to, for the raw baseline to talk to the same.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// One server (`--redis`, or `--spawn`'s).
+    SingleNode(String),
+    /// A Redis Cluster, by its seed nodes (`--cluster`).
+    Cluster(Vec<String>),
+    /// The master the sentinels name for the service (`--sentinel`, `--service`).
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+    },
+}
+
+/// The raw baseline's connection, to the deployment dlock's client uses: the server, the
+/// cluster (requests routed by slot, like dlock's), or the master the sentinels name.
+#[derive(Clone)]
+enum Raw {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Raw {
+    async fn connect(target: &Target) -> redis::RedisResult<Raw> {
+        match target {
+            Target::SingleNode(url) => Ok(Raw::Single(
+                redis::Client::open(url.as_str())?
+                    .get_connection_manager()
+                    .await?,
+            )),
+            Target::Cluster(seeds) => Ok(Raw::Cluster(
+                redis::cluster::ClusterClient::new(seeds.clone())?
+                    .get_async_connection()
+                    .await?,
+            )),
+            Target::Sentinel { sentinels, service } => {
+                let client = sentinel_master(sentinels, service).await?;
+                Ok(Raw::Single(client.get_connection_manager().await?))
+            }
+        }
+    }
+
+    /// `INFO section` of every master (the one server or master, or each of a cluster's).
+    async fn info(&self, section: &str) -> dlock::Result<Vec<String>> {
+        let mut info = redis::cmd("INFO");
+        info.arg(section);
+        match self {
+            Raw::Single(conn) => Ok(vec![info.query_async(&mut conn.clone()).await?]),
+            Raw::Cluster(conn) => {
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let reply = conn.clone().route_command(info, routing).await?;
+                let replies = match reply {
+                    redis::Value::Map(pairs) => pairs.into_iter().map(|(_, value)| value).collect(),
+                    redis::Value::Array(values) => values,
+                    other => vec![other],
+                };
+                Ok(replies
+                    .into_iter()
+                    .map(|reply| redis::from_redis_value(reply).map_err(redis::RedisError::from))
+                    .collect::<redis::RedisResult<_>>()?)
+            }
+        }
+    }
+
+    /// One handle per master (the one server, or each master of a cluster), for commands
+    /// without a key such as `SCAN`.
+    async fn masters(&self) -> dlock::Result<Vec<MasterConn>> {
+        match self {
+            Raw::Single(conn) => Ok(vec![MasterConn::Single(conn.clone())]),
+            Raw::Cluster(conn) => {
+                let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut conn.clone())
+                    .await?;
+                let mut masters: Vec<(String, u16)> = Vec::new();
+                for range in slots {
+                    let redis::Value::Array(parts) = range else {
+                        continue;
+                    };
+                    let Some(redis::Value::Array(master)) = parts.get(2) else {
+                        continue;
+                    };
+                    let (Some(host), Some(redis::Value::Int(port))) =
+                        (master.first(), master.get(1))
+                    else {
+                        continue;
+                    };
+                    let host: String =
+                        redis::from_redis_value(host.clone()).map_err(redis::RedisError::from)?;
+                    let address = (host, *port as u16);
+                    if !masters.contains(&address) {
+                        masters.push(address);
+                    }
+                }
+                Ok(masters
+                    .into_iter()
+                    .map(|address| MasterConn::Cluster(conn.clone(), address))
+                    .collect())
+            }
+        }
+    }
+}
+
+/// A way to send key-less commands to one master.
+enum MasterConn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection, (String, u16)),
+}
+
+impl MasterConn {
+    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> dlock::Result<T> {
+        match self {
+            MasterConn::Single(conn) => Ok(cmd.query_async(conn).await?),
+            MasterConn::Cluster(conn, (host, port)) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                let reply = conn.route_command(cmd.clone(), routing).await?;
+                Ok(redis::from_redis_value(reply).map_err(redis::RedisError::from)?)
+            }
+        }
+    }
+}
+
+impl ConnectionLike for Raw {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Raw::Single(conn) => conn.req_packed_command(cmd),
+            Raw::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Raw::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Raw::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Raw::Single(conn) => conn.get_db(),
+            Raw::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// A client of the master the sentinels name for `service`, with the credentials and
+/// database of the first sentinel URL, as dlock's client does.
+async fn sentinel_master(sentinels: &[String], service: &str) -> redis::RedisResult<redis::Client> {
+    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+    use redis::IntoConnectionInfo;
+    let infos = sentinels
+        .iter()
+        .map(|url| url.as_str().into_connection_info())
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    let mut builder = SentinelClientBuilder::new(
+        infos.iter().map(|info| info.addr().clone()),
+        service,
+        SentinelServerType::Master,
+    )?;
+    if let Some(first) = infos.first().map(|info| info.redis_settings()) {
+        if let Some(username) = first.username() {
+            builder = builder
+                .set_client_to_sentinel_username(username)
+                .set_client_to_redis_username(username);
+        }
+        if let Some(password) = first.password() {
+            builder = builder
+                .set_client_to_sentinel_password(password)
+                .set_client_to_redis_password(password);
+        }
+        builder = builder.set_client_to_redis_db(first.db());
+    }
+    if sentinels.iter().any(|url| url.starts_with("rediss://")) {
+        builder = builder
+            .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
+            .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+    }
+    builder.build()?.async_get_client().await
+}
+
+pub async fn bench(client: &Client, target: &Target, args: BenchArgs) -> dlock::Result<i32> {
+    let raw = Raw::connect(target).await?;
     let (duration, renew_locks, herd_waiters) = if args.quick {
         (Duration::from_millis(300), args.renew_locks.min(1_000), 64)
     } else {
@@ -337,12 +531,12 @@ impl Interrupts {
 /// locks) runs either way, where dying on the signal would skip it.
 pub async fn bench_until_signal(
     client: &Client,
-    url: &str,
+    target: &Target,
     args: BenchArgs,
     mut signals: Interrupts,
 ) -> dlock::Result<i32> {
     let number = tokio::select! {
-        outcome = bench(client, url, args) => return outcome,
+        outcome = bench(client, target, args) => return outcome,
         _ = signals.interrupt.recv() => libc::SIGINT,
         _ = signals.terminate.recv() => libc::SIGTERM,
         _ = signals.hangup.recv() => libc::SIGHUP,
@@ -353,34 +547,42 @@ pub async fn bench_until_signal(
 
 /// Deletes every key matching the glob patterns (their literal parts escaped by the
 /// caller's choice of prefix: a bench prefix has no glob characters of its own).
-async fn remove_keys(raw: &ConnectionManager, patterns: &[String]) -> dlock::Result<()> {
-    let mut conn = raw.clone();
-    for pattern in patterns {
-        let escaped: String = pattern
-            .char_indices()
-            .flat_map(|(i, c)| {
-                let literal =
-                    matches!(c, '?' | '[' | ']' | '\\') || (c == '*' && i + 1 < pattern.len());
-                literal.then_some('\\').into_iter().chain([c])
-            })
-            .collect();
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&escaped)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            if !keys.is_empty() {
-                let _: i64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await?;
+async fn remove_keys(raw: &Raw, patterns: &[String]) -> dlock::Result<()> {
+    // A cluster's keys are spread over its masters: SCAN each.
+    for mut master in raw.masters().await? {
+        for pattern in patterns {
+            let escaped: String = pattern
+                .char_indices()
+                .flat_map(|(i, c)| {
+                    let literal =
+                        matches!(c, '?' | '[' | ']' | '\\') || (c == '*' && i + 1 < pattern.len());
+                    literal.then_some('\\').into_iter().chain([c])
+                })
+                .collect();
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys): (u64, Vec<String>) = master
+                    .query(
+                        redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(&escaped)
+                            .arg("COUNT")
+                            .arg(1000),
+                    )
+                    .await?;
+                for key in keys {
+                    // One key per DEL: on a cluster they live in different slots.
+                    let _: i64 = redis::cmd("DEL")
+                        .arg(&key)
+                        .query_async(&mut raw.clone())
+                        .await?;
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
         }
     }
     Ok(())
@@ -388,7 +590,7 @@ async fn remove_keys(raw: &ConnectionManager, patterns: &[String]) -> dlock::Res
 
 /// Raw baseline: SET NX PX + EVALSHA compare-and-delete, `tasks` tasks on distinct keys.
 async fn raw_cycles(
-    raw: &ConnectionManager,
+    raw: &Raw,
     prefix: &str,
     tasks: usize,
     duration: Duration,
@@ -550,13 +752,11 @@ async fn handoff(
 
 /// Microseconds the server spent in the named top-level commands so far (a script's
 /// `evalsha` time includes the commands it runs).
-async fn server_usec(raw: &ConnectionManager, commands: &[&str]) -> dlock::Result<f64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut raw.clone())
-        .await?;
-    Ok(info
-        .lines()
+async fn server_usec(raw: &Raw, commands: &[&str]) -> dlock::Result<f64> {
+    let infos = raw.info("commandstats").await?;
+    Ok(infos
+        .iter()
+        .flat_map(|info| info.lines())
         .filter_map(|line| {
             let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
             commands.contains(&name).then_some(())?;
@@ -596,7 +796,7 @@ const SCRIPT_ONLY: &[&str] = &["evalsha"];
 /// first slice each loads the scripts and warms the connections. Short runs (`--quick`)
 /// still give only indicative ratios: a slice of tens of milliseconds is noisy.
 async fn interleaved(
-    raw: &ConnectionManager,
+    raw: &Raw,
     duration: Duration,
     contenders: &mut [(&'static [&'static str], Contender<'_>)],
 ) -> dlock::Result<Vec<Rate>> {
@@ -643,13 +843,11 @@ fn throughput_row(scenario: &'static str, dlock: &Rate, raw: &Rate) -> Row {
 }
 
 /// Calls per command from INFO commandstats, the INFO calls themselves left out.
-async fn command_calls(raw: &ConnectionManager) -> dlock::Result<Vec<(String, u64)>> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut raw.clone())
-        .await?;
-    Ok(info
-        .lines()
+async fn command_calls(raw: &Raw) -> dlock::Result<Vec<(String, u64)>> {
+    let infos = raw.info("commandstats").await?;
+    Ok(infos
+        .iter()
+        .flat_map(|info| info.lines())
         .filter_map(|line| {
             let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
             let calls = stats
@@ -665,7 +863,7 @@ async fn command_calls(raw: &ConnectionManager) -> dlock::Result<Vec<(String, u6
 }
 
 /// All commands Redis executed, script-internal ones included.
-async fn total_calls(raw: &ConnectionManager) -> dlock::Result<u64> {
+async fn total_calls(raw: &Raw) -> dlock::Result<u64> {
     Ok(command_calls(raw)
         .await?
         .iter()
@@ -674,7 +872,7 @@ async fn total_calls(raw: &ConnectionManager) -> dlock::Result<u64> {
 }
 
 /// Script calls (one per request that runs a dlock script).
-async fn script_calls(raw: &ConnectionManager) -> dlock::Result<u64> {
+async fn script_calls(raw: &Raw) -> dlock::Result<u64> {
     Ok(command_calls(raw)
         .await?
         .iter()
@@ -685,7 +883,7 @@ async fn script_calls(raw: &ConnectionManager) -> dlock::Result<u64> {
 
 async fn herd(
     client: &Client,
-    raw: &ConnectionManager,
+    raw: &Raw,
     name: &str,
     fair: bool,
     waiters: usize,
@@ -721,7 +919,7 @@ async fn herd(
 
 async fn renew(
     client: &Client,
-    raw: &ConnectionManager,
+    raw: &Raw,
     prefix: &str,
     locks: usize,
 ) -> dlock::Result<(f64, f64)> {

@@ -8,7 +8,9 @@ pub const OK: i32 = 0;
 pub const USAGE: i32 = 64;
 /// The key holds a value that is not a lock (EX_DATAERR).
 pub const WRONG_TYPE: i32 = 65;
-/// Redis unreachable (EX_UNAVAILABLE).
+/// Redis unreachable (a cluster or the sentinels too, or a --service they do not know),
+/// too old, or too few replicas acknowledged a lock in time with --replicas (nothing is
+/// left held) (EX_UNAVAILABLE).
 pub const UNAVAILABLE: i32 = 69;
 /// `acquire` could not print the token (stdout closed or failing); nothing is left held
 /// (EX_IOERR).
@@ -31,7 +33,11 @@ EXIT CODES:
          when it was not found; 128+N also when signal N interrupted a wait)
     64   invalid arguments
     65   the key holds another kind of lock or data dlock did not write (wrong type)
-    69   Redis unreachable, or too old (dlock needs Redis 6.2 or newer)
+    69   Redis unreachable (with --cluster: no node answers; with --sentinel: no
+         sentinel answers, or none knows the --service name), or too old (dlock
+         needs Redis 6.2 or newer, 7 on a cluster); also: fewer than --replicas
+         replicas acknowledged a grant or extend within --replica-timeout, and
+         the lock was given back (nothing is held)
     70   the lock was lost while the command ran (`run`)
     74   `acquire` could not print the token (stdout closed); nothing was left held
     75   not acquired within the wait budget (busy); -E N changes it
@@ -67,6 +73,10 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         Error::Refused { .. } => (
             REDIS_REFUSED,
             "the reason is the server's own: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
+        ),
+        Error::NotReplicated { .. } => (
+            UNAVAILABLE,
+            "check that the master's replicas are running and keeping up (redis-cli INFO replication: connected_slaves, lag), give them longer with --replica-timeout, or ask for fewer with --replicas",
         ),
         Error::Closed => (UNAVAILABLE, "the dlock client was shut down; run the command again"),
         _ => (UNAVAILABLE, "see the message above"),

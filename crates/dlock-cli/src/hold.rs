@@ -157,25 +157,45 @@ pub async fn release(
     }
 }
 
-/// Restarts the lease of the hold `token` of `kind` at `ttl`.
+/// The options an extend to `ttl` runs with: the new lease and `--replicas`, checked.
+pub fn extend_options(
+    ttl: Duration,
+    replication: Option<crate::Replication>,
+) -> dlock::Result<LockOptions> {
+    crate::Replication::apply(replication, LockOptions::default().ttl(ttl), "--ttl")
+}
+
+/// Restarts the lease of the hold `token` of `kind` at `ttl`; with `--replicas`, only
+/// once the replicas have it (otherwise the hold is given back).
 pub async fn extend(
     client: &Client,
     kind: &KindArgs,
     name: &str,
     token: &str,
     ttl: Duration,
+    replication: Option<crate::Replication>,
 ) -> dlock::Result<()> {
+    let options = extend_options(ttl, replication)?;
     if kind.read {
-        client.rwlock(name)?.extend_read_token(token, ttl).await
+        client
+            .rwlock_with(name, options)?
+            .extend_read_token(token, ttl)
+            .await
     } else if kind.write {
-        client.rwlock(name)?.extend_write_token(token, ttl).await
+        client
+            .rwlock_with(name, options)?
+            .extend_write_token(token, ttl)
+            .await
     } else if let Some(permits) = kind.permits {
         client
-            .semaphore(name, permits)?
+            .semaphore_with(name, permits, options)?
             .extend_token(token, ttl)
             .await
     } else {
         // Plain and fair mutexes keep the same string: one extend serves both.
-        client.mutex(name)?.extend_token(token, ttl).await
+        client
+            .mutex_with(name, options)?
+            .extend_token(token, ttl)
+            .await
     }
 }

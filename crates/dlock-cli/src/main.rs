@@ -25,15 +25,73 @@ use hold::KindArgs;
     after_help = exit::HELP
 )]
 struct Cli {
-    /// Redis URL: redis://[user:password@]host[:port][/db] or rediss:// for TLS
+    /// Redis URL of a single server: redis://[user:password@]host[:port][/db] or rediss://
+    /// for TLS. Not with --cluster or --sentinel (a flag on the command line beats another
+    /// deployment's variable, e.g. --cluster beats DLOCK_REDIS)
     #[arg(
         long,
         global = true,
+        value_name = "URL",
         env = "DLOCK_REDIS",
         default_value = "redis://127.0.0.1:6379",
         hide_env_values = true
     )]
     redis: String,
+
+    /// Redis Cluster: a seed node's URL (repeat the flag, or separate URLs with commas);
+    /// the other nodes are found through it. Needs Redis 7. Not with --redis or --sentinel
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_CLUSTER",
+        value_name = "URL",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    cluster: Vec<String>,
+
+    /// Redis Sentinel: a sentinel's URL (repeat the flag, or separate URLs with commas);
+    /// locks live on the master the sentinels name for --service, followed across
+    /// failovers. The first URL's user, password and database serve the sentinels and the
+    /// master. Not with --redis or --cluster
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_SENTINEL",
+        value_name = "URL",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    sentinel: Vec<String>,
+
+    /// With --sentinel: the name the sentinels know the master by (`sentinel monitor NAME
+    /// ...`)
+    #[arg(long, global = true, env = "DLOCK_SERVICE", value_name = "NAME")]
+    service: Option<String>,
+
+    /// Grant (run, acquire), extend and renew a lock only once N replicas have the write
+    /// (Redis WAIT); when fewer acknowledge within --replica-timeout the lock is given back
+    /// and dlock exits 69. Narrows, does not close, the window in which a failover to a
+    /// replica that missed the grant hands the lock out twice. release and inspect ignore
+    /// it; bench refuses it
+    #[arg(long, global = true, env = "DLOCK_REPLICAS", value_name = "N")]
+    replicas: Option<u32>,
+
+    /// With --replicas: how long to wait for the replicas' acknowledgement; must be shorter
+    /// than the lease (--ttl) [default: 1s, or a third of the lease when that is shorter]
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_REPLICA_TIMEOUT",
+        value_name = "DUR",
+        value_parser = duration::parse,
+        requires = "replicas"
+    )]
+    replica_timeout: Option<Duration>,
+
+    /// Which deployment the flags name (settled by `parse_from`).
+    #[arg(skip)]
+    topology: Topology,
 
     /// Prefix put in front of every lock name to form its Redis key
     #[arg(long, global = true, env = "DLOCK_PREFIX", default_value = "")]
@@ -127,7 +185,8 @@ enum Command {
     #[command(after_help = exit::HELP)]
     Inspect(inspect::InspectArgs),
     /// Measure throughput, hand-off latency, herd cost and renewal cost against the
-    /// configured Redis (use a private server: it writes keys and resets nothing)
+    /// configured Redis: --redis, a --cluster or a --sentinel master, the raw baseline on
+    /// the same deployment (use a private one: it writes keys and resets nothing)
     Bench(bench::BenchArgs),
     /// Internal: the watchdog of `run` that kills the command's process group when dlock dies
     #[command(name = "__watch-group", hide = true)]
@@ -163,8 +222,8 @@ pub struct LeaseArgs {
 const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl LeaseArgs {
-    /// The library options, checked (before any connection).
-    pub fn options(&self) -> dlock::Result<LockOptions> {
+    /// The library options, with `--replicas` when given, checked (before any connection).
+    pub fn options(&self, replication: Option<Replication>) -> dlock::Result<LockOptions> {
         let wait = match (self.no_wait, self.wait) {
             (true, _) => Wait::NoWait,
             (false, Some(limit)) if limit > MAX_WAIT => {
@@ -198,24 +257,227 @@ impl LeaseArgs {
         if let Some(lease) = self.waiter_lease {
             options = options.waiter_lease(lease);
         }
+        options = Replication::apply(replication, options, "--ttl")?;
         options.validate()?;
         Ok(options)
     }
 }
 
+/// Which Redis deployment the command talks to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Topology {
+    /// The one server of `--redis` (or of `bench --spawn`).
+    #[default]
+    SingleNode,
+    /// The Redis Cluster of `--cluster`.
+    Cluster,
+    /// The master that the sentinels of `--sentinel` name for `--service`.
+    Sentinel,
+}
+
+/// `--replicas N` and `--replica-timeout DUR`.
+#[derive(Debug, Clone, Copy)]
+pub struct Replication {
+    count: u32,
+    /// `None`: the default (see [`Replication::timeout`]).
+    timeout: Option<Duration>,
+}
+
+/// The longest default `--replica-timeout`.
+const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Replication {
+    /// The time the replicas get for a lock whose lease is `lease`: `--replica-timeout`,
+    /// or 1 s, or a third of the lease when that is shorter.
+    fn timeout(&self, lease: Duration) -> Duration {
+        self.timeout
+            .unwrap_or_else(|| DEFAULT_REPLICA_TIMEOUT.min(lease / 3))
+    }
+
+    /// `options` (whose `ttl` is the lease) with the replicas asked for, checked against
+    /// that lease, which the flag `lease_flag` sets.
+    pub fn apply(
+        replication: Option<Replication>,
+        options: LockOptions,
+        lease_flag: &str,
+    ) -> dlock::Result<LockOptions> {
+        let Some(replication) = replication else {
+            return Ok(options);
+        };
+        replication.check()?;
+        let lease = options.ttl;
+        let timeout = replication.timeout(lease);
+        if timeout.is_zero() || timeout >= lease {
+            return Err(dlock::Error::InvalidArgument(format!(
+                "--replica-timeout {} must be above zero and shorter than the lease ({lease_flag} {}): an acknowledgement that comes after the lease ended is worthless; use a shorter --replica-timeout or a longer {lease_flag}",
+                dlock::humane(timeout),
+                dlock::humane(lease)
+            )));
+        }
+        Ok(options.replicas(replication.count, timeout))
+    }
+
+    /// The count alone (before any lease is known).
+    fn check(&self) -> dlock::Result<()> {
+        if self.count == 0 || self.count > dlock::MAX_REPLICAS {
+            return Err(dlock::Error::InvalidArgument(format!(
+                "--replicas {} is out of range; use 1 to {} (or leave out --replicas to trust the master's reply alone)",
+                self.count,
+                dlock::MAX_REPLICAS
+            )));
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(dlock::Error::InvalidArgument(
+                "--replica-timeout must be above zero".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Cli {
+    /// `--replicas` with its timeout, when given.
+    fn replication(&self) -> Option<Replication> {
+        self.replicas.map(|count| Replication {
+            count,
+            timeout: self.replica_timeout,
+        })
+    }
+}
+
+/// A usage error found after clap parsed the arguments, with its hint.
+struct Usage {
+    error: clap::Error,
+    hint: &'static str,
+}
+
+impl From<clap::Error> for Usage {
+    fn from(error: clap::Error) -> Usage {
+        Usage {
+            error,
+            hint: "fix the arguments; `dlock --help` and `dlock <COMMAND> --help` list them",
+        }
+    }
+}
+
+/// Parses the arguments and settles which deployment they name. A flag on the command
+/// line beats another deployment's environment variable (DLOCK_REDIS in a profile does
+/// not stand in the way of `--cluster`); two on the command line, or two environment
+/// variables with neither flag given, are a usage error.
+fn parse_from<I, T>(args: I) -> Result<Cli, Usage>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    let usage = |message: String, hint: &'static str| Usage {
+        error: Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message),
+        hint,
+    };
+    let spawn = matches!(&cli.command, Command::Bench(args) if args.spawn);
+    // (topology, its flag, its variable, where its value came from)
+    let choices = [
+        (
+            Topology::SingleNode,
+            "--redis",
+            "DLOCK_REDIS",
+            matches.value_source("redis"),
+        ),
+        (
+            Topology::Cluster,
+            "--cluster",
+            "DLOCK_CLUSTER",
+            matches.value_source("cluster"),
+        ),
+        (
+            Topology::Sentinel,
+            "--sentinel",
+            "DLOCK_SENTINEL",
+            matches.value_source("sentinel"),
+        ),
+    ];
+    let from = |source: ValueSource| {
+        choices
+            .iter()
+            .filter(move |choice| choice.3 == Some(source))
+            .collect::<Vec<_>>()
+    };
+    let (on_line, in_env) = (
+        from(ValueSource::CommandLine),
+        from(ValueSource::EnvVariable),
+    );
+    const ONE_OF: &str = "name one deployment: --redis URL (one server), --cluster URL... (a Redis Cluster) or --sentinel URL... with --service NAME (Sentinel)";
+    if let [first, second, ..] = on_line.as_slice() {
+        return Err(usage(
+            format!(
+                "the argument '{}' cannot be used with '{}': a command talks to one Redis deployment",
+                second.1, first.1
+            ),
+            ONE_OF,
+        ));
+    }
+    if spawn {
+        if let Some(flag) = on_line.iter().find(|c| c.0 != Topology::SingleNode) {
+            return Err(usage(
+                format!(
+                    "the argument '--spawn' cannot be used with '{}': bench --spawn measures a private single server",
+                    flag.1
+                ),
+                "leave out --spawn to bench the cluster or Sentinel deployment, or leave out its flag to bench a private server",
+            ));
+        }
+        cli.topology = Topology::SingleNode;
+    } else {
+        cli.topology = match (on_line.first(), in_env.as_slice()) {
+            (Some(choice), _) | (None, [choice]) => choice.0,
+            (None, []) => Topology::SingleNode,
+            (None, [first, second, ..]) => {
+                return Err(usage(
+                    format!(
+                        "both {} and {} are set: a command talks to one Redis deployment",
+                        first.2, second.2
+                    ),
+                    "unset one of the variables, or pick the deployment with --redis, --cluster or --sentinel (a flag beats the variables)",
+                ))
+            }
+        };
+    }
+    let service_on_line = matches.value_source("service") == Some(ValueSource::CommandLine);
+    match cli.topology {
+        Topology::Sentinel if matches!(cli.service.as_deref(), None | Some("")) => {
+            return Err(usage(
+                "--sentinel needs --service NAME: the name the sentinels know the master by"
+                    .into(),
+                "add --service NAME (or set DLOCK_SERVICE), the NAME of `sentinel monitor NAME ...` in the sentinels' configuration",
+            ))
+        }
+        Topology::SingleNode | Topology::Cluster if service_on_line => {
+            return Err(usage(
+                "--service names the master of a Sentinel deployment; it needs --sentinel".into(),
+                "add --sentinel URL (repeatable), or leave out --service",
+            ))
+        }
+        _ => {}
+    }
+    Ok(cli)
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse_from(std::env::args_os()) {
         Ok(cli) => cli,
-        Err(err) => {
-            let code = if err.use_stderr() {
+        Err(Usage { error, hint }) => {
+            let code = if error.use_stderr() {
                 exit::USAGE
             } else {
                 exit::OK
             };
-            let _ = err.print();
+            let _ = error.print();
             if code == exit::USAGE {
                 // clap's "For more information, try '--help'" has no hint line of ours.
-                eprintln!("  hint: fix the arguments; `dlock --help` and `dlock <COMMAND> --help` list them");
+                eprintln!("  hint: {hint}");
             }
             return ExitCode::from(code as u8);
         }
@@ -310,6 +572,25 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
     if by_token && matches!(err, dlock::Error::WrongType { .. }) {
         hint = "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)";
     }
+    // The flags that name the deployment, where the hint names --redis.
+    match (cli.topology, err) {
+        (Topology::Cluster, dlock::Error::Connection(_)) => {
+            hint = "check that the nodes in --cluster / DLOCK_CLUSTER are running, reachable and cluster-enabled (a single server goes in --redis), and the TLS settings";
+        }
+        (Topology::Sentinel, dlock::Error::Connection(_)) => {
+            hint = "check that the sentinels in --sentinel / DLOCK_SENTINEL are running and reachable, that --service / DLOCK_SERVICE is the name they monitor the master under, that the master is up, and the TLS settings";
+        }
+        (Topology::Cluster, dlock::Error::Authentication(_)) => {
+            hint = "fix the user name and password in the --cluster / DLOCK_CLUSTER URLs (redis://user:password@host)";
+        }
+        (Topology::Sentinel, dlock::Error::Authentication(_)) => {
+            hint = "fix the user name and password in the first --sentinel / DLOCK_SENTINEL URL (redis://user:password@host): it serves the sentinels and the master";
+        }
+        (Topology::Cluster, dlock::Error::Unsupported(_)) => {
+            hint = "upgrade the cluster's servers: dlock needs Redis 7 or newer on a cluster (sharded pub/sub)";
+        }
+        _ => {}
+    }
     let busy = matches!(
         err,
         dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
@@ -337,11 +618,15 @@ fn conflict_exit_code(cli: &Cli) -> Option<u8> {
 /// Everything that can be checked without Redis.
 fn check(cli: &Cli) -> dlock::Result<()> {
     let name = |name: &str| dlock::check_name(&cli.prefix, name);
+    if let Some(replication) = cli.replication() {
+        // Also where it is ignored: a bad value in DLOCK_REPLICAS is better found at once.
+        replication.check()?;
+    }
     match &cli.command {
         Command::Run(args) => {
             name(&args.name)?;
             args.kind.check()?;
-            args.lease.options()?;
+            args.lease.options(cli.replication())?;
             run::check(args)
         }
         Command::Acquire {
@@ -352,7 +637,7 @@ fn check(cli: &Cli) -> dlock::Result<()> {
         } => {
             name(n)?;
             kind.check()?;
-            lease.options().map(drop)
+            lease.options(cli.replication()).map(drop)
         }
         Command::Release {
             name: n,
@@ -383,10 +668,18 @@ fn check(cli: &Cli) -> dlock::Result<()> {
                     "--ttl {} is out of range; use 10ms to 24h",
                     dlock::humane(*ttl)
                 ))
-            })
+            })?;
+            hold::extend_options(*ttl, cli.replication()).map(drop)
         }
         Command::Inspect(args) => args.check(&cli.prefix),
-        Command::Bench(args) => args.check(),
+        Command::Bench(args) => {
+            if cli.replicas.is_some() {
+                return Err(dlock::Error::InvalidArgument(
+                    "bench measures locks without replica acknowledgement (its raw baseline has no WAIT); leave out --replicas (and unset DLOCK_REPLICAS)".into(),
+                ));
+            }
+            args.check()
+        }
         Command::WatchGroup { .. } => Ok(()),
     }
 }
@@ -436,7 +729,15 @@ async fn connect(cli: &Cli, url: &str) -> dlock::Result<Client> {
             dlock::Error::InvalidArgument(format!("cannot read {}: {e}", path.display()))
         })
     };
-    let mut builder = Client::builder(url)
+    let builder = match cli.topology {
+        Topology::SingleNode => Client::builder(url),
+        Topology::Cluster => Client::cluster_builder(cli.cluster.iter().cloned()),
+        Topology::Sentinel => Client::sentinel_builder(
+            cli.sentinel.iter().cloned(),
+            cli.service.as_deref().unwrap_or_default(),
+        ),
+    };
+    let mut builder = builder
         .prefix(cli.prefix.clone())
         .holder_label(holder_label());
     if let Some(ca) = &cli.tls_ca {
@@ -483,7 +784,16 @@ async fn execute(cli: &Cli) -> dlock::Result<i32> {
         .as_ref()
         .map_or(cli.redis.clone(), |server| server.url());
     let client = connect(cli, &url).await?;
-    let outcome = dispatch(&client, cli, &url, interrupts).await;
+    // bench's raw baseline talks to the same deployment.
+    let target = match cli.topology {
+        Topology::SingleNode => bench::Target::SingleNode(url),
+        Topology::Cluster => bench::Target::Cluster(cli.cluster.clone()),
+        Topology::Sentinel => bench::Target::Sentinel {
+            sentinels: cli.sentinel.clone(),
+            service: cli.service.clone().unwrap_or_default(),
+        },
+    };
+    let outcome = dispatch(&client, cli, &target, interrupts).await;
     // Whatever is still held (an error path's guard, a cancelled wait's queue place) is
     // given back before exit: the runtime's shutdown would not wait for it.
     client.shutdown().await;
@@ -493,22 +803,22 @@ async fn execute(cli: &Cli) -> dlock::Result<i32> {
 async fn dispatch(
     client: &Client,
     cli: &Cli,
-    url: &str,
+    target: &bench::Target,
     interrupts: Option<bench::Interrupts>,
 ) -> dlock::Result<i32> {
     match &cli.command {
-        Command::Run(args) => run::run(client, args.clone()).await,
+        Command::Run(args) => run::run(client, args.clone(), cli.replication()).await,
         Command::Acquire {
             name,
             lease,
             kind,
             json,
-        } => acquire(client, name, lease, kind, *json).await,
+        } => acquire(client, name, lease, kind, *json, cli.replication()).await,
         Command::Bench(args) => match interrupts {
             Some(interrupts) => {
-                bench::bench_until_signal(client, url, args.clone(), interrupts).await
+                bench::bench_until_signal(client, target, args.clone(), interrupts).await
             }
-            None => bench::bench(client, url, args.clone()).await,
+            None => bench::bench(client, target, args.clone()).await,
         },
         Command::Inspect(args) => inspect::inspect(client, args).await,
         Command::Release {
@@ -536,7 +846,7 @@ async fn dispatch(
             kind,
             ttl,
         } => {
-            hold::extend(client, kind, name, token, *ttl).await?;
+            hold::extend(client, kind, name, token, *ttl, cli.replication()).await?;
             Ok(exit::OK)
         }
         Command::WatchGroup { .. } => Ok(exit::OK),
@@ -549,12 +859,13 @@ async fn acquire(
     lease: &LeaseArgs,
     kind: &KindArgs,
     json: bool,
+    replication: Option<Replication>,
 ) -> dlock::Result<i32> {
     let mut signals = run::Forwarded::install().map_err(|e| {
         dlock::Error::InvalidArgument(format!("cannot install signal handlers: {e}"))
     })?;
     let guard = tokio::select! {
-        hold = hold::take(client, kind, name, lease.options()?) => hold?,
+        hold = hold::take(client, kind, name, lease.options(replication)?) => hold?,
         signal = signals.next() => {
             eprintln!("dlock: interrupted while waiting for {name:?}; nothing is held\n  hint: run it again, or wait less with --wait DUR");
             signals.exit_on_next();
@@ -613,7 +924,6 @@ fn stdout_is_open() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use proptest::prelude::*;
 
     proptest! {
@@ -626,13 +936,17 @@ mod tests {
                 Just("--wait".to_string()), Just("--no-wait".to_string()), Just("--permits".to_string()),
                 Just("--fair".to_string()), Just("--".to_string()), Just("--kill-after".to_string()),
                 Just("inspect".to_string()), Just("--force".to_string()), Just("-E".to_string()),
+                Just("--cluster".to_string()), Just("--sentinel".to_string()),
+                Just("--service".to_string()), Just("--replicas".to_string()),
+                Just("--replica-timeout".to_string()), Just("--spawn".to_string()),
+                Just("--redis".to_string()), Just("redis://127.0.0.1:1".to_string()),
                 "[0-9.]{1,22}(ms|s|m|h)?", "\\PC{0,12}",
             ],
             0..8,
         )) {
             let mut argv = vec!["dlock".to_string()];
             argv.extend(args);
-            if let Ok(cli) = super::Cli::try_parse_from(argv) {
+            if let Ok(cli) = super::parse_from(argv) {
                 let _ = super::check(&cli);
             }
         }

@@ -61,17 +61,26 @@ HOW IT WORKS:
     back anything the wait may hold (a queue place, a grant racing the signal) and exits
     128+N.
 
+    With --replicas N, the grant and every renewal wait until N replicas have them: a
+    grant they do not acknowledge within --replica-timeout is given back (exit 69, CMD
+    never starts), a renewal they do not acknowledge counts as a failed renewal.
+
     Exit codes of run: CMD's own code; 128+N when signal N ended it; 126 when CMD could
     not be executed, 127 when it was not found; 70 when the lock was lost; 75 (or -E N)
     when busy; the other codes below.";
 
-pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
+pub async fn run(
+    client: &Client,
+    args: RunArgs,
+    replication: Option<crate::Replication>,
+) -> dlock::Result<i32> {
     let kill_after = kill_after(&args)?;
     let mut signals = Forwarded::install().map_err(|e| {
         dlock::Error::InvalidArgument(format!("cannot install signal handlers: {e}"))
     })?;
     // The client's watchdog renews the lease every third of --ttl while the command runs.
-    let options = args.lease.options()?.renewed(args.lease.ttl);
+    // With --replicas, every renewal waits for the replicas too.
+    let options = args.lease.options(replication)?.renewed(args.lease.ttl);
     let guard = tokio::select! {
         hold = hold::take(client, &args.kind, &args.name, options) => hold?,
         signal = signals.next() => {
@@ -139,8 +148,13 @@ pub async fn run(client: &Client, args: RunArgs) -> dlock::Result<i32> {
                     args.name
                 ),
                 Why::RenewalFailing => eprintln!(
-                    "dlock: renewing the lock {:?} kept failing; the command was stopped before its lease could pass to another holder\n  hint: check Redis availability, or use a longer --ttl",
-                    args.name
+                    "dlock: renewing the lock {:?} kept failing; the command was stopped before its lease could pass to another holder\n  hint: check Redis availability, or use a longer --ttl{}",
+                    args.name,
+                    if replication.is_some() {
+                        "; with --replicas, a renewal fails too when too few replicas acknowledge it: check the replicas, or raise --replica-timeout"
+                    } else {
+                        ""
+                    }
                 ),
             }
             Ok(exit::LOST)
