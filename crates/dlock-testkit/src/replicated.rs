@@ -83,8 +83,8 @@ impl MasterWithReplicas {
             .find(|server| server.port() == port)
     }
 
-    /// Waits until every running replica reports `master_link_status:up` and the master
-    /// lists it `state=online`: from then on `WAIT` counts it. Useful after restarting a
+    /// Waits until every running replica reports `master_link_status:up`, the master lists
+    /// it `state=online`, and they acknowledge a write: from then on `WAIT` counts them. Useful after restarting a
     /// replica; meaningless after a failover (see the type's documentation).
     pub fn wait_for_replicas(&self) {
         let master_port = self.master.port().to_string();
@@ -111,6 +111,34 @@ impl MasterWithReplicas {
                     }
                 }
                 Ok(())
+            },
+        );
+        // Online is not yet acknowledging: a replica just synced acknowledges nothing
+        // for up to a second (while it loads what it received). A write and a `WAIT` on
+        // one connection (WAIT covers that connection's writes only) show it does.
+        let running = self.replicas.iter().filter(|r| r.pid().is_some()).count();
+        let mut conn = self.master.connection();
+        poll(
+            &format!("{running} replicas of port {master_port} acknowledge a write"),
+            SYNC_TIMEOUT,
+            || {
+                redis::cmd("SET")
+                    .arg("dlock-testkit-probe")
+                    .arg(1)
+                    .query::<()>(&mut conn)
+                    .map_err(|e| e.to_string())?;
+                let acknowledged: usize = redis::cmd("WAIT")
+                    .arg(running)
+                    .arg(500)
+                    .query(&mut conn)
+                    .map_err(|e| e.to_string())?;
+                if acknowledged < running {
+                    return Err(format!("{acknowledged} of {running} acknowledged"));
+                }
+                redis::cmd("DEL")
+                    .arg("dlock-testkit-probe")
+                    .query::<()>(&mut conn)
+                    .map_err(|e| e.to_string())
             },
         );
     }

@@ -369,6 +369,12 @@ impl ClientBuilder {
         });
         self.within_budget(&described, tls, Backend::cluster(builder))
             .await
+            .map_err(|err| match refusal(&err) {
+                Some(reason) if reason.contains("cluster support disabled") => unreachable(format!(
+                    "{described} includes a server without cluster support ({reason}); connect to a single server with Client::builder (the CLI's --redis)"
+                )),
+                _ => err,
+            })
     }
 
     async fn connect_sentinel(
@@ -436,6 +442,17 @@ impl ClientBuilder {
         );
         self.within_budget(&described, tls, Backend::sentinel(client, config))
             .await
+            .map_err(|err| match refusal(&err) {
+                // The sentinels answer, but name no usable master: as unavailable as a
+                // master that does not answer, not a request Redis refused.
+                Some(reason) if reason.to_ascii_lowercase().contains("sentinel") => {
+                    unreachable(format!(
+                        "the sentinels at {} know no usable master named {service:?} ({reason}); check the name in `sentinel monitor <name> ...`",
+                        describe_urls(sentinels)
+                    ))
+                }
+                _ => err,
+            })
     }
 }
 
@@ -980,6 +997,19 @@ impl std::fmt::Debug for Client {
 
 /// The URL with any password replaced, for error messages: `user:password@` and the
 /// `pass=` / `password=` query parameters of unix-socket URLs.
+/// The server's words when `err` is a refusal.
+fn refusal(err: &Error) -> Option<&str> {
+    match err {
+        Error::Refused { reason, .. } => Some(reason),
+        _ => None,
+    }
+}
+
+/// A deployment that cannot serve locks, as [`Error::Connection`].
+fn unreachable(why: String) -> Error {
+    Error::Connection(redis::RedisError::from(std::io::Error::other(why)))
+}
+
 /// Several URLs for a message, passwords hidden.
 fn describe_urls(urls: &[String]) -> String {
     urls.iter()

@@ -142,7 +142,8 @@ impl LockOptions {
     /// the client's other requests do not wait behind it). Too few acknowledgements within
     /// `timeout`: a grant or extend is given back and fails with
     /// [`Error::NotReplicated`]; a renewal counts as failed (retried while the lease
-    /// lasts, then the lost signal fires). Narrows the hole a failover to a replica that
+    /// lasts, then the lost signal fires). The plain mutex then draws its fencing token
+    /// with the grant, so the acknowledgement covers it too. Narrows the hole a failover to a replica that
     /// never received the grant opens; it does not close it (docs/safety.md).
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
         self.replicas = Some(Replicas { count, timeout });

@@ -6,12 +6,6 @@ use std::time::{Duration, Instant};
 use dlock::{Client, Error, LockOptions, Wait};
 use dlock_testkit::{key_slot, MasterWithReplicas, RedisCluster, RedisServer, SentinelGroup};
 
-/// Waits until the replicas acknowledge a write on the master: a replica just synced may
-/// still be loading what it received, and acknowledges nothing until it is done.
-fn until_replicas_acknowledge(group: &MasterWithReplicas) {
-    until_acknowledged(group.master(), group.replicas().len(), "probe");
-}
-
 /// Waits until `replicas` replicas acknowledge a write of `probe` (a key `master` serves).
 fn until_acknowledged(master: &RedisServer, replicas: usize, probe: &str) {
     let mut conn = master.connection();
@@ -129,7 +123,6 @@ async fn after_a_sentinel_failover_locks_and_wakeups_continue_on_the_new_master(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
     let group = MasterWithReplicas::start(1);
-    until_replicas_acknowledge(&group);
     let client = Client::connect(&group.master().url()).await.unwrap();
     let acked = fixed(Duration::from_secs(10)).replicas(1, Duration::from_millis(300));
 
@@ -142,6 +135,10 @@ async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
         .unwrap();
     let on_replica: Option<String> = group.replica(0).cmd(&["GET", "acked"]);
     assert_eq!(on_replica.as_deref(), Some(guard.token()));
+    // The fence was drawn with the grant (read from the replica before `fence()` could
+    // draw it), so the acknowledgement covered it too.
+    let fence_on_replica: Option<u64> = group.replica(0).cmd(&["GET", "{acked}:fence"]);
+    assert_eq!(fence_on_replica, Some(guard.fence().await.unwrap()));
     guard.unlock().await.unwrap();
 
     // Every kind asks for the acknowledgement the same way.
@@ -214,7 +211,7 @@ async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
 
     // An extend the replica cannot acknowledge gives the hold back.
     group.replica(0).resume();
-    until_replicas_acknowledge(&group);
+    group.wait_for_replicas();
     let mut guard = client
         .mutex_with("acked", acked)
         .unwrap()

@@ -244,7 +244,10 @@ impl Mutex {
     async fn attempt_plain(&self, token: &str) -> Result<Attempt> {
         let ttl_ms = self.core.options.ttl.as_millis() as u64;
         let client = &self.core.client;
-        if self.core.options.fence_at_grant {
+        // With replica acknowledgement the fence is drawn with the grant, which the WAIT
+        // covers: a fence drawn later, unacknowledged, could be lost in a failover and
+        // handed out again.
+        if self.core.options.fence_at_grant || self.core.options.replicas.is_some() {
             return self.acquire_script(token, ttl_ms, true).await;
         }
         let mut set = redis::cmd("SET");
