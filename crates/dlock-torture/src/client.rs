@@ -95,8 +95,18 @@ pub struct ClientArgs {
     #[arg(long, value_enum)]
     pub primitive: Primitive,
     /// The lock server (or the proxy in front of it).
+    #[arg(long, required_unless_present = "sentinel")]
+    pub redis: Option<String>,
+    /// Or the sentinels that name the lock server (with --service).
+    #[arg(long, requires = "service")]
+    pub sentinel: Vec<String>,
     #[arg(long)]
-    pub redis: String,
+    pub service: Option<String>,
+    /// Replicas that must acknowledge every grant, extend and renewal.
+    #[arg(long, requires = "replica_timeout_ms")]
+    pub replicas: Option<u32>,
+    #[arg(long)]
+    pub replica_timeout_ms: Option<u64>,
     /// The store server.
     #[arg(long)]
     pub store: String,
@@ -212,6 +222,16 @@ enum BlockingLock {
 impl Locker {
     fn connect(args: &ClientArgs, options: LockOptions) -> dlock::Result<Locker> {
         let (name, primitive) = (args.lock.as_str(), args.primitive);
+        let builder = match (&args.redis, args.service.as_deref()) {
+            (Some(url), _) => dlock::Client::builder(url),
+            (None, service) => {
+                dlock::Client::sentinel_builder(args.sentinel.clone(), service.unwrap_or_default())
+            }
+        };
+        let options = match (args.replicas, args.replica_timeout_ms) {
+            (Some(count), Some(ms)) => options.replicas(count, Duration::from_millis(ms)),
+            _ => options,
+        };
         Ok(match args.api {
             Api::Async => {
                 let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -219,7 +239,7 @@ impl Locker {
                     .enable_all()
                     .build()
                     .expect("a tokio runtime");
-                let client = runtime.block_on(dlock::Client::connect(&args.redis))?;
+                let client = runtime.block_on(builder.connect())?;
                 let lock = match primitive {
                     Primitive::Mutex => AsyncLock::Mutex(client.mutex_with(name, options)?),
                     Primitive::Fair => AsyncLock::Mutex(client.fair_mutex_with(name, options)?),
@@ -235,7 +255,7 @@ impl Locker {
                 }
             }
             Api::Blocking => {
-                let client = dlock::blocking::Client::connect(&args.redis)?;
+                let client = dlock::blocking::Client::connect_with(builder)?;
                 let lock = match primitive {
                     Primitive::Mutex => BlockingLock::Mutex(client.mutex_with(name, options)?),
                     Primitive::Fair => BlockingLock::Mutex(client.fair_mutex_with(name, options)?),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use dlock_testkit::{Proxy, RedisServer, ServerOptions};
+use dlock_testkit::{MasterWithReplicas, Proxy, RedisServer, SentinelGroup, ServerOptions};
 use rand::seq::IndexedRandom;
 use serde::Serialize;
 
@@ -34,6 +34,9 @@ enum Fault {
     ServerPause,
     ServerRestart,
     NetworkDelay,
+    /// A master and a replica under three sentinels: the replica frozen while grants go
+    /// on, the master killed, the replica promoted.
+    Failover,
 }
 
 pub struct Scenario {
@@ -43,6 +46,8 @@ pub struct Scenario {
     pub about: &'static str,
     fault: Fault,
     durable: bool,
+    /// Every grant, extend and renewal waits for the replica (`LockOptions::replicas`).
+    acknowledged: bool,
     /// Not runnable yet: what it waits for.
     pub pending: Option<&'static str>,
 }
@@ -54,6 +59,7 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "a holder SIGSTOPped past its lease, then resumed: its belief ends at its deadline, the fenced store refuses its late write, the unfenced counter loses an update",
         fault: Fault::ClientPause,
         durable: false,
+        acknowledged: false,
         pending: None,
     },
     Scenario {
@@ -62,6 +68,7 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "holders kill -9ed while holding (a `dlock run` wrapper: its command dies with it); the lock frees within the lease",
         fault: Fault::HolderCrash,
         durable: false,
+        acknowledged: false,
         pending: None,
     },
     Scenario {
@@ -70,6 +77,7 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "the lock server SIGSTOPped for 1.5 leases, then resumed",
         fault: Fault::ServerPause,
         durable: false,
+        acknowledged: false,
         pending: None,
     },
     Scenario {
@@ -78,6 +86,7 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "the lock server kill -9ed and restarted, AOF with appendfsync always",
         fault: Fault::ServerRestart,
         durable: true,
+        acknowledged: false,
         pending: None,
     },
     Scenario {
@@ -86,6 +95,7 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "the same restart without persistence: the lock is forgotten while held (negative control)",
         fault: Fault::ServerRestart,
         durable: false,
+        acknowledged: false,
         pending: None,
     },
     Scenario {
@@ -94,6 +104,7 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "every reply of the lock server delayed by 1.5 leases (a TCP proxy), then not",
         fault: Fault::NetworkDelay,
         durable: false,
+        acknowledged: false,
         pending: None,
     },
     Scenario {
@@ -102,6 +113,7 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "5 masters, 2 killed and restarted at random",
         fault: Fault::ServerRestart,
         durable: false,
+        acknowledged: false,
         pending: Some("Redlock (issue 12)"),
     },
     Scenario {
@@ -110,23 +122,26 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "a quorum node restarted without persistence (negative control)",
         fault: Fault::ServerRestart,
         durable: false,
+        acknowledged: false,
         pending: Some("Redlock (issue 12)"),
     },
     Scenario {
         name: "failover-no-ack",
         expect: Expect::Violation,
-        about: "a replica promoted after the master died before replicating (negative control)",
-        fault: Fault::ServerRestart,
+        about: "Sentinel: the replica frozen while grants go on, the master killed, the replica promoted without the grants (negative control)",
+        fault: Fault::Failover,
         durable: false,
-        pending: Some("Sentinel and replica acknowledgement (issue 11)"),
+        acknowledged: false,
+        pending: None,
     },
     Scenario {
         name: "failover-ack",
         expect: Expect::Safe,
-        about: "the same with replica acknowledgement on: the acquire fails instead",
-        fault: Fault::ServerRestart,
+        about: "the same with replica acknowledgement (`--replicas 1`): a grant the replica lacks is given back, so the promoted replica has every lock",
+        fault: Fault::Failover,
         durable: false,
-        pending: Some("Sentinel and replica acknowledgement (issue 11)"),
+        acknowledged: true,
+        pending: None,
     },
 ];
 
@@ -213,7 +228,11 @@ type Live = Arc<Mutex<HashSet<u32>>>;
 
 struct Run<'a> {
     dir: &'a Path,
-    lock_url: String,
+    /// Where the clients find the lock server: `--redis URL`, or `--sentinel URL ...
+    /// --service NAME`.
+    topology: Vec<String>,
+    /// Every lock's writes wait for one replica.
+    acknowledged: bool,
     store_url: String,
     ttl: Duration,
     until_ns: u64,
@@ -234,7 +253,8 @@ impl Run<'_> {
         slot: usize,
     ) -> thread::JoinHandle<()> {
         let (dir, live) = (self.dir.to_path_buf(), self.live.clone());
-        let (lock_url, store_url) = (self.lock_url.clone(), self.store_url.clone());
+        let (topology, store_url) = (self.topology.clone(), self.store_url.clone());
+        let acknowledged = self.acknowledged;
         let (ttl, until_ns, config) = (self.ttl, self.until_ns, self.config.clone());
         let lock = format!("torture:{}", primitive.name());
         let holding_dir = self.holding_dir();
@@ -248,9 +268,13 @@ impl Run<'_> {
                 let holding = holding_dir.join(&file);
                 let mut command = if kind == "cli" {
                     let mut command = Command::new(&config.dlock);
+                    command.args(&topology);
+                    if acknowledged {
+                        command.args(["--replicas", "1", "--replica-timeout"]);
+                        command.arg(format!("{}ms", REPLICA_TIMEOUT.as_millis()));
+                    }
                     command
                         .arg("run")
-                        .args(["--redis", &lock_url])
                         .args(["--ttl", &format!("{}ms", ttl.as_millis())])
                         .args(["--wait", &format!("{}ms", 3 * ttl.as_millis())])
                         .args(primitive.cli_flags())
@@ -278,7 +302,8 @@ impl Run<'_> {
                             },
                         ])
                         .args(["--primitive", primitive.name()])
-                        .args(["--redis", &lock_url, "--store", &store_url, "--lock", &lock])
+                        .args(&topology)
+                        .args(["--store", &store_url, "--lock", &lock])
                         .args(["--ttl-ms", &ttl.as_millis().to_string()])
                         .args(["--work-ms", &work_ms(ttl).to_string()])
                         .args(["--until-ns", &until_ns.to_string()])
@@ -287,6 +312,10 @@ impl Run<'_> {
                         .arg(&log)
                         .arg("--holding")
                         .arg(&holding);
+                    if acknowledged {
+                        command.args(["--replicas", "1", "--replica-timeout-ms"]);
+                        command.arg(REPLICA_TIMEOUT.as_millis().to_string());
+                    }
                     command
                 };
                 let stderr = match config.keep {
@@ -432,21 +461,27 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
         .tempdir()
         .expect("a temp dir for the records");
     std::fs::create_dir_all(dir.path().join("holding")).expect("the holding dir");
-    let ttl = config.ttl;
-    let mut server = RedisServer::start_with(if scenario.durable {
-        ServerOptions::durable()
+    let failover = scenario.fault == Fault::Failover;
+    // A holder's belief must outlast a failover (some seconds) for the promoted replica's
+    // second grant to overlap it.
+    let ttl = if failover {
+        config.ttl.max(FAILOVER_TTL)
     } else {
-        ServerOptions::default()
-    });
+        config.ttl
+    };
+    let config = &Config {
+        ttl,
+        ..config.clone()
+    };
+    let mut servers = LockServers::start(scenario);
     let store = RedisServer::start();
-    let proxy = (scenario.fault == Fault::NetworkDelay).then(|| Proxy::start(server.port()));
-    let lock_url = proxy.as_ref().map_or_else(|| server.url(), |p| p.url());
     // Each round: a fault, then calm for the lock to pass around; plus a calm start.
     let round = ttl * 4;
     let until_ns = mono_ns() + (ttl * 2 + round * config.rounds).as_nanos() as u64;
     let run = Run {
         dir: dir.path(),
-        lock_url,
+        topology: servers.topology(),
+        acknowledged: scenario.acknowledged,
         store_url: store.url(),
         ttl,
         until_ns,
@@ -467,14 +502,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
             break;
         }
         let round_start = mono_ns();
-        inject(
-            scenario.fault,
-            index,
-            &run,
-            &mut server,
-            proxy.as_ref(),
-            &mut faults,
-        );
+        inject(scenario.fault, index, &run, &mut servers, &mut faults);
         let spent = Duration::from_nanos(mono_ns() - round_start);
         sleep(round.saturating_sub(spent));
     }
@@ -495,7 +523,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
     let events = record::read_all(dir.path()).expect("read the records");
     let counters = final_counters(&store, &config.primitives);
     let outcome = judge(scenario, config, &events, &faults, &counters);
-    drop(proxy);
+    drop(servers);
     if config.keep {
         let timeline = serde_json::json!({
             "clock": "CLOCK_MONOTONIC nanoseconds, as in every record",
@@ -515,14 +543,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
 }
 
 /// One round of the scenario's fault.
-fn inject(
-    fault: Fault,
-    index: u32,
-    run: &Run,
-    server: &mut RedisServer,
-    proxy: Option<&Proxy>,
-    faults: &mut Faults,
-) {
+fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults: &mut Faults) {
     let ttl = run.ttl;
     match fault {
         Fault::ClientPause => {
@@ -572,18 +593,209 @@ fn inject(
             }
         }
         Fault::ServerPause => {
-            server.pause();
-            sleep(ttl * 3 / 2);
-            server.resume();
+            if let LockServers::Single { server, .. } = servers {
+                server.pause();
+                sleep(ttl * 3 / 2);
+                server.resume();
+            }
         }
-        Fault::ServerRestart => server.restart(),
+        Fault::ServerRestart => {
+            if let LockServers::Single { server, .. } = servers {
+                server.restart();
+            }
+        }
         Fault::NetworkDelay => {
-            if let Some(proxy) = proxy {
+            if let LockServers::Single {
+                proxy: Some(proxy), ..
+            } = servers
+            {
                 proxy.delay_replies(ttl * 3 / 2);
                 sleep(ttl * 2);
                 proxy.delay_replies(Duration::ZERO);
             }
         }
+        Fault::Failover => {
+            if let LockServers::Failover { group, sentinels } = servers {
+                fail_over(group, sentinels, run, faults);
+            }
+        }
+    }
+}
+
+/// The lease of the failover scenarios' locks (at least): longer than a failover takes.
+const FAILOVER_TTL: Duration = Duration::from_secs(6);
+
+/// How long a lock with replica acknowledgement waits for the replica.
+const REPLICA_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The service name the sentinels know the lock server by.
+const SERVICE: &str = "torture";
+
+/// The servers the locks live on.
+enum LockServers {
+    /// One server, and a proxy in front of it for the network-delay scenario.
+    Single {
+        server: RedisServer,
+        proxy: Option<Proxy>,
+    },
+    /// A master and a replica under three sentinels.
+    Failover {
+        group: MasterWithReplicas,
+        sentinels: SentinelGroup,
+    },
+}
+
+impl LockServers {
+    fn start(scenario: &Scenario) -> LockServers {
+        if scenario.fault == Fault::Failover {
+            let group = MasterWithReplicas::start(1);
+            let sentinels = SentinelGroup::start(group.master(), SERVICE, 3);
+            return LockServers::Failover { group, sentinels };
+        }
+        let server = RedisServer::start_with(if scenario.durable {
+            ServerOptions::durable()
+        } else {
+            ServerOptions::default()
+        });
+        let proxy = (scenario.fault == Fault::NetworkDelay).then(|| Proxy::start(server.port()));
+        LockServers::Single { server, proxy }
+    }
+
+    /// The clients' arguments that say where the locks are.
+    fn topology(&self) -> Vec<String> {
+        match self {
+            LockServers::Single { server, proxy } => vec![
+                "--redis".into(),
+                proxy.as_ref().map_or_else(|| server.url(), |p| p.url()),
+            ],
+            LockServers::Failover { sentinels, .. } => {
+                let mut args: Vec<String> = sentinels
+                    .urls()
+                    .into_iter()
+                    .flat_map(|url| ["--sentinel".to_string(), url])
+                    .collect();
+                args.extend(["--service".to_string(), SERVICE.to_string()]);
+                args
+            }
+        }
+    }
+}
+
+/// One failover: the replica frozen while grants and renewals go on on the master alone,
+/// the master killed, the replica thawed and promoted by the sentinels; then the old
+/// master restarted (empty: no persistence) as the new master's replica, and in sync.
+///
+/// The holders are frozen across the failover, as a holder in a long pause would be:
+/// otherwise the first renewal a holder sends to the promoted replica tells it the lock
+/// is gone, and whether a waiter was granted the lock first is a race. Frozen, they
+/// believe until their deadline, and every grant on the promoted replica before it is
+/// seen: a double grant when the replica lacked their hold, none when it had it.
+fn fail_over(
+    group: &mut MasterWithReplicas,
+    sentinels: &SentinelGroup,
+    run: &Run,
+    faults: &mut Faults,
+) {
+    let ttl = run.ttl;
+    let (_, master_port) = sentinels.master_addr();
+    let ports = [group.master().port(), group.replica(0).port()];
+    let replica_port = if ports[0] == master_port {
+        ports[1]
+    } else {
+        ports[0]
+    };
+    // The replica frozen and its link cut by the master: a frozen replica alone would
+    // still find everything the master sent meanwhile in its socket's buffer. Then a
+    // half a lease of grants and renewals the replica never sees.
+    // The sentinels must not count the frozen replica out (after a second, by default):
+    // they would refuse to promote it until it answers their pings again, and the
+    // failover that follows the freeze would come seconds late.
+    for sentinel in sentinels.sentinels() {
+        let _: redis::RedisResult<()> = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg(SERVICE)
+            .arg("down-after-milliseconds")
+            .arg(ttl.as_millis() as u64 * 2)
+            .query(&mut sentinel.connection());
+    }
+    server(group, replica_port).pause();
+    let mut conn = server(group, master_port).connection();
+    let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut conn);
+    sleep(ttl / 2);
+    let holders: Vec<Vec<u32>> = run
+        .config
+        .primitives
+        .iter()
+        .flat_map(|&primitive| run.holders(primitive))
+        .map(|(_, pids)| pids)
+        .collect();
+    let from = mono_ns();
+    for pids in &holders {
+        stop_or_continue(pids, libc::SIGSTOP);
+        faults.pauses.push(Pause {
+            pids: pids.clone(),
+            from,
+        });
+    }
+    server(group, master_port).kill9();
+    server(group, replica_port).resume();
+    // Forced at once rather than after the sentinels' own detection (which now takes two
+    // leases); retried while a sentinel is not ready for it.
+    let until = mono_ns() + Duration::from_secs(10).as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() {
+        let mut conn = sentinels.sentinels()[0].connection();
+        let forced: redis::RedisResult<()> = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(SERVICE)
+            .query(&mut conn);
+        match forced {
+            Ok(()) => break,
+            Err(err) if err.to_string().contains("INPROG") => break,
+            Err(_) => thread::sleep(Duration::from_millis(200)),
+        }
+    }
+    if interrupted().is_some() {
+        // KillLive ends the frozen holders too.
+        return;
+    }
+    let promoted = sentinels.wait_for_failover(master_port, Duration::from_secs(30));
+    // Waiters (not frozen) meet the promoted replica first.
+    sleep(ttl / 4);
+    for pids in &holders {
+        stop_or_continue(pids, libc::SIGCONT);
+    }
+    server(group, master_port).restart();
+    let mut conn = server(group, master_port).connection();
+    let _: redis::RedisResult<()> = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(promoted)
+        .query(&mut conn);
+    // In sync again before the next round: a write on the new master reaches it.
+    let mut conn = server(group, promoted).connection();
+    let until = mono_ns() + Duration::from_secs(30).as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() {
+        let _: redis::RedisResult<()> = redis::cmd("SET")
+            .arg("torture:probe")
+            .arg(1)
+            .query(&mut conn);
+        let acknowledged: redis::RedisResult<u32> =
+            redis::cmd("WAIT").arg(1).arg(1000).query(&mut conn);
+        if acknowledged.is_ok_and(|n| n >= 1) {
+            break;
+        }
+    }
+}
+
+/// The server of `group` on `port` (the roles change with every failover).
+fn server(group: &mut MasterWithReplicas, port: u16) -> &mut RedisServer {
+    if group.master().port() == port {
+        group.master_mut()
+    } else {
+        group.replica_mut(0)
     }
 }
 
