@@ -86,17 +86,26 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
 /// Prints a command's whole output: a reader that went away (`| head`) is no failure
 /// (exit 0, quietly); any other write error (a closed stdout, a full disk) exits 74.
 pub fn emit(text: &str) -> i32 {
+    match write_out(text) {
+        Ok(()) => OK,
+        Err(code) => code,
+    }
+}
+
+/// Writes `text` to stdout. `Err(code)` when output must stop: the reader is gone
+/// (`Err(OK)`: a `| head` that read enough is success) or writing failed (74, said).
+pub fn write_out(text: &str) -> Result<(), i32> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
     {
-        Ok(()) => OK,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => OK,
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Err(OK),
         Err(err) => {
             eprintln!("dlock: cannot write the output: {err}\n  hint: check where stdout goes (a full disk, a closed descriptor)");
-            IO_ERROR
+            Err(IO_ERROR)
         }
     }
 }

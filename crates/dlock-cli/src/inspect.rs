@@ -51,8 +51,8 @@ pub async fn inspect(client: &Client, args: &InspectArgs) -> dlock::Result<i32> 
             .map_err(|e| dlock::Error::InvalidArgument(format!("cannot watch for Ctrl-C: {e}")))?;
     loop {
         let locks = snapshot(client, args).await?;
-        let code = exit::emit(&render(&locks, args, true));
-        if code != exit::OK {
+        // A reader that went away (`| head`) ends the watch, as it ends any pipeline.
+        if let Err(code) = exit::write_out(&render(&locks, args, true)) {
             return Ok(code);
         }
         tokio::select! {

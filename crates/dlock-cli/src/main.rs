@@ -746,6 +746,13 @@ async fn connect(cli: &Cli, url: &str) -> dlock::Result<Client> {
     if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
         builder = builder.tls_client_certificate(read(cert)?, read(key)?);
     }
+    if let Some(timeout) = cli.replica_timeout {
+        // A request with a WAIT may take the replica timeout: the response timeout must
+        // leave it room (the library refuses a WAIT it would cut off).
+        let room = timeout + Duration::from_secs(1);
+        let room = room.clamp(dlock::DEFAULT_RESPONSE_TIMEOUT, dlock::MAX_TIMEOUT);
+        builder = builder.response_timeout(room);
+    }
     builder.connect().await
 }
 

@@ -13,8 +13,9 @@
 //! - **Sentinel**: the master the sentinels name, looked up again whenever a request
 //!   finds the master gone or demoted (a failover), the subscriber too.
 //!
-//! Acknowledged writes (`LockOptions::replicas`) go over a second connection of their own,
-//! since `WAIT` blocks the connection it is sent on (docs/decisions.md, "One backend seam").
+//! Acknowledged writes (`LockOptions::replicas`) go, each with its `WAIT` in one pipeline,
+//! over connections of their own, since `WAIT` blocks the connection it is sent on
+//! (docs/decisions.md, "One backend seam").
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -45,8 +46,47 @@ pub(crate) struct SingleNode {
     /// Opens the subscriber's and the acknowledged writes' own connections.
     client: redis::Client,
     config: ConnectionManagerConfig,
-    acknowledged: tokio::sync::OnceCell<ConnectionManager>,
+    acknowledged: Pool<ConnectionManager>,
 }
+
+/// A few connections of their own for acknowledged writes, opened on first use and used
+/// in turn: a `WAIT` blocks the connection it is sent on until the replicas answer, so
+/// acknowledged writes of several locks at once would otherwise queue behind each other.
+pub(crate) struct Pool<C> {
+    connections: tokio::sync::OnceCell<Vec<C>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl<C: Clone> Pool<C> {
+    fn new() -> Pool<C> {
+        Pool {
+            connections: tokio::sync::OnceCell::new(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    async fn get<F, Fut>(&self, open: F) -> redis::RedisResult<C>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<C>>,
+    {
+        let connections = self
+            .connections
+            .get_or_try_init(|| async {
+                let mut connections = Vec::with_capacity(ACKNOWLEDGED_CONNECTIONS);
+                for _ in 0..ACKNOWLEDGED_CONNECTIONS {
+                    connections.push(open().await?);
+                }
+                Ok::<_, redis::RedisError>(connections)
+            })
+            .await?;
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % connections.len();
+        Ok(connections[index].clone())
+    }
+}
+
+/// Connections per client for acknowledged writes.
+const ACKNOWLEDGED_CONNECTIONS: usize = 4;
 
 pub(crate) struct Cluster {
     /// Every request, routed by slot.
@@ -56,7 +96,7 @@ pub(crate) struct Cluster {
     /// Makes the builder again, for the subscriber's client (RESP3 with a push channel of
     /// its own).
     builder: ClusterBuilder,
-    acknowledged: tokio::sync::OnceCell<ClusterConnection>,
+    acknowledged: Pool<ClusterConnection>,
 }
 
 /// Makes a configured cluster client builder (the builder itself is not `Clone`).
@@ -76,7 +116,7 @@ pub(crate) struct Sentinel {
 struct SentinelMaster {
     client: redis::Client,
     conn: ConnectionManager,
-    acknowledged: Arc<tokio::sync::OnceCell<ConnectionManager>>,
+    acknowledged: Arc<Pool<ConnectionManager>>,
 }
 
 impl Backend {
@@ -89,7 +129,7 @@ impl Backend {
             conn,
             client,
             config,
-            acknowledged: tokio::sync::OnceCell::new(),
+            acknowledged: Pool::new(),
         }))
     }
 
@@ -101,7 +141,7 @@ impl Backend {
             conn,
             client,
             builder,
-            acknowledged: tokio::sync::OnceCell::new(),
+            acknowledged: Pool::new(),
         })))
     }
 
@@ -118,7 +158,7 @@ impl Backend {
             master: RwLock::new(SentinelMaster {
                 client,
                 conn,
-                acknowledged: Arc::default(),
+                acknowledged: Arc::new(Pool::new()),
             }),
             resolving: AtomicBool::new(false),
         })))
@@ -142,68 +182,33 @@ impl Backend {
         }
     }
 
-    /// The connection for writes that wait for replicas: `WAIT` blocks the connection it
-    /// is sent on, so these never share the connection of the client's other requests.
-    /// Opened on first use.
+    /// A connection for writes that wait for replicas, sent with their `WAIT` in one
+    /// pipeline: `WAIT` blocks the connection it is sent on, so these never share the
+    /// connection of the client's other requests (one of a small pool; see [`Pool`]).
     pub(crate) async fn acknowledged(&self) -> redis::RedisResult<Connection> {
         match self {
             Backend::SingleNode(node) => {
-                let conn = node
-                    .acknowledged
-                    .get_or_try_init(|| {
-                        ConnectionManager::new_with_config(node.client.clone(), node.config.clone())
-                    })
-                    .await?;
-                Ok(Connection::Plain(conn.clone()))
+                let open =
+                    || ConnectionManager::new_with_config(node.client.clone(), node.config.clone());
+                Ok(Connection::Plain(node.acknowledged.get(open).await?))
             }
             Backend::Cluster(cluster) => {
-                let conn = cluster
-                    .acknowledged
-                    .get_or_try_init(|| async { cluster.client.get_async_connection().await })
-                    .await?;
-                Ok(Connection::Cluster(conn.clone()))
+                let open = || cluster.client.get_async_connection();
+                Ok(Connection::Cluster(cluster.acknowledged.get(open).await?))
             }
             Backend::Sentinel(sentinel) => {
                 let master = sentinel.master.read().unwrap().clone();
-                let conn = master
-                    .acknowledged
-                    .get_or_try_init(|| {
-                        ConnectionManager::new_with_config(
-                            master.client.clone(),
-                            sentinel.config.clone(),
-                        )
-                    })
-                    .await?;
+                let open = || {
+                    ConnectionManager::new_with_config(
+                        master.client.clone(),
+                        sentinel.config.clone(),
+                    )
+                };
                 Ok(Connection::Sentinel {
-                    conn: conn.clone(),
+                    conn: master.acknowledged.get(open).await?,
                     sentinel: sentinel.clone(),
                 })
             }
-        }
-    }
-
-    /// `WAIT count timeout` on the connection for acknowledged writes, at the node that
-    /// owns `key` (on a cluster; the one master otherwise): how many replicas have every
-    /// write sent on that connection so far.
-    pub(crate) async fn wait_for_replicas(
-        &self,
-        key: &str,
-        count: u32,
-        timeout: Duration,
-    ) -> redis::RedisResult<u32> {
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(count).arg(timeout.as_millis().max(1) as u64);
-        match self.acknowledged().await? {
-            Connection::Cluster(mut cluster) => {
-                use redis::cluster_routing::{Route, SlotAddr};
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(hash_slot(key), SlotAddr::Master),
-                ));
-                Ok(redis::from_redis_value(
-                    cluster.route_command(wait, routing).await?,
-                )?)
-            }
-            mut conn => wait.query_async(&mut conn).await,
         }
     }
 
@@ -330,23 +335,24 @@ impl Backend {
         max: usize,
     ) -> Vec<Vec<T>> {
         let max = max.max(1);
-        let mut groups: Vec<(u16, Vec<T>)> = Vec::new();
+        let mut batches: Vec<Vec<T>> = Vec::new();
+        // The batch still filling, per slot.
+        let mut open: std::collections::HashMap<u16, usize> = std::collections::HashMap::new();
         for item in items {
             let group = match self {
                 Backend::Cluster(_) => hash_slot(key(&item)),
                 // One node holds every slot: keys do not split batches.
                 _ => 0,
             };
-            match groups
-                .iter_mut()
-                .rev()
-                .find(|(slot, batch)| *slot == group && batch.len() < max)
-            {
-                Some((_, batch)) => batch.push(item),
-                None => groups.push((group, vec![item])),
+            match open.get(&group) {
+                Some(&index) if batches[index].len() < max => batches[index].push(item),
+                _ => {
+                    open.insert(group, batches.len());
+                    batches.push(vec![item]);
+                }
             }
         }
-        groups.into_iter().map(|(_, batch)| batch).collect()
+        batches
     }
 }
 
@@ -405,7 +411,7 @@ impl Sentinel {
                                 *sentinel.master.write().unwrap() = SentinelMaster {
                                     client,
                                     conn,
-                                    acknowledged: Arc::default(),
+                                    acknowledged: Arc::new(Pool::new()),
                                 };
                             }
                             Err(err) => {

@@ -55,9 +55,9 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<ClientInner>,
-    /// This handle's writes wait for replicas: they go over the backend's connection for
-    /// acknowledged writes (the handle of a lock with [`LockOptions::replicas`]).
-    acknowledged: bool,
+    /// The handle of a lock with [`LockOptions::replicas`]: its grants and extends are sent
+    /// with a `WAIT` (see `script::Call::run`).
+    replicas: Option<crate::options::Replicas>,
 }
 
 pub(crate) struct ClientInner {
@@ -70,6 +70,9 @@ pub(crate) struct ClientInner {
     pub(crate) runtime: tokio::runtime::Handle,
     notifier: OnceLock<Notifier>,
     renewer: OnceLock<Renewer>,
+    /// Renews the leases of locks with replicas: a round of theirs waits for `WAIT`, which
+    /// must not hold up the renewal of the client's other leases.
+    acknowledged_renewer: OnceLock<Renewer>,
     /// Set by [`Client::shutdown`].
     closed: AtomicBool,
     /// Every hold a guard of this client still has, for [`Client::shutdown`].
@@ -261,6 +264,7 @@ impl ClientBuilder {
                 runtime: tokio::runtime::Handle::current(),
                 notifier: OnceLock::new(),
                 renewer: OnceLock::new(),
+                acknowledged_renewer: OnceLock::new(),
                 closed: AtomicBool::new(false),
                 holds: StdMutex::new(HashMap::new()),
                 next_hold: AtomicU64::new(1),
@@ -268,7 +272,7 @@ impl ClientBuilder {
                 holder_label: self.holder_label,
                 response_timeout: self.response_timeout,
             }),
-            acknowledged: false,
+            replicas: None,
         };
         client.check_server().await?;
         Ok(client)
@@ -369,11 +373,25 @@ impl ClientBuilder {
         });
         self.within_budget(&described, tls, Backend::cluster(builder))
             .await
-            .map_err(|err| match refusal(&err) {
-                Some(reason) if reason.contains("cluster support disabled") => unreachable(format!(
-                    "{described} includes a server without cluster support ({reason}); connect to a single server with Client::builder (the CLI's --redis)"
-                )),
-                _ => err,
+            .map_err(|err| match err {
+                // The cluster client reports a failed login as a connection failure.
+                Error::Connection(inner)
+                    if inner.to_string().to_ascii_lowercase().contains("authentication failed")
+                        || inner.to_string().contains("WRONGPASS") =>
+                {
+                    Error::Authentication(inner)
+                }
+                err if refusal(&err).is_some_and(|r| r.contains("cluster support disabled")) => {
+                    unreachable(format!(
+                        "{described} includes a server without cluster support; connect to a single server with Client::builder (the CLI's --redis)"
+                    ))
+                }
+                err if refusal(&err).is_some_and(|r| r.contains("unknown command 'CLUSTER'")) => {
+                    unreachable(format!(
+                        "{described} includes a server that does not know CLUSTER (a Sentinel?); give the cluster's data nodes"
+                    ))
+                }
+                err => err,
             })
     }
 
@@ -442,9 +460,10 @@ impl ClientBuilder {
         );
         self.within_budget(&described, tls, Backend::sentinel(client, config))
             .await
-            .map_err(|err| match refusal(&err) {
-                // The sentinels answer, but name no usable master: as unavailable as a
-                // master that does not answer, not a request Redis refused.
+            .map_err(|err| match sentinel_refusal(&err) {
+                // The sentinels answer, but name no usable master (or are no sentinels):
+                // as unavailable as a master that does not answer, not a request Redis
+                // refused.
                 Some(reason) if reason.to_ascii_lowercase().contains("sentinel") => {
                     unreachable(format!(
                         "the sentinels at {} know no usable master named {service:?} ({reason}); check the name in `sentinel monitor <name> ...`",
@@ -627,8 +646,10 @@ impl Client {
             .saturating_mul(3)
             .max(Duration::from_secs(5));
         let _ = tokio::time::timeout(bound, self.inner.background.until_none()).await;
-        if let Some(renewer) = self.inner.renewer.get() {
-            renewer.stop().await;
+        for renewer in [&self.inner.renewer, &self.inner.acknowledged_renewer] {
+            if let Some(renewer) = renewer.get() {
+                renewer.stop().await;
+            }
         }
         let holds: Vec<TrackedHold> = {
             // Taken under the lock track_hold checks `closed` under: no hold slips in after.
@@ -809,6 +830,20 @@ impl Client {
                 .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
                 .map(str::trim)
         };
+        if !matches!(self.inner.backend, Backend::Cluster(_)) {
+            // A server of another deployment answers, but cannot serve these locks as
+            // configured: said at connect, not as a MOVED or an unknown command later.
+            if field("redis_mode") == Some("sentinel") {
+                return Err(unreachable(
+                    "the server is a Redis Sentinel, not a data server: connect through it with Client::sentinel_builder (the CLI's --sentinel with --service)".into(),
+                ));
+            }
+            if field("cluster_enabled") == Some("1") {
+                return Err(unreachable(
+                    "the server is a Redis Cluster node: connect with Client::cluster_builder (the CLI's --cluster), which routes every lock to the node of its slot".into(),
+                ));
+            }
+        }
         if let Some(version) = field("redis_version") {
             let needed = match self.inner.backend.sharded_pubsub() {
                 // Sharded pub/sub (SPUBLISH/SSUBSCRIBE) came with Redis 7.
@@ -846,54 +881,27 @@ impl Client {
         self.inner.backend.connection()
     }
 
-    /// A handle of the same client whose writes go over the connection for acknowledged
-    /// writes, so a `WAIT` after them covers them.
-    pub(crate) fn acknowledging(&self) -> Client {
+    /// A handle of the same client whose grants and extends wait for `replicas`.
+    pub(crate) fn acknowledging(&self, replicas: crate::options::Replicas) -> Client {
         Client {
             inner: self.inner.clone(),
-            acknowledged: true,
+            replicas: Some(replicas),
         }
     }
 
-    /// The connection this handle writes on (see [`Client::acknowledging`]).
-    pub(crate) async fn write_connection(&self) -> redis::RedisResult<Connection> {
-        match self.acknowledged {
-            true => self.inner.backend.acknowledged().await,
-            false => Ok(self.conn()),
-        }
-    }
-
-    /// Waits until `replicas.count` replicas have this handle's writes so far on the
-    /// node of `key`; [`Error::NotReplicated`] when fewer acknowledge in time.
-    pub(crate) async fn confirm_replicated(
-        &self,
-        name: &str,
-        key: &str,
-        replicas: crate::options::Replicas,
-    ) -> Result<()> {
-        let acknowledged = self
-            .inner
-            .backend
-            .wait_for_replicas(key, replicas.count, replicas.timeout)
-            .await
-            .map_err(|err| Error::from_redis("WAIT", err))?;
-        if acknowledged < replicas.count {
-            crate::observe::not_replicated(name, replicas.count, acknowledged);
-            return Err(Error::NotReplicated {
-                name: name.to_string(),
-                wanted: replicas.count,
-                acknowledged,
-            });
-        }
-        Ok(())
+    /// What this handle's grants and extends wait for (see [`Client::acknowledging`]).
+    pub(crate) fn replicas(&self) -> Option<crate::options::Replicas> {
+        self.replicas
     }
 
     /// The shared renewal scheduler, started on first use.
     ///
     pub(crate) fn renewer(&self) -> &Renewer {
-        self.inner
-            .renewer
-            .get_or_init(|| Renewer::start(self.inner.backend.clone(), &self.inner.runtime))
+        let renewer = match self.replicas {
+            Some(_) => &self.inner.acknowledged_renewer,
+            None => &self.inner.renewer,
+        };
+        renewer.get_or_init(|| Renewer::start(self.inner.backend.clone(), &self.inner.runtime))
     }
 
     /// The shared release notifier, started on first use.
@@ -995,13 +1003,20 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// The URL with any password replaced, for error messages: `user:password@` and the
-/// `pass=` / `password=` query parameters of unix-socket URLs.
 /// The server's words when `err` is a refusal.
 fn refusal(err: &Error) -> Option<&str> {
     match err {
         Error::Refused { reason, .. } => Some(reason),
         _ => None,
+    }
+}
+
+/// The words of a refusal, or of an argument error the Sentinel client raises about
+/// an address (one that does not point to a sentinel).
+fn sentinel_refusal(err: &Error) -> Option<&str> {
+    match err {
+        Error::InvalidArgument(reason) => Some(reason),
+        other => refusal(other),
     }
 }
 
@@ -1018,6 +1033,8 @@ fn describe_urls(urls: &[String]) -> String {
         .join(", ")
 }
 
+/// The URL with any password replaced, for error messages: `user:password@` and the
+/// `pass=` / `password=` query parameters of unix-socket URLs.
 fn redact(url: &str) -> String {
     let url = redact_userinfo(url);
     match url.split_once('?') {

@@ -169,7 +169,13 @@ fn is_transient(err: &redis::RedisError) -> bool {
             err.kind(),
             redis::ErrorKind::Io
                 | redis::ErrorKind::Server(
-                    S::BusyLoading | S::TryAgain | S::MasterDown | S::ClusterDown
+                    S::BusyLoading
+                        | S::TryAgain
+                        | S::MasterDown
+                        | S::ClusterDown
+                        // A slot moving: the redirect is followed on the next try.
+                        | S::Moved
+                        | S::Ask
                 )
         )
 }

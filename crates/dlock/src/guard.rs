@@ -237,30 +237,33 @@ async fn draw_fence<R: RawLock>(raw: &R, token: &str, held: &Held) -> Result<u64
 pub(crate) async fn extend_hold<R: RawLock>(raw: &R, token: &str, ttl: Duration) -> Result<()> {
     lease::validate_ttl(ttl)?;
     let (key, kind) = raw.hold_key();
-    let outcome: Vec<i64> = crate::renew::RENEW
+    let outcome: Result<Vec<i64>> = crate::renew::RENEW
         .call()
         .key(key)
         .arg(kind.code())
         .arg(token)
         .arg(ttl.as_millis() as u64)
         .run(raw.client())
-        .await?;
+        .await;
+    let outcome = match outcome {
+        Err(Error::NotReplicated {
+            wanted,
+            acknowledged,
+            ..
+        }) => {
+            // An extend the replicas do not have: give the hold back rather than keep
+            // one a failover could hand to someone else.
+            let _ = raw.release(token).await;
+            return Err(Error::NotReplicated {
+                name: raw.name().to_string(),
+                wanted,
+                acknowledged,
+            });
+        }
+        outcome => outcome?,
+    };
     match outcome.as_slice() {
-        [1] => match raw.options().replicas {
-            None => Ok(()),
-            Some(replicas) => {
-                let confirmed = raw
-                    .client()
-                    .confirm_replicated(raw.name(), key, replicas)
-                    .await;
-                if confirmed.is_err() {
-                    // An extend the replicas may not have: give the hold back rather than
-                    // keep one a failover could hand to someone else.
-                    let _ = raw.release(token).await;
-                }
-                confirmed
-            }
-        },
+        [1] => Ok(()),
         [0] => Err(Error::Lost {
             name: raw.name().to_string(),
         }),

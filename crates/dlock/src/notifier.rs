@@ -290,6 +290,9 @@ async fn run_subscriber(
             tokio::select! {
                 heard = stream.next() => match heard {
                     Some(Heard::Message { channel, payload }) => channels.deliver(&channel, &payload),
+                    // Our own unsubscription's confirmation (the channel was already
+                    // taken out of `subscribed`): nothing to do.
+                    Some(Heard::Dropped(channel)) if !subscribed.contains(&channel) => {}
                     Some(Heard::Dropped(channel)) => {
                         // The channel's slot moved to another shard: its waiters re-check
                         // now, and the subscription follows the slot.

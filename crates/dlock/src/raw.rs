@@ -54,7 +54,7 @@ impl LockCore {
                         crate::humane(WAIT_MARGIN)
                     )));
                 }
-                client.acknowledging()
+                client.acknowledging(replicas)
             }
             None => client,
         };

@@ -11,8 +11,14 @@ use crate::error::{Error, Result};
 /// channel is in the lock's slot, so the script may publish on it).
 pub(crate) struct LuaScript {
     name: &'static str,
+    /// The source, for `EVAL` in an acknowledged pipeline (see [`Call::run`]).
+    code: String,
     plain: redis::Script,
     sharded: redis::Script,
+    /// The script grants or extends a hold (it answers `{1, ...}` when it did): for a lock
+    /// with `LockOptions::replicas`, it is sent together with a `WAIT` (see
+    /// [`Call::run`]).
+    grants: bool,
 }
 
 /// Builds a `LazyLock<LuaScript>` from the shared prelude and the given files (paths
@@ -20,6 +26,27 @@ pub(crate) struct LuaScript {
 /// path whose script needs none of it (the prelude's helpers are defined on every call,
 /// about 0.5 µs of the server's time).
 macro_rules! lua_script {
+    (grant bare $name:literal, $($file:literal),+ $(,)?) => {
+        std::sync::LazyLock::new(|| {
+            $crate::script::LuaScript::new(
+                $name,
+                concat!($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+),
+            )
+            .granting()
+        })
+    };
+    (grant $name:literal, $($file:literal),+ $(,)?) => {
+        std::sync::LazyLock::new(|| {
+            $crate::script::LuaScript::new(
+                $name,
+                concat!(
+                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/prelude.lua")),
+                    $(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+
+                ),
+            )
+            .granting()
+        })
+    };
     (bare $name:literal, $($file:literal),+ $(,)?) => {
         std::sync::LazyLock::new(|| {
             $crate::script::LuaScript::new(
@@ -46,9 +73,25 @@ impl LuaScript {
     pub fn new(name: &'static str, code: &str) -> LuaScript {
         LuaScript {
             name,
+            code: code.to_string(),
             plain: redis::Script::new(code),
             // Every announcement in the scripts is written `'PUBLISH'`.
             sharded: redis::Script::new(&code.replace("'PUBLISH'", "'SPUBLISH'")),
+            grants: false,
+        }
+    }
+
+    /// Marks a script that grants or extends holds (`lua_script!(grant ...)`).
+    pub fn granting(mut self) -> LuaScript {
+        self.grants = true;
+        self
+    }
+
+    /// The source of the form to run on `backend`.
+    fn code(&self, backend: &Backend) -> String {
+        match backend.sharded_pubsub() {
+            true => self.code.replace("'PUBLISH'", "'SPUBLISH'"),
+            false => self.code.clone(),
         }
     }
 
@@ -89,7 +132,7 @@ impl Call<'_> {
     }
 
     /// The invocation for `backend`'s form of the script.
-    fn invocation(&self, backend: &Backend) -> redis::ScriptInvocation<'_> {
+    pub fn invocation(&self, backend: &Backend) -> redis::ScriptInvocation<'_> {
         let mut invocation = self.script.for_backend(backend).prepare_invoke();
         for key in &self.keys {
             invocation.key(key.as_slice());
@@ -103,15 +146,81 @@ impl Call<'_> {
     /// Runs the script. A request that met a dropped connection is sent once more on the
     /// reconnected one (every dlock script may run twice: acquires recognise their own
     /// token, releases and extends compare it); timeouts are not retried here.
+    ///
+    /// For a lock with `LockOptions::replicas`, a script that grants or extends is sent in
+    /// one pipeline with `WAIT count timeout`: both on one connection, in order, so the
+    /// `WAIT` covers exactly this write (on a cluster, on the node that ran it). When the
+    /// script granted and too few replicas acknowledged, the call fails with
+    /// [`Error::NotReplicated`]; the caller gives the hold back.
     pub async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T> {
-        let invocation = self.invocation(&client.inner.backend);
-        resent_once(self.script.name, || async {
-            invocation
-                .invoke_async(&mut client.write_connection().await?)
+        let backend = &client.inner.backend;
+        let replicas = client.replicas().filter(|_| self.script.grants);
+        let Some(replicas) = replicas else {
+            let invocation = self.invocation(backend);
+            return resent_once(self.script.name, || async {
+                invocation.invoke_async(&mut backend.connection()).await
+            })
+            .await
+            .map_err(|err| script_error(self.script.name, err));
+        };
+        let (reply, acknowledged) =
+            resent_once(self.script.name, || self.with_wait(backend, replicas))
                 .await
-        })
-        .await
-        .map_err(|err| script_error(self.script.name, err))
+                .map_err(|err| script_error(self.script.name, err))?;
+        let granted = matches!(&reply, redis::Value::Array(items) if matches!(items.first(), Some(redis::Value::Int(1))));
+        if granted && acknowledged < replicas.count {
+            let key = self
+                .keys
+                .first()
+                .map(|k| String::from_utf8_lossy(k).into_owned());
+            let name = key.unwrap_or_default();
+            crate::observe::not_replicated(&name, replicas.count, acknowledged);
+            return Err(Error::NotReplicated {
+                name,
+                wanted: replicas.count,
+                acknowledged,
+            });
+        }
+        redis::from_redis_value(reply)
+            .map_err(|err| script_error(self.script.name, redis::RedisError::from(err)))
+    }
+
+    /// The script and a `WAIT` in one pipeline on a connection for acknowledged writes;
+    /// the script is loaded (with `EVAL`, in the same pipeline) when the server does not
+    /// have it yet. Returns the script's reply and how many replicas acknowledged.
+    pub async fn with_wait(
+        &self,
+        backend: &Backend,
+        replicas: crate::options::Replicas,
+    ) -> redis::RedisResult<(redis::Value, u32)> {
+        let conn = &mut backend.acknowledged().await?;
+        let script = self.script.for_backend(backend);
+        let pipeline = |by_hash: bool| {
+            let mut eval = match by_hash {
+                true => redis::cmd("EVALSHA"),
+                false => redis::cmd("EVAL"),
+            };
+            match by_hash {
+                true => eval.arg(script.get_hash()),
+                false => eval.arg(self.script.code(backend)),
+            };
+            eval.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+            let mut pipeline = redis::pipe();
+            pipeline.add_command(eval);
+            pipeline
+                .cmd("WAIT")
+                .arg(replicas.count)
+                .arg(replicas.timeout.as_millis().max(1) as u64);
+            pipeline
+        };
+        match pipeline(true).query_async(conn).await {
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                pipeline(false).query_async(conn).await
+            }
+            reply => reply,
+        }
     }
 }
 

@@ -155,14 +155,6 @@ async fn acquire_in_span<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> 
                 if let Some(watch) = watch.as_mut() {
                     watch.wake_used();
                 }
-                if let Some(replicas) = options.replicas {
-                    let key = raw.hold_key().0;
-                    if let Err(err) = client.confirm_replicated(raw.name(), key, replicas).await {
-                        // Never a silently unreplicated lock: the grant is given back.
-                        claim.unknown();
-                        break Err(err);
-                    }
-                }
                 match claim.into_guard(fence, holds, sent) {
                     Ok(guard) => {
                         observe::acquired(raw.kind_name(), raw.name(), attempts, started.elapsed());
@@ -193,6 +185,20 @@ async fn acquire_in_span<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> 
                 }
                 observe::retrying(raw.kind_name(), raw.name(), &err, loud);
                 (None, true)
+            }
+            Err(Error::NotReplicated {
+                wanted,
+                acknowledged,
+                ..
+            }) => {
+                // Granted, but not on enough replicas: never a silently unreplicated
+                // lock, the grant is given back.
+                claim.unknown();
+                break Err(Error::NotReplicated {
+                    name: raw.name().to_string(),
+                    wanted,
+                    acknowledged,
+                });
             }
             Err(err) => {
                 claim.answered();

@@ -281,14 +281,25 @@ async fn a_slot_migrated_while_held_keeps_the_lock_and_its_waiter() {
     let slot = key_slot(name);
     let from = cluster.master_for_slot(slot);
     let to = (from + 1) % 3;
-    let renewed = LockOptions::default().renewed(Duration::from_millis(1500));
+    // A fixed lease far longer than the test: the waiter can only get in early through a
+    // notification. Beside it, in the same slot, a lock renewed every 500 ms.
+    let fixed = LockOptions::default().ttl(Duration::from_secs(30));
     let guard = holder
-        .mutex_with(name, renewed)
+        .mutex_with(name, fixed)
         .unwrap()
         .lock()
         .await
         .unwrap();
     let fence = guard.fence().await.unwrap();
+    let renewed_name = "{migrating}-renewed";
+    assert_eq!(key_slot(renewed_name), slot);
+    let renewed = LockOptions::default().renewed(Duration::from_millis(1500));
+    let renewed_guard = holder
+        .mutex_with(renewed_name, renewed)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     // A waiter subscribed on the old shard, polling only every 30 s.
     let waiter = {
         let waiting = waiting.clone();
@@ -312,8 +323,14 @@ async fn a_slot_migrated_while_held_keeps_the_lock_and_its_waiter() {
         .await
         .unwrap();
     assert_eq!(cluster.master_for_slot(slot), to);
-    // Past two leases on the new master: renewals followed the slot.
+    // Past two leases of the renewed lock on the new master: renewals followed the slot.
     tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(
+        renewed_guard.lost_signal().lost().is_none(),
+        "the renewed lock was lost across the migration"
+    );
+    assert!(renewed_guard.is_held().await.unwrap());
+    renewed_guard.unlock().await.unwrap();
     assert!(
         guard.lost_signal().lost().is_none(),
         "lost across the migration"
@@ -338,4 +355,48 @@ async fn a_slot_migrated_while_held_keeps_the_lock_and_its_waiter() {
         waited < Duration::from_secs(10),
         "the waiter was not woken after the migration (took {waited:?})"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wrong_kind_of_deployment_is_named_at_connect() {
+    let cluster = RedisCluster::start(3, 0);
+    let plain = dlock_testkit::RedisServer::start();
+    let sentinels = dlock_testkit::SentinelGroup::start(&plain, "plain", 1);
+    let message = |outcome: dlock::Result<Client>| match outcome {
+        Err(Error::Connection(err)) => err.to_string(),
+        other => panic!("expected a connection error, got {other:?}"),
+    };
+    // A single-server client on a cluster node would meet MOVED for half its locks.
+    let said = message(Client::connect(&cluster.urls()[0]).await);
+    assert!(said.contains("Cluster node"), "{said}");
+    // ... and on a sentinel, unknown commands.
+    let said = message(Client::connect(&sentinels.urls()[0]).await);
+    assert!(said.contains("Sentinel"), "{said}");
+    // A cluster client on a plain server, or on a sentinel.
+    let said = message(Client::cluster_builder([plain.url()]).connect().await);
+    assert!(said.contains("without cluster support"), "{said}");
+    let said = message(Client::cluster_builder(sentinels.urls()).connect().await);
+    assert!(said.contains("does not know CLUSTER"), "{said}");
+    // A Sentinel client on a plain server, or for a service the sentinels do not know.
+    let said = message(
+        Client::sentinel_builder([plain.url()], "plain")
+            .connect()
+            .await,
+    );
+    assert!(said.contains("sentinel"), "{said}");
+    let said = message(
+        Client::sentinel_builder(sentinels.urls(), "other")
+            .connect()
+            .await,
+    );
+    assert!(said.contains("\"other\""), "{said}");
+    // The right ones connect.
+    Client::sentinel_builder(sentinels.urls(), "plain")
+        .connect()
+        .await
+        .unwrap();
+    Client::cluster_builder(cluster.urls())
+        .connect()
+        .await
+        .unwrap();
 }

@@ -74,8 +74,24 @@ async fn after_a_sentinel_failover_locks_and_wakeups_continue_on_the_new_master(
         .unlock()
         .await
         .unwrap();
-    // Subscribed before the failover: the subscriber must follow it.
-    let _ = second.mutex("warm-up").unwrap().try_lock().await;
+    // A waiter before the failover starts the second client's subscriber, which must
+    // then follow the failover.
+    let held = first
+        .mutex_with("warm-up", options)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let warm_up = {
+        let second = second.clone();
+        tokio::spawn(async move {
+            let waiting = second.mutex_with("warm-up", options).unwrap();
+            waiting.lock().await.unwrap().unlock().await.unwrap();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.unlock().await.unwrap();
+    warm_up.await.unwrap();
 
     let old_port = group.master().port();
     group.master_mut().kill9();
@@ -266,4 +282,119 @@ async fn replica_acknowledgement_on_a_cluster_waits_on_the_locks_own_shard() {
         assert!(guard.lost_signal().lost().is_none());
         guard.unlock().await.unwrap();
     }
+
+    // One shard's replica frozen: only the locks on that shard go unacknowledged, so the
+    // WAIT ran on the shard that took the write.
+    let frozen_master = 0;
+    let master_port = cluster.masters()[frozen_master].port().to_string();
+    let replica = cluster
+        .replicas()
+        .iter()
+        .find(|replica| {
+            let info: String = replica.cmd(&["INFO", "replication"]);
+            info.lines()
+                .any(|line| line.trim() == format!("master_port:{master_port}"))
+        })
+        .expect("master 0 has a replica");
+    replica.pause();
+    let mut refused = 0;
+    for i in 0..12 {
+        let name = format!("shard-{i}");
+        let on_frozen = cluster.master_for_slot(key_slot(&name)) == frozen_master;
+        match client.mutex_with(&name, acked).unwrap().try_lock().await {
+            Ok(guard) => {
+                assert!(!on_frozen, "{name} was granted on the frozen shard");
+                guard.unlock().await.unwrap();
+            }
+            Err(Error::NotReplicated { .. }) => {
+                assert!(on_frozen, "{name} was refused on a healthy shard");
+                refused += 1;
+            }
+            Err(err) => panic!("{name}: {err}"),
+        }
+    }
+    replica.resume();
+    assert!(refused > 0, "no name landed on the frozen shard");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_neither_leak_on_cancel_nor_hold_up_each_other_or_renewals() {
+    let group = MasterWithReplicas::start(1);
+    let client = Client::connect(&group.master().url()).await.unwrap();
+    let acked = fixed(Duration::from_secs(20)).replicas(1, Duration::from_secs(2));
+    // A plain lock renewed every 500 ms, and an acknowledged one renewed too.
+    let plain = client
+        .mutex_with(
+            "plain",
+            LockOptions::default().renewed(Duration::from_millis(1500)),
+        )
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let renewed_acked = client
+        .mutex_with(
+            "renewed-acked",
+            LockOptions::default()
+                .renewed(Duration::from_millis(1500))
+                .replicas(1, Duration::from_secs(1)),
+        )
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    group.replica(0).pause();
+
+    // Four acknowledged acquires at once each get their own answer (NotReplicated), none
+    // a response timeout from queueing behind the others' WAIT.
+    let attempts = (0..4).map(|i| {
+        let client = client.clone();
+        async move {
+            client
+                .mutex_with(&format!("acked-{i}"), acked)
+                .unwrap()
+                .try_lock()
+                .await
+        }
+    });
+    for outcome in futures_util::future::join_all(attempts).await {
+        assert!(
+            matches!(outcome, Err(Error::NotReplicated { .. })),
+            "{outcome:?}"
+        );
+    }
+    for i in 0..4 {
+        let exists: i64 = group.master().cmd(&["EXISTS", &format!("acked-{i}")]);
+        assert_eq!(exists, 0, "acked-{i} was left behind");
+    }
+
+    // An acquire dropped while its WAIT runs gives its grant back.
+    let mutex = client.mutex_with("cancelled", acked).unwrap();
+    let dropped = tokio::time::timeout(Duration::from_millis(300), mutex.lock()).await;
+    assert!(dropped.is_err(), "the WAIT should still have been running");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let exists: i64 = group.master().cmd(&["EXISTS", "cancelled"]);
+        if exists == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled acquire's grant was never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Meanwhile the acknowledged lock's renewals stalled on the WAIT, but the plain lock
+    // (on the client's other scheduler) was renewed all along: it outlived its lease.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        plain.lost_signal().lost().is_none(),
+        "a plain lease was lost"
+    );
+    assert!(plain.is_held().await.unwrap());
+    // The acknowledged lock could not be renewed: its lost signal fired.
+    assert!(renewed_acked.lost_signal().lost().is_some());
+    group.replica(0).resume();
+    plain.unlock().await.unwrap();
 }

@@ -24,11 +24,11 @@ use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
 static ACQUIRE: LazyLock<LuaScript> =
-    lua_script!(bare "mutex acquire", "mutex/bare.lua", "mutex/acquire.lua");
+    lua_script!(grant bare "mutex acquire", "mutex/bare.lua", "mutex/acquire.lua");
 static RELEASE: LazyLock<LuaScript> =
     lua_script!(bare "mutex release", "mutex/bare.lua", "mutex/release.lua");
 static FAIR_ACQUIRE: LazyLock<LuaScript> =
-    lua_script!("fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
+    lua_script!(grant "fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
 static FAIR_RELEASE: LazyLock<LuaScript> =
     lua_script!("fair mutex release", "queue/queue.lua", "fair/release.lua");
 
@@ -257,7 +257,7 @@ impl Mutex {
             .arg("PX")
             .arg(ttl_ms);
         let granted: Option<redis::Value> = crate::script::resent_once("SET NX", || async {
-            set.query_async(&mut client.write_connection().await?).await
+            set.query_async(&mut client.conn()).await
         })
         .await
         .map_err(|err| Error::from_redis("SET NX", err))?;

@@ -18,7 +18,8 @@ use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
-static ACQUIRE: LazyLock<LuaScript> = lua_script!("reentrant acquire", "reentrant/acquire.lua");
+static ACQUIRE: LazyLock<LuaScript> =
+    lua_script!(grant "reentrant acquire", "reentrant/acquire.lua");
 static RELEASE: LazyLock<LuaScript> = lua_script!("reentrant release", "reentrant/release.lua");
 
 /// One hold of a [`ReentrantMutex`]. See [`Guard`] for what every guard does;

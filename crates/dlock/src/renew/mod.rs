@@ -27,7 +27,7 @@ use crate::raw::HoldKind;
 use crate::script::{lua_script, LuaScript};
 
 pub(crate) static RENEW: LazyLock<LuaScript> =
-    lua_script!("renew", "entries.lua", "renew/holds.lua", "renew/renew.lua");
+    lua_script!(grant "renew", "entries.lua", "renew/holds.lua", "renew/renew.lua");
 
 /// Most leases renewed by one script call (keeps each call short on the server).
 pub const BATCH: usize = 200;
@@ -221,36 +221,32 @@ struct Due {
     replicas: Option<Replicas>,
 }
 
-/// Renews one batch (one slot on a cluster); with `replicas`, on the connection for
-/// acknowledged writes and then `WAIT`: a renewal the replicas do not have fails as a
-/// whole (retried while the leases last), since a failover would lose it.
+/// Renews one batch (one slot on a cluster); with `replicas`, in one pipeline with a
+/// `WAIT` (see `script::Call::run`): a renewal the replicas do not have fails as a whole
+/// (retried while the leases last), since a failover would lose it.
 async fn renew_batch(
     backend: &Backend,
     chunk: &[Due],
     replicas: Option<Replicas>,
 ) -> redis::RedisResult<Vec<i64>> {
-    let mut invocation = RENEW.for_backend(backend).prepare_invoke();
+    let mut call = RENEW.call();
     for lease in chunk {
-        invocation
+        call = call
             .key(&lease.key)
             .arg(lease.kind.code())
             .arg(&lease.token)
             .arg(lease.ttl.as_millis() as u64);
     }
     let Some(replicas) = replicas else {
-        return invocation.invoke_async(&mut backend.connection()).await;
+        return call
+            .invocation(backend)
+            .invoke_async(&mut backend.connection())
+            .await;
     };
-    let reply: Vec<i64> = invocation
-        .invoke_async(&mut backend.acknowledged().await?)
-        .await?;
-    let Some(first) = chunk.first() else {
-        return Ok(reply);
-    };
-    let acknowledged = backend
-        .wait_for_replicas(&first.key, replicas.count, replicas.timeout)
-        .await?;
+    let (reply, acknowledged) = call.with_wait(backend, replicas).await?;
     if acknowledged < replicas.count {
-        observe::not_replicated(&first.key, replicas.count, acknowledged);
+        let key = chunk.first().map_or("", |lease| lease.key.as_str());
+        observe::not_replicated(key, replicas.count, acknowledged);
         return Err(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!(
@@ -259,7 +255,7 @@ async fn renew_batch(
             ),
         )));
     }
-    Ok(reply)
+    Ok(redis::from_redis_value(reply)?)
 }
 
 /// Renews every lease that is due now or within the next sixth of its TTL.
@@ -299,8 +295,9 @@ async fn round(backend: &Backend, shared: &Shared) {
             })
             .collect()
     };
-    // Leases whose renewals wait for replicas go in batches of their own, on the
-    // connection for acknowledged writes.
+    // Leases whose renewals wait for replicas go in batches of their own, each with its
+    // `WAIT`. (A client renews such leases on a scheduler of their own, so a slow replica
+    // does not hold up the renewal of its other leases.)
     let mut groups: HashMap<Option<Replicas>, Vec<Due>> = HashMap::new();
     for lease in due {
         groups.entry(lease.replicas).or_default().push(lease);

@@ -27,6 +27,15 @@ use crate::script::{lua_script, LuaScript};
 use crate::wait::{acquire, Claim};
 
 macro_rules! rw_script {
+    (grant $name:literal, $file:literal) => {
+        lua_script!(
+            grant $name,
+            "queue/queue.lua",
+            "entries.lua",
+            "rwlock/rwlock.lua",
+            $file
+        )
+    };
     ($name:literal, $file:literal) => {
         lua_script!(
             $name,
@@ -39,14 +48,14 @@ macro_rules! rw_script {
 }
 
 static WRITE_ACQUIRE: LazyLock<LuaScript> =
-    rw_script!("write lock acquire", "rwlock/write_acquire.lua");
+    rw_script!(grant "write lock acquire", "rwlock/write_acquire.lua");
 static WRITE_RELEASE: LazyLock<LuaScript> =
     rw_script!("write lock release", "rwlock/write_release.lua");
 static READ_ACQUIRE: LazyLock<LuaScript> =
-    rw_script!("read lock acquire", "rwlock/read_acquire.lua");
+    rw_script!(grant "read lock acquire", "rwlock/read_acquire.lua");
 static READ_RELEASE: LazyLock<LuaScript> =
     rw_script!("read lock release", "rwlock/read_release.lua");
-static DOWNGRADE: LazyLock<LuaScript> = rw_script!("downgrade", "rwlock/downgrade.lua");
+static DOWNGRADE: LazyLock<LuaScript> = rw_script!(grant "downgrade", "rwlock/downgrade.lua");
 
 /// One read hold of a [`RwLock`]. See [`Guard`] for what every guard does.
 pub type ReadGuard = Guard<Reading>;

@@ -23,7 +23,7 @@ use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
 static ACQUIRE: LazyLock<LuaScript> = lua_script!(
-    "semaphore acquire",
+    grant "semaphore acquire",
     "queue/queue.lua",
     "entries.lua",
     "semaphore/acquire.lua"
