@@ -246,6 +246,18 @@ async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
     let exists: i64 = group.master().cmd(&["EXISTS", "acked"]);
     assert_eq!(exists, 0, "the unreplicated extend left the lock held");
     group.replica(0).resume();
+
+    // A downgrade is a grant too: unacknowledged, its read hold is given back.
+    group.wait_for_replicas();
+    let write = rw.try_write().await.unwrap();
+    group.replica(0).pause();
+    match write.downgrade(&owner).await {
+        Err(Error::NotReplicated { .. }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    let exists: i64 = group.master().cmd(&["EXISTS", "acked-rw"]);
+    assert_eq!(exists, 0, "the unreplicated downgrade left a hold behind");
+    group.replica(0).resume();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,7 +263,9 @@ impl Guard<Writing> {
         let reply = match reply {
             Ok(reply) => reply,
             Err(err) => {
-                if err.is_transient() {
+                // A read hold the replicas lack (NotReplicated) is given back like one
+                // whose reply was lost.
+                if err.is_transient() || matches!(err, Error::NotReplicated { .. }) {
                     claim.unknown();
                 } else {
                     claim.answered();
