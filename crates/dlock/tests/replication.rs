@@ -140,7 +140,7 @@ async fn after_a_sentinel_failover_locks_and_wakeups_continue_on_the_new_master(
 async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
     let group = MasterWithReplicas::start(1);
     let client = Client::connect(&group.master().url()).await.unwrap();
-    let acked = fixed(Duration::from_secs(10)).replicas(1, Duration::from_millis(300));
+    let acked = fixed(Duration::from_secs(10)).replicas(1, Duration::from_secs(1));
 
     // Replica running: granted, and the replica has the grant.
     let guard = client
@@ -276,7 +276,7 @@ async fn replica_acknowledgement_on_a_cluster_waits_on_the_locks_own_shard() {
         .unwrap();
     let acked = LockOptions::default()
         .renewed(Duration::from_millis(1500))
-        .replicas(1, Duration::from_millis(500));
+        .replicas(1, Duration::from_secs(1));
     let mut guards = Vec::new();
     for name in ["a", "b", "c", "d", "e", "f"] {
         guards.push(
