@@ -169,6 +169,21 @@ impl ClientBuilder {
         self
     }
 
+    /// The same settings for another single server (a Redlock node).
+    pub(crate) fn url(mut self, url: &str) -> Self {
+        self.url = url.to_string();
+        self.topology = Topology::SingleNode;
+        self
+    }
+
+    pub(crate) fn prefix_str(&self) -> &str {
+        &self.prefix
+    }
+
+    pub(crate) fn holder_label_str(&self) -> Option<&str> {
+        self.holder_label.as_deref()
+    }
+
     /// A prefix put in front of every lock name to form its Redis key (default: none).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
@@ -1035,7 +1050,7 @@ fn describe_urls(urls: &[String]) -> String {
 
 /// The URL with any password replaced, for error messages: `user:password@` and the
 /// `pass=` / `password=` query parameters of unix-socket URLs.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let url = redact_userinfo(url);
     match url.split_once('?') {
         Some((base, query)) => {

@@ -87,6 +87,24 @@ pub enum Error {
         acknowledged: u32,
     },
 
+    /// A [`Redlock`](crate::Redlock) could not reach a majority of its masters: too many
+    /// did not answer in time, refused, or could not be raised to the grant's fence.
+    /// Whatever was granted on the others was given back. Worth retrying
+    /// ([`Error::is_transient`]).
+    #[error("{}", describe_no_quorum(name.as_deref(), *needed, *reached, *nodes, failures))]
+    NoQuorum {
+        /// The lock name (`None` when connecting).
+        name: Option<String>,
+        /// Masters needed: a majority.
+        needed: usize,
+        /// Masters that granted (or, when connecting, answered).
+        reached: usize,
+        /// Masters in all.
+        nodes: usize,
+        /// The masters that failed, each as `url: error` (passwords hidden).
+        failures: Vec<String>,
+    },
+
     /// The server lacks something dlock needs (e.g. it is older than Redis 6.2).
     #[error("unsupported Redis server: {0}")]
     Unsupported(String),
@@ -103,10 +121,29 @@ fn describe_remaining(remaining: Option<Duration>) -> String {
     }
 }
 
+fn describe_no_quorum(
+    name: Option<&str>,
+    needed: usize,
+    reached: usize,
+    nodes: usize,
+    failures: &[String],
+) -> String {
+    let what = match name {
+        Some(name) => format!("lock {name:?}: only {reached} of {nodes} Redis masters granted it ({needed} needed); whatever was granted was given back"),
+        None => format!("only {reached} of {nodes} Redis masters answered ({needed} needed)"),
+    };
+    if failures.is_empty() {
+        what
+    } else {
+        format!("{what}; failed: {}", failures.join("; "))
+    }
+}
+
 impl Error {
-    /// True for errors worth retrying later: Redis unreachable or slow.
+    /// True for errors worth retrying later: Redis unreachable or slow (for Redlock, too
+    /// few masters reachable).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Connection(_))
+        matches!(self, Error::Connection(_) | Error::NoQuorum { .. })
     }
 
     /// A script answered something it never answers (a bug, or a foreign script at the

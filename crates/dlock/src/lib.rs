@@ -53,6 +53,7 @@ mod observe;
 mod options;
 mod queue;
 mod raw;
+pub mod redlock;
 pub mod reentrant;
 mod renew;
 pub mod rwlock;
@@ -74,6 +75,7 @@ pub use options::{
     LockOptions, Renewal, Replicas, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF, MAX_REPLICAS,
 };
 pub use raw::RawLock;
+pub use redlock::{Redlock, RedlockBuilder, RedlockGuard, RedlockMutex};
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};

@@ -23,9 +23,9 @@ use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
-static ACQUIRE: LazyLock<LuaScript> =
+pub(crate) static ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant bare "mutex acquire", "mutex/bare.lua", "mutex/acquire.lua");
-static RELEASE: LazyLock<LuaScript> =
+pub(crate) static RELEASE: LazyLock<LuaScript> =
     lua_script!(bare "mutex release", "mutex/bare.lua", "mutex/release.lua");
 static FAIR_ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");

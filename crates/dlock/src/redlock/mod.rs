@@ -1,0 +1,530 @@
+//! Redlock: one lock over N independent Redis masters, granted by a majority.
+//!
+//! Each master is an ordinary single-node [`Client`] (its own connection, subscriber and
+//! scripts); this module adds the fan-out: every request goes to all nodes in parallel,
+//! each bounded by a node timeout much shorter than the lease, and a per-node error is a
+//! vote against, never an abort. The primitive itself lives in [`mutex`].
+//!
+//! Only the mutex runs on Redlock. A fair mutex's queue, a semaphore's count and a
+//! read-write lock's readers are state that every node must agree on; a majority of
+//! independent nodes can disagree on it (two majorities with different queue heads, or
+//! permits counted on different quorums), which only consensus resolves. See
+//! `docs/decisions.md`.
+
+pub mod mutex;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::client::{Client, ClientBuilder};
+use crate::error::{Error, Result};
+use crate::lease::{self, LeaseCell, LostReason};
+use crate::options::LockOptions;
+
+pub use mutex::{RedlockGuard, RedlockMutex};
+
+/// Most masters one Redlock spans (a larger majority only adds round trips).
+pub const MAX_NODES: usize = 15;
+
+/// One master of a Redlock. Connected on first use when it was down at connect time, so
+/// a node that comes back later rejoins the vote.
+pub(crate) struct Node {
+    /// The URL without its password, for messages.
+    pub(crate) label: String,
+    builder: ClientBuilder,
+    client: tokio::sync::OnceCell<Client>,
+}
+
+impl Node {
+    /// The node's client, connecting it now if it was not connected yet.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        self.client
+            .get_or_try_init(|| self.builder.clone().connect())
+            .await
+            .cloned()
+    }
+
+    /// The node's client if it is connected.
+    pub(crate) fn connected(&self) -> Option<&Client> {
+        self.client.get()
+    }
+}
+
+/// Configures and opens a [`Redlock`]. Made by [`Client::redlock_builder`].
+#[derive(Debug, Clone)]
+pub struct RedlockBuilder {
+    urls: Vec<String>,
+    /// The settings every node's client shares (its URL is replaced per node).
+    template: ClientBuilder,
+    node_timeout: Option<Duration>,
+    raise_fences: bool,
+}
+
+impl RedlockBuilder {
+    pub(crate) fn new(urls: Vec<String>) -> RedlockBuilder {
+        RedlockBuilder {
+            urls,
+            template: Client::builder(""),
+            node_timeout: None,
+            raise_fences: true,
+        }
+    }
+
+    /// A prefix put in front of every lock name to form its Redis key on every node.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.template = self.template.prefix(prefix);
+        self
+    }
+
+    /// Puts `label` in front of every token (see [`ClientBuilder::holder_label`]).
+    pub fn holder_label(mut self, label: impl Into<String>) -> Self {
+        self.template = self.template.holder_label(label);
+        self
+    }
+
+    /// How long opening a connection to one node may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.template = self.template.connect_timeout(timeout);
+        self
+    }
+
+    /// How long one request to one node may wait for an answer (default 3 s); see also
+    /// [`RedlockBuilder::node_timeout`], which bounds lock requests more tightly.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.template = self.template.response_timeout(timeout);
+        self
+    }
+
+    /// How long an acquire, extend or release waits for one node before counting it as a
+    /// vote against. Default: a tenth of the lock's lease, at most the response timeout.
+    /// Must be less than half of every lease used with it, so that a slow node cannot eat
+    /// the validity of a grant.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// **Unsafe, for tests that prove the fence raise is needed:** takes the largest
+    /// per-node counter of a quorum as the fence without raising the others to it.
+    /// Fences can then go backwards.
+    #[doc(hidden)]
+    pub fn without_fence_raise(mut self) -> Self {
+        self.raise_fences = false;
+        self
+    }
+
+    /// Connects to the masters. Succeeds when a majority answer; the others are connected
+    /// on first use (so a node that is down now rejoins when it is back). Fails with
+    /// [`Error::NoQuorum`] when fewer than a majority can be reached, and with the node's
+    /// own error for a configuration problem on any node (wrong credentials, a server too
+    /// old, a cluster node or sentinel given as a master).
+    pub async fn connect(self) -> Result<Redlock> {
+        let count = self.urls.len();
+        if count == 0 || count > MAX_NODES {
+            return Err(Error::InvalidArgument(format!(
+                "Redlock needs between 1 and {MAX_NODES} independent masters, got {count}; an odd number (3 or 5) tolerates the most failures for its size"
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for url in &self.urls {
+            if !seen.insert(url.as_str()) {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is named twice: Redlock's masters must be independent servers",
+                    crate::client::redact(url)
+                )));
+            }
+        }
+        let nodes: Vec<Node> = self
+            .urls
+            .iter()
+            .map(|url| Node {
+                label: crate::client::redact(url),
+                builder: self.template.clone().url(url),
+                client: tokio::sync::OnceCell::new(),
+            })
+            .collect();
+        let quorum = count / 2 + 1;
+        let results = futures_util::future::join_all(nodes.iter().map(|node| node.client())).await;
+        let mut failures = Vec::new();
+        for (node, result) in nodes.iter().zip(results) {
+            match result {
+                Ok(_) => {}
+                Err(err) if err.is_transient() => failures.push(format!("{}: {err}", node.label)),
+                // Misconfiguration is never a vote: say so at once.
+                Err(err) => return Err(err),
+            }
+        }
+        if count - failures.len() < quorum {
+            return Err(Error::NoQuorum {
+                name: None,
+                needed: quorum,
+                reached: count - failures.len(),
+                nodes: count,
+                failures,
+            });
+        }
+        for failure in &failures {
+            tracing::warn!(node = %failure, "Redlock master unreachable at connect; it joins when it answers");
+        }
+        // A clone of the template tells the prefix and label every node was given.
+        let probe = self.template.clone();
+        Ok(Redlock {
+            inner: Arc::new(Inner {
+                nodes,
+                quorum,
+                node_timeout: self.node_timeout,
+                raise_fences: self.raise_fences,
+                prefix: probe.prefix_str().to_string(),
+                holder_label: probe.holder_label_str().map(str::to_string),
+                closed: AtomicBool::new(false),
+                holds: StdMutex::new(HashMap::new()),
+                next_hold: AtomicU64::new(0),
+                runtime: tokio::runtime::Handle::current(),
+            }),
+        })
+    }
+}
+
+/// A live hold, as the Redlock handle sees it (for [`Redlock::shutdown`]).
+struct TrackedHold {
+    key: Arc<crate::keys::LockKeys>,
+    token: String,
+    cell: LeaseCell,
+    renewal: Option<tokio::task::AbortHandle>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) quorum: usize,
+    node_timeout: Option<Duration>,
+    pub(crate) raise_fences: bool,
+    prefix: String,
+    holder_label: Option<String>,
+    closed: AtomicBool,
+    holds: StdMutex<HashMap<u64, TrackedHold>>,
+    next_hold: AtomicU64,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+/// A handle on N independent Redis masters (no replication between them), on which
+/// locks are granted by a majority: the Redlock algorithm, with fencing tokens that stay
+/// monotonic across quorums. Cheap to clone. Made by [`Client::redlock`] or
+/// [`Client::redlock_builder`].
+///
+/// ```no_run
+/// # async fn demo() -> dlock::Result<()> {
+/// let redlock = dlock::Client::redlock([
+///     "redis://10.0.0.1:6379",
+///     "redis://10.0.0.2:6379",
+///     "redis://10.0.0.3:6379",
+/// ])
+/// .await?;
+/// let guard = redlock.mutex("nightly-report")?.lock().await?;
+/// println!("fencing token {}", guard.fence());
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+///
+/// What it guarantees, and where that ends, is in the README's safety section: a grant
+/// holds while a majority of the nodes keep their data and clocks advance at about the
+/// same rate; a node restarted without persistence (or with `appendfsync everysec`) can
+/// grant the lock a second time.
+#[derive(Clone)]
+pub struct Redlock {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field(
+                "nodes",
+                &self
+                    .inner
+                    .nodes
+                    .iter()
+                    .map(|n| &n.label)
+                    .collect::<Vec<_>>(),
+            )
+            .field("quorum", &self.inner.quorum)
+            .finish()
+    }
+}
+
+/// How one node answered a fanned-out request.
+pub(crate) type Vote<T> = (usize, Result<T>);
+
+impl Redlock {
+    /// A mutex named `name` with default options (30 s lease renewed automatically, wait
+    /// forever).
+    pub fn mutex(&self, name: &str) -> Result<RedlockMutex> {
+        RedlockMutex::new(self.clone(), name, LockOptions::default())
+    }
+
+    /// A mutex named `name` with the given options. [`LockOptions::replicas`] does not
+    /// apply (each node is its own master) and is refused;
+    /// [`LockOptions::fence_at_grant`] is implied (the fence is always drawn with the
+    /// grant); the waiter lease is unused (no queue).
+    pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<RedlockMutex> {
+        RedlockMutex::new(self.clone(), name, options)
+    }
+
+    /// How many masters this Redlock spans.
+    pub fn nodes(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// How many masters must grant a lock: a majority, `nodes / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// The masters' URLs, without passwords.
+    pub fn node_labels(&self) -> Vec<String> {
+        self.inner.nodes.iter().map(|n| n.label.clone()).collect()
+    }
+
+    /// The prefix in front of every lock name.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// True once [`Redlock::shutdown`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Releases every lock that guards of this handle still hold (their lost signals fire
+    /// with [`LostReason::Released`]), then shuts each node's client down. Locks acquired
+    /// after this fail with [`Error::Closed`].
+    pub async fn shutdown(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        let holds: Vec<TrackedHold> = {
+            let mut holds = self.inner.holds.lock().unwrap();
+            holds.drain().map(|(_, hold)| hold).collect()
+        };
+        let releases = holds.into_iter().map(|hold| {
+            if let Some(renewal) = &hold.renewal {
+                renewal.abort();
+            }
+            lease::declare_lost(&hold.cell, LostReason::Released);
+            let this = self.clone();
+            async move {
+                let _ = this
+                    .release_everywhere(&hold.key, &hold.token, Duration::from_secs(1))
+                    .await;
+            }
+        });
+        futures_util::future::join_all(releases).await;
+        for node in &self.inner.nodes {
+            if let Some(client) = node.connected() {
+                client.shutdown().await;
+            }
+        }
+    }
+
+    /// The node timeout for a lock with lease `ttl` (see [`RedlockBuilder::node_timeout`]).
+    pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
+        let response = self
+            .inner
+            .nodes
+            .iter()
+            .find_map(|n| n.connected().map(Client::response_timeout))
+            .unwrap_or(crate::client::DEFAULT_RESPONSE_TIMEOUT);
+        self.inner
+            .node_timeout
+            .unwrap_or(ttl / 10)
+            .min(response)
+            .max(Duration::from_millis(1))
+    }
+
+    /// Checks an explicit node timeout against a lease.
+    pub(crate) fn validate_node_timeout(&self, ttl: Duration) -> Result<()> {
+        match self.inner.node_timeout {
+            Some(timeout) if timeout.is_zero() || timeout >= ttl / 2 => {
+                Err(Error::InvalidArgument(format!(
+                    "the Redlock node timeout {} must be above zero and under half the lease {}: a slow node would otherwise eat the grant's validity",
+                    crate::humane(timeout),
+                    crate::humane(ttl)
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A fresh hold token, behind the holder label if there is one.
+    pub(crate) fn new_token(&self) -> String {
+        match &self.inner.holder_label {
+            Some(label) => format!("{label}/{}", lease::new_token()),
+            None => lease::new_token(),
+        }
+    }
+
+    /// Sends `request` to every node at once, each bounded by `timeout`, and hands each
+    /// answer to `tally` as it arrives; stops early when `tally` says the outcome is
+    /// decided (the requests still out are dropped: whatever they did on their node is
+    /// covered by the caller's release, which goes to every node).
+    pub(crate) async fn fan_out<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        request: F,
+        mut tally: impl FnMut(Vote<T>) -> bool,
+    ) where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let request = &request;
+        let mut pending: FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| async move {
+                let answer = tokio::time::timeout(timeout, async {
+                    let client = node.client().await?;
+                    request(client).await
+                })
+                .await
+                .unwrap_or_else(|_| Err(node_timed_out(timeout)));
+                (index, answer)
+            })
+            .collect();
+        while let Some(vote) = pending.next().await {
+            if tally(vote) {
+                return;
+            }
+        }
+    }
+
+    /// Gives a hold back on every node (also those that seemed to fail: a lost reply may
+    /// hide a grant). Returns how many released it and the nodes that did not answer.
+    pub(crate) async fn release_everywhere(
+        &self,
+        keys: &crate::keys::LockKeys,
+        token: &str,
+        timeout: Duration,
+    ) -> Releases {
+        let mut outcome = Releases::default();
+        self.fan_out(
+            timeout,
+            |client| mutex::release_on(client, keys, token),
+            |(index, vote)| {
+                match vote {
+                    Ok(true) => outcome.released += 1,
+                    Ok(false) => outcome.not_held += 1,
+                    Err(err) => outcome
+                        .failures
+                        .push(format!("{}: {err}", self.inner.nodes[index].label)),
+                }
+                false
+            },
+        )
+        .await;
+        outcome
+    }
+
+    /// Gives a hold back in the background, retrying nodes that do not answer until its
+    /// lease is over (after that there is nothing left to give back).
+    pub(crate) fn give_back(&self, keys: Arc<crate::keys::LockKeys>, token: String, ttl: Duration) {
+        let this = self.clone();
+        self.inner.runtime.spawn(async move {
+            let until = std::time::Instant::now() + ttl;
+            let timeout = this.node_timeout(ttl).max(Duration::from_millis(200));
+            let mut pause = Duration::from_millis(50);
+            loop {
+                let outcome = this.release_everywhere(&keys, &token, timeout).await;
+                if outcome.failures.is_empty() || std::time::Instant::now() + pause >= until {
+                    return;
+                }
+                tokio::time::sleep(crate::wait::jitter(pause)).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        });
+    }
+
+    /// Records a live hold for shutdown; `None` once shutdown began.
+    pub(crate) fn track_hold(
+        &self,
+        keys: Arc<crate::keys::LockKeys>,
+        token: &str,
+        cell: &LeaseCell,
+        renewal: Option<tokio::task::AbortHandle>,
+    ) -> Option<u64> {
+        let mut holds = self.inner.holds.lock().unwrap();
+        if self.is_closed() {
+            return None;
+        }
+        let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
+        holds.insert(
+            id,
+            TrackedHold {
+                key: keys,
+                token: token.to_string(),
+                cell: cell.clone(),
+                renewal,
+            },
+        );
+        Some(id)
+    }
+
+    /// Forgets a hold; true if it was still tracked (shutdown had not taken it).
+    pub(crate) fn untrack_hold(&self, id: u64) -> bool {
+        self.inner.holds.lock().unwrap().remove(&id).is_some()
+    }
+}
+
+/// What a release on every node found.
+#[derive(Debug, Default)]
+pub(crate) struct Releases {
+    pub released: usize,
+    pub not_held: usize,
+    pub failures: Vec<String>,
+}
+
+/// The error of a node that did not answer within the node timeout.
+fn node_timed_out(timeout: Duration) -> Error {
+    Error::Connection(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no answer within the node timeout {}",
+            crate::humane(timeout)
+        ),
+    )))
+}
+
+impl Client {
+    /// Connects to `urls`, independent Redis masters, for locks granted by a majority of
+    /// them (Redlock). See [`Client::redlock_builder`] to configure it, and [`Redlock`].
+    pub async fn redlock<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> Result<Redlock> {
+        Client::redlock_builder(urls).connect().await
+    }
+
+    /// Starts configuring a [`Redlock`] over `urls`, independent Redis masters (not a
+    /// cluster, not replicas of each other). Use an odd number: 3 tolerate one node down,
+    /// 5 tolerate two.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// let redlock = dlock::Client::redlock_builder([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    ///     "redis://10.0.0.4:6379",
+    ///     "redis://10.0.0.5:6379",
+    /// ])
+    /// .prefix("jobs:")
+    /// .node_timeout(Duration::from_millis(50))
+    /// .connect()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn redlock_builder<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> RedlockBuilder {
+        RedlockBuilder::new(urls.into_iter().map(Into::into).collect())
+    }
+}

@@ -1,0 +1,865 @@
+//! The Redlock mutex: granted when a majority of independent masters grant it within its
+//! validity, with a fencing token that stays monotonic across quorums.
+//!
+//! Storage on each node is the plain [`Mutex`](crate::Mutex)'s (the token in a string key
+//! with a PX lease, the fencing counter beside it), so the per-node scripts are the plain
+//! mutex's own: a Redlock mutex and a single-node mutex on the same name exclude each
+//! other on each node.
+//!
+//! **The fence.** Each granting node increments its own counter and returns it; the grant
+//! takes the largest, `m`. When fewer than a majority of nodes returned exactly `m`, a
+//! second round raises the counter to `m` (only upward, only where the hold is still
+//! ours) on enough granting nodes that a majority holds `m` before the grant counts. Any
+//! later grant's majority meets that majority in a node where it could only be granted
+//! after our hold there ended, so after the raise: its increment there exceeds `m`, and
+//! so does its maximum. The common case (counters in step) costs no extra round trip.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use super::{Redlock, Vote};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::lease::{self, LeaseCell, LostReason, LostSignal};
+use crate::notifier::Watch;
+use crate::observe;
+use crate::options::{LockOptions, Renewal};
+use crate::script::{lua_script, LuaScript};
+use crate::wait::{jitter, Wait};
+
+static RAISE: LazyLock<LuaScript> =
+    lua_script!(bare "redlock fence raise", "mutex/bare.lua", "redlock/raise.lua");
+
+/// The kind name in logs and metrics.
+const KIND: &str = "redlock";
+
+/// A mutex granted by a majority of a [`Redlock`]'s masters. Cheap to clone; made by
+/// [`Redlock::mutex`].
+///
+/// ```no_run
+/// # async fn demo(redlock: dlock::Redlock) -> dlock::Result<()> {
+/// use std::time::Duration;
+/// use dlock::{LockOptions, Wait};
+///
+/// let mutex = redlock.mutex_with(
+///     "billing:close-month",
+///     LockOptions::default().renewed(Duration::from_secs(10)).wait(Wait::Timeout(Duration::from_secs(5))),
+/// )?;
+/// let guard = mutex.lock().await?;
+/// // Pass the fence to the storage you write to; it rejects writes with an older one.
+/// let fence = guard.fence();
+/// # let _ = fence;
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedlockMutex {
+    redlock: Redlock,
+    keys: Arc<LockKeys>,
+    options: LockOptions,
+}
+
+/// What one attempt over all nodes came to.
+enum Outcome {
+    Granted {
+        fence: u64,
+        sent: Instant,
+    },
+    /// Held by another owner on enough nodes; `remaining` is the shortest lease among
+    /// them; `split` when some nodes granted us (contention: retry after a random delay).
+    Busy {
+        remaining: Option<Duration>,
+        split: bool,
+        /// Every node answered busy: nothing to give back.
+        clean: bool,
+    },
+}
+
+/// The votes of one acquire round.
+#[derive(Default)]
+struct Tally {
+    /// (node, counter) of every node that granted.
+    granted: Vec<(usize, u64)>,
+    busy: Vec<Option<Duration>>,
+    failures: Vec<(usize, Error)>,
+}
+
+impl RedlockMutex {
+    pub(crate) fn new(redlock: Redlock, name: &str, options: LockOptions) -> Result<Self> {
+        options.validate()?;
+        if options.replicas.is_some() {
+            return Err(Error::InvalidArgument(
+                "replica acknowledgement does not apply to Redlock: each node is an independent master and the majority is the acknowledgement".into(),
+            ));
+        }
+        redlock.validate_node_timeout(options.ttl)?;
+        let keys = Arc::new(LockKeys::new(redlock.prefix(), name)?);
+        Ok(RedlockMutex {
+            redlock,
+            keys,
+            options,
+        })
+    }
+
+    /// The lock name (without the prefix).
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis key that holds the lock on every node.
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &LockOptions {
+        &self.options
+    }
+
+    /// One attempt on every node. Fails with [`Error::Busy`] when another owner holds it
+    /// on too many nodes, [`Error::NoQuorum`] when too many nodes did not answer.
+    pub async fn try_lock(&self) -> Result<RedlockGuard> {
+        self.acquire(Wait::NoWait).await
+    }
+
+    /// Takes the lock, waiting according to the [`Wait`] policy. Waiting is notified on
+    /// every node: any node's release wakes the waiter, and an abandoned lock is taken
+    /// when its lease ends. [`Error::NoQuorum`] is retried within the wait budget.
+    ///
+    /// Cancel-safe: when the returned future is dropped, whatever it may have been
+    /// granted on any node is given back.
+    pub async fn lock(&self) -> Result<RedlockGuard> {
+        self.acquire(self.options.wait).await
+    }
+
+    /// Gives back the hold of `token` on every node. Fails with [`Error::Lost`] when no
+    /// node held it, and with [`Error::NoQuorum`] when it cannot be told (too many nodes
+    /// did not answer; their copies end with the lease).
+    pub async fn release_token(&self, token: &str) -> Result<()> {
+        let timeout = self.redlock.node_timeout(self.options.ttl);
+        let outcome = self
+            .redlock
+            .release_everywhere(&self.keys, token, timeout)
+            .await;
+        let nodes = self.redlock.nodes();
+        if outcome.released > 0 && outcome.released + outcome.failures.len() >= self.quorum() {
+            Ok(())
+        } else if outcome.not_held > nodes - self.quorum() {
+            Err(Error::Lost {
+                name: self.keys.name.clone(),
+            })
+        } else if outcome.released > 0 && outcome.failures.is_empty() {
+            Ok(())
+        } else {
+            Err(self.no_quorum(outcome.released, outcome.failures))
+        }
+    }
+
+    /// Resets the lease of the hold of `token` to `ttl` on every node that still holds
+    /// it; succeeds when a majority did, within the new lease's validity. Fails with
+    /// [`Error::Lost`] when too few nodes hold it any more.
+    pub async fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
+        lease::validate_ttl(ttl)?;
+        self.redlock.validate_node_timeout(ttl)?;
+        extend_on_quorum(&self.redlock, &self.keys, token, ttl)
+            .await
+            .map(|_| ())
+    }
+
+    /// The largest fencing token any node drew for this lock (0 when never drawn;
+    /// nodes that do not answer are skipped).
+    pub async fn last_fence(&self) -> Result<u64> {
+        let timeout = self.redlock.node_timeout(self.options.ttl);
+        let mut largest = None;
+        let mut failures = Vec::new();
+        let fence_key = &self.keys.fence;
+        self.redlock
+            .fan_out(
+                timeout,
+                |client| async move { client.get_string(fence_key, "counter").await },
+                |(index, vote)| {
+                    match vote {
+                        Ok(value) => {
+                            let value = value.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                            largest = Some(largest.unwrap_or(0).max(value));
+                        }
+                        Err(err) => failures.push((index, err)),
+                    }
+                    false
+                },
+            )
+            .await;
+        largest.ok_or_else(|| self.no_quorum(0, self.describe(failures)))
+    }
+
+    fn quorum(&self) -> usize {
+        self.redlock.quorum()
+    }
+
+    fn describe(&self, failures: Vec<(usize, Error)>) -> Vec<String> {
+        failures
+            .into_iter()
+            .map(|(index, err)| format!("{}: {err}", self.redlock.inner.nodes[index].label))
+            .collect()
+    }
+
+    fn no_quorum(&self, reached: usize, failures: Vec<String>) -> Error {
+        Error::NoQuorum {
+            name: Some(self.keys.name.clone()),
+            needed: self.quorum(),
+            reached,
+            nodes: self.redlock.nodes(),
+            failures,
+        }
+    }
+
+    /// One round on every node with `token`: a grant by a majority within the lease's
+    /// validity (fence raised where needed), or why not. Whatever was granted to a round
+    /// that does not count is given back by the caller's [`Attempt`].
+    async fn attempt(&self, token: &str) -> Result<Outcome> {
+        let ttl = self.options.ttl;
+        let ttl_ms = ttl.as_millis() as u64;
+        let (nodes, quorum) = (self.redlock.nodes(), self.quorum());
+        let timeout = self.redlock.node_timeout(ttl);
+        let keys = &self.keys;
+        let sent = Instant::now();
+        let mut tally = Tally::default();
+        self.redlock
+            .fan_out(
+                timeout,
+                |client| acquire_on(client, keys, token, ttl_ms),
+                |(index, vote): Vote<Vec<i64>>| {
+                    match vote.and_then(|reply| read_acquire(&reply)) {
+                        Ok(NodeReply::Granted(fence)) => tally.granted.push((index, fence)),
+                        Ok(NodeReply::Busy(remaining)) => tally.busy.push(remaining),
+                        Ok(NodeReply::WrongType(what)) => tally.failures.push((
+                            index,
+                            Error::WrongType {
+                                key: match what {
+                                    "counter" => keys.fence.clone(),
+                                    _ => keys.key.clone(),
+                                },
+                                what: format!("another kind of value; this Redlock mutex needs a {what} there"),
+                            },
+                        )),
+                        Err(err) => tally.failures.push((index, err)),
+                    }
+                    // Decided: a quorum granted, or too many nodes said no.
+                    tally.granted.len() >= quorum
+                        || tally.busy.len() + tally.failures.len() > nodes - quorum
+                },
+            )
+            .await;
+        if tally.granted.len() >= quorum {
+            let fence = self.settle_fence(token, &tally.granted).await;
+            let valid = Instant::now() < lease::valid_until(sent, ttl);
+            match fence {
+                Some(fence) if valid => return Ok(Outcome::Granted { fence, sent }),
+                Some(_) => tally.failures.push((
+                    usize::MAX,
+                    Error::Connection(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the quorum answered after the lease's validity ended",
+                    ))),
+                )),
+                None => tally.failures.push((
+                    usize::MAX,
+                    Error::Connection(redis::RedisError::from(std::io::Error::other(
+                        "the fence could not be raised on a majority",
+                    ))),
+                )),
+            }
+        }
+        // Not granted. Too many failures to tell: the nodes are the problem.
+        if tally.failures.len() > nodes - quorum || tally.busy.is_empty() {
+            let configuration = tally
+                .failures
+                .iter()
+                .filter(|(_, err)| !err.is_transient())
+                .count();
+            if configuration > nodes - quorum {
+                // A majority refuses for a reason retrying will not fix (another kind of
+                // lock on the name, an ACL, ...): say that, not "unreachable".
+                let (_, err) = tally
+                    .failures
+                    .into_iter()
+                    .find(|(_, err)| !err.is_transient())
+                    .expect("counted above");
+                return Err(err);
+            }
+            let failures = tally
+                .failures
+                .into_iter()
+                .map(|(index, err)| match self.redlock.inner.nodes.get(index) {
+                    Some(node) => format!("{}: {err}", node.label),
+                    None => err.to_string(),
+                })
+                .collect();
+            return Err(self.no_quorum(tally.granted.len(), failures));
+        }
+        Ok(Outcome::Busy {
+            remaining: tally.busy.iter().flatten().min().copied(),
+            split: !tally.granted.is_empty(),
+            clean: tally.busy.len() == nodes,
+        })
+    }
+
+    /// The grant's fence: the largest counter of the granting nodes, raised on enough of
+    /// them that a majority holds it. `None` when that majority cannot be made.
+    async fn settle_fence(&self, token: &str, granted: &[(usize, u64)]) -> Option<u64> {
+        let fence = granted.iter().map(|&(_, fence)| fence).max()?;
+        let in_step = granted.iter().filter(|&&(_, f)| f == fence).count();
+        if in_step >= self.quorum() || !self.redlock.inner.raise_fences {
+            return Some(fence);
+        }
+        let behind: Vec<usize> = granted
+            .iter()
+            .filter(|&&(_, f)| f < fence)
+            .map(|&(index, _)| index)
+            .collect();
+        let timeout = self.redlock.node_timeout(self.options.ttl);
+        let raises = behind.iter().map(|&index| {
+            let node = &self.redlock.inner.nodes[index];
+            async move {
+                let raise = async {
+                    let client = node.client().await?;
+                    RAISE
+                        .call()
+                        .key(&self.keys.key)
+                        .key(&self.keys.fence)
+                        .arg(token)
+                        .arg(fence)
+                        .run::<i64>(&client)
+                        .await
+                };
+                matches!(tokio::time::timeout(timeout, raise).await, Ok(Ok(1)))
+            }
+        });
+        let raised = futures_util::future::join_all(raises)
+            .await
+            .into_iter()
+            .filter(|&ok| ok)
+            .count();
+        (in_step + raised >= self.quorum()).then_some(fence)
+    }
+
+    async fn acquire(&self, wait: Wait) -> Result<RedlockGuard> {
+        let started = Instant::now();
+        let deadline = match wait {
+            Wait::Timeout(timeout) => started.checked_add(timeout),
+            Wait::NoWait | Wait::Forever => None,
+        };
+        let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+        let mut poll = self.options.backoff.min;
+        let mut watches: Option<Vec<Watch>> = None;
+        let mut attempts: u32 = 0;
+        loop {
+            if self.redlock.is_closed() {
+                return Err(Error::Closed);
+            }
+            for watch in watches.iter_mut().flatten() {
+                watch.mark_seen();
+            }
+            attempts += 1;
+            // A fresh token per round: a failed round's give-back runs in the background
+            // and must not delete a later round's grant.
+            let mut claim = Attempt::new(self, self.redlock.new_token());
+            let outcome = self.attempt(&claim.token).await;
+            for watch in watches.iter_mut().flatten() {
+                watch.wake_used();
+            }
+            let (remaining, retry_soon) = match outcome {
+                Ok(Outcome::Granted { fence, sent }) => {
+                    let token = claim.keep();
+                    return match RedlockGuard::start(self.clone(), token.clone(), fence, sent) {
+                        Some(guard) => {
+                            observe::acquired(KIND, self.name(), attempts, started.elapsed());
+                            Ok(guard)
+                        }
+                        None => {
+                            self.redlock
+                                .give_back(self.keys.clone(), token, self.options.ttl);
+                            Err(Error::Closed)
+                        }
+                    };
+                }
+                Ok(Outcome::Busy {
+                    remaining,
+                    split,
+                    clean,
+                }) => {
+                    if clean {
+                        claim.keep();
+                    }
+                    (remaining, split)
+                }
+                Err(err) if err.is_transient() => {
+                    if wait == Wait::NoWait || past_deadline() {
+                        return Err(err);
+                    }
+                    observe::retrying(KIND, self.name(), &err, attempts == 1);
+                    (None, true)
+                }
+                Err(err) => return Err(err),
+            };
+            drop(claim);
+            if wait == Wait::NoWait {
+                observe::busy(KIND, self.name());
+                return Err(Error::Busy {
+                    name: self.name().to_string(),
+                    remaining,
+                });
+            }
+            if past_deadline() {
+                observe::timed_out(KIND, self.name(), started.elapsed());
+                return Err(Error::TimedOut {
+                    name: self.name().to_string(),
+                    waited: started.elapsed(),
+                });
+            }
+            let Some(active) = watches.as_mut() else {
+                // Subscribe on every connected node, then re-check at once: a release in
+                // between would otherwise go unnoticed.
+                let mut subscribed = Vec::new();
+                for node in &self.redlock.inner.nodes {
+                    if let Some(client) = node.connected() {
+                        subscribed.push(client.notifier().watch(&self.keys.channel).await);
+                    }
+                }
+                watches = Some(subscribed);
+                continue;
+            };
+            let live = active.iter().any(Watch::is_live);
+            // Contention split the votes, or nodes failed: retry after a random delay
+            // (Redlock's rule, so contenders do not collide again). Otherwise sleep until
+            // a release is announced or the holder's lease ends.
+            let mut sleep = match (retry_soon || !live, remaining) {
+                (true, Some(remaining)) => jitter(poll).min(remaining + slack()),
+                (true, None) => jitter(poll),
+                (false, Some(remaining)) => remaining + slack(),
+                (false, None) => self.options.backoff.max,
+            };
+            if retry_soon || !live {
+                poll = poll.saturating_mul(2).min(self.options.backoff.max);
+            }
+            if let Some(deadline) = deadline {
+                sleep = sleep.min(deadline.saturating_duration_since(Instant::now()));
+            }
+            let mut woken: Vec<
+                std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>,
+            > = active
+                .iter_mut()
+                .map(|watch| Box::pin(watch.notified()) as _)
+                .collect();
+            if woken.is_empty() {
+                woken.push(Box::pin(std::future::pending()));
+            }
+            let woken = futures_util::future::select_all(woken);
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+}
+
+/// A little past a holder's expiry, random so that waiters do not all arrive at once.
+fn slack() -> Duration {
+    Duration::from_micros(rand::rng().random_range(500..2500))
+}
+
+/// One round's token until the round is granted: dropping it (a failed round, or the
+/// whole wait dropped by `timeout`/`select!` mid-round) gives back whatever any node
+/// may have granted to it, on every node, in the background.
+struct Attempt<'a> {
+    mutex: &'a RedlockMutex,
+    token: String,
+    armed: bool,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(mutex: &'a RedlockMutex, token: String) -> Self {
+        Attempt {
+            mutex,
+            token,
+            armed: true,
+        }
+    }
+
+    /// The round was granted: the guard takes the token over.
+    fn keep(&mut self) -> String {
+        self.armed = false;
+        std::mem::take(&mut self.token)
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.mutex.redlock.give_back(
+                self.mutex.keys.clone(),
+                std::mem::take(&mut self.token),
+                self.mutex.options.ttl,
+            );
+        }
+    }
+}
+
+enum NodeReply {
+    Granted(u64),
+    Busy(Option<Duration>),
+    /// The lock key (`"string"`) or the counter (`"counter"`) holds another kind.
+    WrongType(&'static str),
+}
+
+fn read_acquire(reply: &[i64]) -> Result<NodeReply> {
+    match reply {
+        [1, fence] if *fence > 0 => Ok(NodeReply::Granted(*fence as u64)),
+        [0, pttl] => Ok(NodeReply::Busy(
+            (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64)),
+        )),
+        [-1] => Ok(NodeReply::WrongType("string")),
+        [-2] => Ok(NodeReply::WrongType("counter")),
+        other => Err(Error::unexpected_reply(other)),
+    }
+}
+
+/// The plain mutex's acquire script on one node, drawing the fence with the grant.
+async fn acquire_on(client: Client, keys: &LockKeys, token: &str, ttl_ms: u64) -> Result<Vec<i64>> {
+    crate::mutex::ACQUIRE
+        .call()
+        .key(&keys.key)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(ttl_ms)
+        .arg("1")
+        .run(&client)
+        .await
+}
+
+/// The plain mutex's release on one node: true released, false not held there.
+pub(crate) async fn release_on(client: Client, keys: &LockKeys, token: &str) -> Result<bool> {
+    let released: i64 = crate::mutex::RELEASE
+        .call()
+        .key(&keys.key)
+        .arg(token)
+        .arg(&keys.channel)
+        .run(&client)
+        .await?;
+    match released {
+        1 => Ok(true),
+        // Another kind on the key (-1) cannot be our hold either.
+        0 | -1 => Ok(false),
+        other => Err(Error::unexpected_reply(other)),
+    }
+}
+
+/// Extends `token`'s hold to `ttl` on every node; `Ok(sent)` when a majority extended it
+/// within the new validity (`sent`: when the round started).
+async fn extend_on_quorum(
+    redlock: &Redlock,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+) -> Result<Instant> {
+    let ttl_ms = ttl.as_millis() as u64;
+    let (nodes, quorum) = (redlock.nodes(), redlock.quorum());
+    let timeout = redlock.node_timeout(ttl);
+    let sent = Instant::now();
+    let (mut extended, mut not_held, mut failures) = (0, 0, Vec::new());
+    redlock
+        .fan_out(
+            timeout,
+            |client| async move {
+                let reply: Vec<i64> = crate::renew::RENEW
+                    .call()
+                    .key(&keys.key)
+                    .arg("s")
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .run(&client)
+                    .await?;
+                Ok(reply.first() == Some(&1))
+            },
+            // Every node is asked to the end (within the node timeout): a node that
+            // keeps the hold extended stays useful for the next renewal.
+            |(index, vote)| {
+                match vote {
+                    Ok(true) => extended += 1,
+                    Ok(false) => not_held += 1,
+                    Err(err) => {
+                        failures.push(format!("{}: {err}", redlock.inner.nodes[index].label))
+                    }
+                }
+                false
+            },
+        )
+        .await;
+    if extended >= quorum && Instant::now() < lease::valid_until(sent, ttl) {
+        Ok(sent)
+    } else if not_held > nodes - quorum {
+        Err(Error::Lost {
+            name: keys.name.clone(),
+        })
+    } else {
+        Err(Error::NoQuorum {
+            name: Some(keys.name.clone()),
+            needed: quorum,
+            reached: extended,
+            nodes,
+            failures,
+        })
+    }
+}
+
+/// What the guard and its renewal task share.
+struct HoldShared {
+    cell: LeaseCell,
+    /// The lease renewals and extends ask for, in milliseconds (an extend changes it).
+    ttl_ms: std::sync::atomic::AtomicU64,
+    /// Held by a renewal round or a manual extend: they never interleave, so the last
+    /// reply is the lease the nodes have.
+    round: tokio::sync::Mutex<()>,
+}
+
+/// Proof of holding a [`RedlockMutex`] on a majority of its masters.
+///
+/// **Dropping** it without [`unlock`](RedlockGuard::unlock) stops renewal and releases it
+/// on every node in the background.
+#[must_use = "dropping a guard releases the lock at once (in the background)"]
+pub struct RedlockGuard {
+    mutex: RedlockMutex,
+    token: String,
+    fence: u64,
+    shared: Arc<HoldShared>,
+    renewal: Option<tokio::task::JoinHandle<()>>,
+    hold_id: u64,
+    done: bool,
+}
+
+impl std::fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("name", &self.mutex.name())
+            .field("fence", &self.fence)
+            .field("state", &self.shared.cell.state())
+            .finish()
+    }
+}
+
+impl RedlockGuard {
+    /// Starts holding a grant whose round was sent at `sent`; `None` after shutdown began.
+    fn start(mutex: RedlockMutex, token: String, fence: u64, sent: Instant) -> Option<Self> {
+        let ttl = mutex.options.ttl;
+        let shared = Arc::new(HoldShared {
+            cell: lease::new_cell(lease::valid_until(sent, ttl)),
+            ttl_ms: std::sync::atomic::AtomicU64::new(ttl.as_millis() as u64),
+            round: tokio::sync::Mutex::new(()),
+        });
+        let renewal = match mutex.options.renewal {
+            Renewal::Manual => None,
+            Renewal::Auto { max_hold } => Some(mutex.redlock.inner.runtime.spawn(renew(
+                mutex.clone(),
+                token.clone(),
+                shared.clone(),
+                sent,
+                max_hold.and_then(|cap| sent.checked_add(cap)),
+            ))),
+        };
+        let abort = renewal.as_ref().map(|task| task.abort_handle());
+        let Some(hold_id) =
+            mutex
+                .redlock
+                .track_hold(mutex.keys.clone(), &token, &shared.cell, abort)
+        else {
+            if let Some(task) = renewal {
+                task.abort();
+            }
+            return None;
+        };
+        Some(RedlockGuard {
+            mutex,
+            token,
+            fence,
+            shared,
+            renewal,
+            hold_id,
+            done: false,
+        })
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        self.mutex.name()
+    }
+
+    /// The random token that identifies this hold on every node.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The fencing token of this grant: larger than that of every earlier grant of the
+    /// same lock by a majority of the same masters (see the module's notes on how it
+    /// stays monotonic across quorums). Drawn with the grant.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// Until when this hold may be assumed held, by the local monotonic clock: the start
+    /// of the last successful round (grant, renewal or extend) plus the lease, minus
+    /// [`drift_allowance`](crate::drift_allowance).
+    pub fn valid_until(&self) -> Instant {
+        self.shared.cell.state().valid_until
+    }
+
+    /// How much of the validity is left (zero once it passed).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// A signal that fires when this hold may have been lost: a renewal could not reach
+    /// a majority before the validity ended ([`LostReason::Expired`]), or a majority no
+    /// longer holds it ([`LostReason::Taken`]).
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal::new(&self.shared.cell)
+    }
+
+    /// Resolves when this hold may have been lost, with the reason.
+    pub async fn lost(&self) -> LostReason {
+        self.lost_signal().wait().await
+    }
+
+    /// Resets the lease to `ttl` on every node that still holds it; succeeds when a
+    /// majority did within the new validity. [`Error::Lost`] (and the lost signal) when
+    /// a majority no longer holds it; [`Error::NoQuorum`] when too many nodes did not
+    /// answer (the old validity still stands).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        lease::validate_ttl(ttl)?;
+        self.mutex.redlock.validate_node_timeout(ttl)?;
+        let _round = self.shared.round.lock().await;
+        match extend_on_quorum(&self.mutex.redlock, &self.mutex.keys, &self.token, ttl).await {
+            Ok(sent) => {
+                lease::renewed(&self.shared.cell, lease::valid_until(sent, ttl));
+                self.shared
+                    .ttl_ms
+                    .store(ttl.as_millis() as u64, std::sync::atomic::Ordering::Release);
+                Ok(())
+            }
+            Err(err @ Error::Lost { .. }) => {
+                if lease::declare_lost(&self.shared.cell, LostReason::Taken) {
+                    observe::lost(&self.mutex.keys.key, LostReason::Taken);
+                }
+                Err(err)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Stops renewal, then gives the hold back on every node. Fails with [`Error::Lost`]
+    /// when a majority no longer held it, with [`Error::NoQuorum`] when too many nodes did
+    /// not answer (their copies end with the lease).
+    pub async fn unlock(mut self) -> Result<()> {
+        self.stop_renewal().await;
+        let released = self.mutex.release_token(&self.token).await;
+        self.done = true;
+        self.mutex.redlock.untrack_hold(self.hold_id);
+        if released.is_ok() {
+            observe::released(KIND, self.name());
+        }
+        released
+    }
+
+    /// Gives up the guard without releasing: renewal stops and the lock stays held until
+    /// its lease ends or someone releases it with the returned token.
+    pub fn into_token(mut self) -> String {
+        self.done = true;
+        if let Some(task) = self.renewal.take() {
+            task.abort();
+        }
+        self.mutex.redlock.untrack_hold(self.hold_id);
+        std::mem::take(&mut self.token)
+    }
+
+    async fn stop_renewal(&mut self) {
+        if let Some(task) = self.renewal.take() {
+            // Taken so no round is on the wire when the task ends.
+            let _round = self.shared.round.lock().await;
+            task.abort();
+        }
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Some(task) = self.renewal.take() {
+            task.abort();
+        }
+        if self.mutex.redlock.untrack_hold(self.hold_id) {
+            self.mutex.redlock.give_back(
+                self.mutex.keys.clone(),
+                std::mem::take(&mut self.token),
+                Duration::from_millis(
+                    self.shared
+                        .ttl_ms
+                        .load(std::sync::atomic::Ordering::Acquire),
+                ),
+            );
+        }
+    }
+}
+
+/// Keeps a hold renewed on a majority: a round a third of the lease after the last
+/// successful one, retried sooner when it fails, until the validity ends (the lost signal
+/// fires by its own timer) or a majority says the hold is gone.
+async fn renew(
+    mutex: RedlockMutex,
+    token: String,
+    shared: Arc<HoldShared>,
+    granted_at: Instant,
+    hold_until: Option<Instant>,
+) {
+    let mut last = granted_at;
+    let mut failing = false;
+    loop {
+        let ttl = Duration::from_millis(shared.ttl_ms.load(std::sync::atomic::Ordering::Acquire));
+        let due = if failing {
+            Instant::now() + (ttl / 10).max(Duration::from_millis(5))
+        } else {
+            last + ttl / 3
+        };
+        tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+        let state = shared.cell.state();
+        let now = Instant::now();
+        if state.lost.is_some() || now >= state.valid_until {
+            return;
+        }
+        if hold_until.is_some_and(|cap| now >= cap) {
+            return; // Capped: the lease runs out and the lost signal fires.
+        }
+        let _round = shared.round.lock().await;
+        let ttl = Duration::from_millis(shared.ttl_ms.load(std::sync::atomic::Ordering::Acquire));
+        match extend_on_quorum(&mutex.redlock, &mutex.keys, &token, ttl).await {
+            Ok(sent) => {
+                lease::renewed(&shared.cell, lease::valid_until(sent, ttl));
+                last = sent;
+                failing = false;
+            }
+            Err(Error::Lost { .. }) => {
+                if lease::declare_lost(&shared.cell, LostReason::Taken) {
+                    observe::lost(&mutex.keys.key, LostReason::Taken);
+                }
+                return;
+            }
+            Err(err) => {
+                observe::renew_failed(&mutex.keys.key, &err);
+                failing = true;
+            }
+        }
+    }
+}
