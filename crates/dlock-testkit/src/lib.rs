@@ -390,6 +390,12 @@ impl RedisServer {
 
     /// True when the server is ready for its tests.
     fn answers(&self) -> bool {
+        // The answer must come from our process: when another process took the port between
+        // `free_port` and our bind, ours exits, but a probe in the meantime reaches theirs.
+        let ours = self.pid().map(|pid| pid.to_string());
+        if self.info_field("server", "process_id").ok() != ours {
+            return false;
+        }
         match self.options.mode {
             // A data command, not only PING: after a restart with AOF, the server must
             // have finished loading.
