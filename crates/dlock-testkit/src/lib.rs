@@ -6,12 +6,14 @@
 //! kills exactly the process it started. A missing `redis-server` binary is a clear panic
 //! naming the Debian package, never a skipped test.
 //!
-//! Three topologies are built from such servers, each torn down process by process when
+//! Four topologies are built from such servers, each torn down process by process when
 //! dropped (also when a panic interrupts their start):
 //! - [`RedisCluster`]: a Redis Cluster of masters and replicas, with slot migration and
 //!   master failover;
 //! - [`MasterWithReplicas`]: one master and its replicas (for `WAIT`);
-//! - [`SentinelGroup`]: Redis Sentinels watching a master, with failover.
+//! - [`SentinelGroup`]: Redis Sentinels watching a master, with failover;
+//! - [`IndependentMasters`]: unrelated servers, each behind its own [`Proxy`] (for
+//!   Redlock), so that one node can be partitioned, stalled, refused or crashed.
 
 #![warn(missing_docs)]
 
@@ -22,10 +24,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod cluster;
+mod masters;
 mod proxy;
 mod replicated;
 mod sentinel;
 pub use cluster::{key_slot, RedisCluster};
+pub use masters::IndependentMasters;
 pub use proxy::Proxy;
 pub use replicated::MasterWithReplicas;
 pub use sentinel::SentinelGroup;
@@ -641,6 +645,7 @@ mod tests {
         shareable::<RedisCluster>();
         shareable::<MasterWithReplicas>();
         shareable::<SentinelGroup>();
+        shareable::<IndependentMasters>();
     }
 
     #[test]
