@@ -129,7 +129,9 @@ fn describe_no_quorum(
     failures: &[String],
 ) -> String {
     let what = match name {
-        Some(name) => format!("lock {name:?}: only {reached} of {nodes} Redis masters granted it ({needed} needed); whatever was granted was given back"),
+        Some(name) => format!(
+            "lock {name:?}: only {reached} of {nodes} Redis masters agreed ({needed} needed)"
+        ),
         None => format!("only {reached} of {nodes} Redis masters answered ({needed} needed)"),
     };
     if failures.is_empty() {

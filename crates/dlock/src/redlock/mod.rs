@@ -366,43 +366,53 @@ impl Redlock {
     }
 
     /// Sends `request` to every node at once, each bounded by `timeout`, and hands each
-    /// answer to `tally` as it arrives; stops early when `tally` says the outcome is
-    /// decided (the requests still out are dropped: whatever they did on their node is
-    /// covered by the caller's release, which goes to every node).
+    /// answer to `tally` as it arrives, until `tally` says the outcome is decided. The
+    /// requests still out then are driven to their end in the background with
+    /// [`Rest::Finish`] (an acquire, release or extend should reach every node that
+    /// answers: a hold kept on all of them survives losing part of its quorum), or
+    /// dropped with [`Rest::Drop`] (reads).
     pub(crate) async fn fan_out<T, F, Fut>(
         &self,
         timeout: Duration,
+        rest: Rest,
         request: F,
         mut tally: impl FnMut(Vote<T>) -> bool,
     ) where
-        F: Fn(Client) -> Fut,
-        Fut: Future<Output = Result<T>>,
+        T: Send + 'static,
+        F: Fn(Client) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
     {
-        let request = &request;
-        let mut pending: FuturesUnordered<_> = self
-            .inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(index, node)| async move {
-                let answer = tokio::time::timeout(timeout, async {
-                    let client = node.client().await?;
-                    request(client).await
-                })
-                .await
-                .unwrap_or_else(|_| Err(node_timed_out(timeout)));
-                (index, answer)
+        let request = Arc::new(request);
+        let mut pending: FuturesUnordered<_> = (0..self.inner.nodes.len())
+            .map(|index| {
+                let (this, request) = (self.clone(), request.clone());
+                async move {
+                    let node = &this.inner.nodes[index];
+                    let answer = tokio::time::timeout(timeout, async {
+                        let client = node.client().await?;
+                        request(client).await
+                    })
+                    .await
+                    .unwrap_or_else(|_| Err(node_timed_out(timeout)));
+                    (index, answer)
+                }
             })
             .collect();
         while let Some(vote) = pending.next().await {
             if tally(vote) {
+                if rest == Rest::Finish && !pending.is_empty() {
+                    self.inner
+                        .runtime
+                        .spawn(async move { while pending.next().await.is_some() {} });
+                }
                 return;
             }
         }
     }
 
     /// Gives a hold back on every node (also those that seemed to fail: a lost reply may
-    /// hide a grant). Returns how many released it and the nodes that did not answer.
+    /// hide a grant). Returns how many released it and the nodes that did not answer, once
+    /// a majority released it or every node answered (or timed out).
     pub(crate) async fn release_everywhere(
         &self,
         keys: &crate::keys::LockKeys,
@@ -410,9 +420,14 @@ impl Redlock {
         timeout: Duration,
     ) -> Releases {
         let mut outcome = Releases::default();
+        let (keys, token) = (Arc::new(keys.clone()), Arc::<str>::from(token));
         self.fan_out(
             timeout,
-            |client| mutex::release_on(client, keys, token),
+            Rest::Finish,
+            move |client| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move { mutex::release_on(client, &keys, &token).await }
+            },
             |(index, vote)| {
                 match vote {
                     Ok(true) => outcome.released += 1,
@@ -421,7 +436,9 @@ impl Redlock {
                         .failures
                         .push(format!("{}: {err}", self.inner.nodes[index].label)),
                 }
-                false
+                // Released on a majority: nobody can be kept out any more. The requests
+                // to the slower nodes were sent already and run there all the same.
+                outcome.released >= self.inner.quorum
             },
         )
         .await;
@@ -476,6 +493,15 @@ impl Redlock {
     pub(crate) fn untrack_hold(&self, id: u64) -> bool {
         self.inner.holds.lock().unwrap().remove(&id).is_some()
     }
+}
+
+/// What becomes of a fan-out's requests still out once its outcome is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rest {
+    /// Driven to their end in the background.
+    Finish,
+    /// Dropped.
+    Drop,
 }
 
 /// What a release on every node found.

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use super::{Redlock, Vote};
+use super::{Redlock, Rest, Vote};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -175,11 +175,15 @@ impl RedlockMutex {
         let timeout = self.redlock.node_timeout(self.options.ttl);
         let mut largest = None;
         let mut failures = Vec::new();
-        let fence_key = &self.keys.fence;
+        let fence_key = self.keys.fence.clone();
         self.redlock
             .fan_out(
                 timeout,
-                |client| async move { client.get_string(fence_key, "counter").await },
+                Rest::Drop,
+                move |client| {
+                    let fence_key = fence_key.clone();
+                    async move { client.get_string(&fence_key, "counter").await }
+                },
                 |(index, vote)| {
                     match vote {
                         Ok(value) => {
@@ -230,7 +234,16 @@ impl RedlockMutex {
         self.redlock
             .fan_out(
                 timeout,
-                |client| acquire_on(client, keys, token, ttl_ms),
+                // The slower nodes' grants still land: the hold then lives on every node
+                // that answers, so it survives losing some of the quorum later.
+                Rest::Finish,
+                {
+                    let (keys, token) = (keys.clone(), Arc::<str>::from(token));
+                    move |client| {
+                        let (keys, token) = (keys.clone(), token.clone());
+                        async move { acquire_on(client, &keys, &token, ttl_ms).await }
+                    }
+                },
                 |(index, vote): Vote<Vec<i64>>| {
                     match vote.and_then(|reply| read_acquire(&reply)) {
                         Ok(NodeReply::Granted(fence)) => tally.granted.push((index, fence)),
@@ -570,22 +583,27 @@ async fn extend_on_quorum(
     let timeout = redlock.node_timeout(ttl);
     let sent = Instant::now();
     let (mut extended, mut not_held, mut failures) = (0, 0, Vec::new());
+    let (key, token) = (keys.key.clone(), token.to_string());
     redlock
         .fan_out(
             timeout,
-            |client| async move {
-                let reply: Vec<i64> = crate::renew::RENEW
-                    .call()
-                    .key(&keys.key)
-                    .arg("s")
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .run(&client)
-                    .await?;
-                Ok(reply.first() == Some(&1))
+            Rest::Finish,
+            move |client| {
+                let (key, token) = (key.clone(), token.clone());
+                async move {
+                    let reply: Vec<i64> = crate::renew::RENEW
+                        .call()
+                        .key(&key)
+                        .arg("s")
+                        .arg(&token)
+                        .arg(ttl_ms)
+                        .run(&client)
+                        .await?;
+                    Ok(reply.first() == Some(&1))
+                }
             },
-            // Every node is asked to the end (within the node timeout): a node that
-            // keeps the hold extended stays useful for the next renewal.
+            // Decided once a majority extended it, or too many no longer hold it; the
+            // slower nodes' requests still run to their end in the background.
             |(index, vote)| {
                 match vote {
                     Ok(true) => extended += 1,
@@ -594,7 +612,7 @@ async fn extend_on_quorum(
                         failures.push(format!("{}: {err}", redlock.inner.nodes[index].label))
                     }
                 }
-                false
+                extended >= quorum || not_held > nodes - quorum
             },
         )
         .await;
