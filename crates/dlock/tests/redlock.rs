@@ -220,6 +220,49 @@ async fn a_slow_node_does_not_slow_the_grant_and_a_lease_long_delay_fails_cleanl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_node_and_a_stalled_link_neither_stop_grants_nor_renewals() {
+    let masters = IndependentMasters::start(5);
+    let redlock = Client::redlock_builder(masters.urls())
+        .node_timeout(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(1500);
+    let mutex = redlock
+        .mutex_with("partitioned", LockOptions::default().renewed(ttl))
+        .unwrap();
+    // A silent partition (nothing answers, nothing is refused) and a stalled link.
+    masters.proxy(0).black_hole(true);
+    masters.proxy(1).pause();
+    let guard = mutex.try_lock().await.unwrap();
+    let lost = guard.lost_signal();
+    tokio::time::sleep(ttl * 3).await;
+    assert_eq!(lost.lost(), None, "renewals kept a majority");
+    // A third node partitioned: no majority, and the signal fires.
+    masters.proxy(2).black_hole(true);
+    let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost())
+        .await
+        .expect("the lost signal fires");
+    assert_eq!(reason, LostReason::Expired);
+    assert!(matches!(
+        mutex.try_lock().await,
+        Err(Error::NoQuorum { .. })
+    ));
+    // Healed: the stalled link delivers what it held, the partition's connections are
+    // closed and made again, and the lock is granted once its lease has ended.
+    masters.proxy(1).resume();
+    masters.proxy(0).black_hole(false);
+    masters.proxy(2).black_hole(false);
+    let patient = redlock
+        .mutex_with(
+            "partitioned",
+            LockOptions::default().wait(Wait::Timeout(Duration::from_secs(30))),
+        )
+        .unwrap();
+    patient.lock().await.unwrap().unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_acquire_gives_back_what_any_node_granted() {
     let masters = IndependentMasters::start(3);
     let redlock = redlock(&masters).await;

@@ -8,7 +8,9 @@
 //! Only the mutex runs on Redlock. A fair mutex's queue, a semaphore's count and a
 //! read-write lock's readers are state that every node must agree on; a majority of
 //! independent nodes can disagree on it (two majorities with different queue heads, or
-//! permits counted on different quorums), which only consensus resolves. See
+//! permits counted on different quorums), which only consensus resolves. A reentrant
+//! mutex is left out too: a re-entry that reaches only some nodes leaves their hold counts
+//! apart, and the owner's last release then frees the lock on some nodes only. See
 //! `docs/decisions.md`.
 
 pub mod mutex;

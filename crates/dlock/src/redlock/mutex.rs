@@ -260,9 +260,10 @@ impl RedlockMutex {
                         )),
                         Err(err) => tally.failures.push((index, err)),
                     }
-                    // Decided: a quorum granted, or too many nodes said no.
-                    tally.granted.len() >= quorum
-                        || tally.busy.len() + tally.failures.len() > nodes - quorum
+                    // Decided: a quorum granted, or another holder has too many nodes.
+                    // A round that fails otherwise hears every node (within the node
+                    // timeout), to tell a busy lock from unreachable nodes.
+                    tally.granted.len() >= quorum || tally.busy.len() > nodes - quorum
                 },
             )
             .await;
@@ -286,8 +287,12 @@ impl RedlockMutex {
                 )),
             }
         }
-        // Not granted. Too many failures to tell: the nodes are the problem.
-        if tally.failures.len() > nodes - quorum || tally.busy.is_empty() {
+        // Not granted. Busy when the other holder's nodes alone keep us out, or every
+        // node answered (a split vote); otherwise the nodes that failed are the problem:
+        // with them the round could have been granted.
+        let failed = tally.failures.len();
+        let busy = tally.busy.len() > nodes - quorum || failed == 0;
+        if !busy && tally.granted.len() + failed >= quorum {
             let configuration = tally
                 .failures
                 .iter()
