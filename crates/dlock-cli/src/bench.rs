@@ -22,6 +22,14 @@
 //!   1 ms); writer acquisitions/s and how long the writer waits (p50/p99).
 //! * renew: many held, auto-renewed locks; script calls per second spent on renewal, vs
 //!   one call per lock per renewal period.
+//! * redlock: one task, one key; Redlock acquire+release cycles/s over several
+//!   independent masters (5 with `--spawn`, or every `--redis` URL given), vs the same
+//!   client over the first master alone (a 1-master Redlock), interleaved like the
+//!   throughput scenarios. The fan-out is parallel, so the ratio should stay near 1; the
+//!   server time per cycle is summed over the masters. Beside it, in the same slices, the
+//!   raw fan-out (`SET NX PX` to every master at once, then the compare-and-delete to
+//!   every master at once) over the same masters vs over the first: what a parallel
+//!   fan-out costs on this machine without dlock (`raw_fan_out_ratio`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,7 +37,13 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use dlock::{Client, LockOptions, Owner, Wait};
+use dlock::{Client, LockOptions, Owner, Redlock, Wait};
+
+use crate::hold::Locks;
+
+/// How many private masters `--spawn` starts: the first serves every scenario, all of
+/// them the redlock scenario.
+pub const REDLOCK_MASTERS: usize = 5;
 use redis::aio::{ConnectionLike, ConnectionManager};
 
 #[derive(Args, Debug, Clone)]
@@ -44,8 +58,9 @@ pub struct BenchArgs {
     /// scenario's own fields) instead of a table
     #[arg(long)]
     json: bool,
-    /// Start a private redis-server on a free loopback port for the run (and stop it
-    /// after), instead of using --redis. Not with --cluster or --sentinel
+    /// Start private redis-servers on free loopback ports for the run (and stop them
+    /// after), instead of using --redis: one for every scenario, five for redlock. Not with
+    /// --cluster, --sentinel or several --redis URLs
     #[arg(long)]
     pub spawn: bool,
     /// A short run, under a minute: 300ms per throughput scenario, 1000 renewed locks,
@@ -83,6 +98,8 @@ struct Row {
     unit: &'static str,
     /// The raw baseline in the same unit, measured in the same run.
     baseline: Option<f64>,
+    /// What the baseline is, in the table ("raw" unless said otherwise).
+    baseline_name: &'static str,
     extra: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -93,6 +110,7 @@ impl Row {
             value,
             unit,
             baseline: None,
+            baseline_name: "raw",
             extra: serde_json::Map::new(),
         }
     }
@@ -128,7 +146,7 @@ impl Row {
             self.scenario, self.value, self.unit
         );
         if let (Some(baseline), Some(ratio)) = (self.baseline, self.ratio()) {
-            line += &format!(" raw {baseline:>10.1}  ratio {ratio:.2}");
+            line += &format!(" {} {baseline:>10.1}  ratio {ratio:.2}", self.baseline_name);
         }
         for (field, value) in &self.extra {
             match value.as_f64().filter(|_| value.is_f64()) {
@@ -152,6 +170,8 @@ pub enum Target {
         sentinels: Vec<String>,
         service: String,
     },
+    /// Several independent masters (`--redis` repeated): only the redlock scenario runs.
+    Redlock(Vec<String>),
 }
 
 /// The raw baseline's connection, to the deployment dlock's client uses: the server, the
@@ -165,11 +185,7 @@ enum Raw {
 impl Raw {
     async fn connect(target: &Target) -> redis::RedisResult<Raw> {
         match target {
-            Target::SingleNode(url) => Ok(Raw::Single(
-                redis::Client::open(url.as_str())?
-                    .get_connection_manager()
-                    .await?,
-            )),
+            Target::SingleNode(url) => Raw::single(url).await,
             Target::Cluster(seeds) => Ok(Raw::Cluster(
                 redis::cluster::ClusterClient::new(seeds.clone())?
                     .get_async_connection()
@@ -179,7 +195,18 @@ impl Raw {
                 let client = sentinel_master(sentinels, service).await?;
                 Ok(Raw::Single(client.get_connection_manager().await?))
             }
+            // The first master (the redlock scenario connects to each itself).
+            Target::Redlock(masters) => {
+                Raw::single(masters.first().map_or("", String::as_str)).await
+            }
         }
+    }
+
+    /// One server's connection.
+    async fn single(url: &str) -> redis::RedisResult<Raw> {
+        Ok(Raw::Single(
+            redis::Client::open(url)?.get_connection_manager().await?,
+        ))
     }
 
     /// `INFO section` of every master (the one server or master, or each of a cluster's).
@@ -333,13 +360,79 @@ async fn sentinel_master(sentinels: &[String], service: &str) -> redis::RedisRes
     builder.build()?.async_get_client().await
 }
 
-pub async fn bench(client: &Client, target: &Target, args: BenchArgs) -> dlock::Result<i32> {
-    let raw = Raw::connect(target).await?;
+pub async fn bench(
+    locks: &Locks,
+    target: &Target,
+    masters: Vec<String>,
+    args: BenchArgs,
+) -> dlock::Result<i32> {
     let (duration, renew_locks, herd_waiters) = if args.quick {
         (Duration::from_millis(300), args.renew_locks.min(1_000), 64)
     } else {
         (args.duration, args.renew_locks, 256)
     };
+    let redlock = masters.len() > 1;
+    let steps = match locks {
+        Locks::Client(_) => 10 + u64::from(redlock),
+        Locks::Redlock(_) => 1,
+    };
+    let progress = indicatif::ProgressBar::new(steps);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut rows = match locks {
+        Locks::Client(client) => {
+            let sizes = (duration, renew_locks, herd_waiters);
+            one_deployment(client, target, sizes, &progress).await?
+        }
+        // Several --redis masters: only the scenario that needs them.
+        Locks::Redlock(_) => Vec::new(),
+    };
+    if redlock {
+        progress.set_message("redlock");
+        let row = match locks {
+            Locks::Redlock(many) => redlock_row(many, &masters, duration).await?,
+            Locks::Client(client) => {
+                let many = Client::redlock_builder(masters.iter().cloned())
+                    .prefix(client.prefix())
+                    .connect()
+                    .await?;
+                let row = redlock_row(&many, &masters, duration).await;
+                many.shutdown().await;
+                row?
+            }
+        };
+        rows.push(row);
+        progress.inc(1);
+    } else {
+        progress.suspend(|| {
+            eprintln!("dlock: note: the redlock scenario needs several independent masters and was left out; bench --spawn starts {REDLOCK_MASTERS} private ones, or name them with --redis URL repeated (then only redlock runs)");
+        });
+    }
+    progress.finish_and_clear();
+
+    let mut out = String::new();
+    for row in &rows {
+        out += &if args.json {
+            row.json().to_string()
+        } else {
+            row.line()
+        };
+        out.push('\n');
+    }
+    Ok(crate::exit::emit(&out))
+}
+
+/// Every scenario but redlock, against one deployment: (throughput duration, renewed
+/// locks, herd waiters).
+async fn one_deployment(
+    client: &Client,
+    target: &Target,
+    (duration, renew_locks, herd_waiters): (Duration, usize, usize),
+    progress: &indicatif::ProgressBar,
+) -> dlock::Result<Vec<Row>> {
+    let raw = Raw::connect(target).await?;
     // Keys of the raw baseline carry the client's prefix too, so the bench runs as a user
     // limited to that prefix (the client adds it to dlock's own keys).
     let raw_prefix = format!("{}dlock-bench:{}:", client.prefix(), std::process::id());
@@ -347,11 +440,6 @@ pub async fn bench(client: &Client, target: &Target, args: BenchArgs) -> dlock::
     let fixed = LockOptions::default()
         .ttl(Duration::from_secs(10))
         .wait(Wait::NoWait);
-    let progress = indicatif::ProgressBar::new(10);
-    progress.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
     let mut rows = Vec::new();
     let step = |what: &str| progress.set_message(what.to_string());
 
@@ -360,7 +448,7 @@ pub async fn bench(client: &Client, target: &Target, args: BenchArgs) -> dlock::
     // thread, so par is bound by it.
     step("seq");
     let seq = interleaved(
-        &raw,
+        std::slice::from_ref(&raw),
         duration,
         &mut [
             (
@@ -382,7 +470,7 @@ pub async fn bench(client: &Client, target: &Target, args: BenchArgs) -> dlock::
     step("par, par_fenced, rwlock_read");
     let rw_name = format!("{prefix}rw-read");
     let par = interleaved(
-        &raw,
+        std::slice::from_ref(&raw),
         duration,
         &mut [
             (
@@ -484,21 +572,180 @@ pub async fn bench(client: &Client, target: &Target, args: BenchArgs) -> dlock::
             .with("locks", renew_locks.into()),
     );
     progress.inc(1);
-    progress.finish_and_clear();
     // Fence counters never expire: leave nothing of the run behind on a shared server.
-    let own = format!("{}dlock-bench:{}:", client.prefix(), std::process::id());
-    remove_keys(&raw, &[format!("{own}*"), format!("{{{own}*")]).await?;
+    remove_keys(&raw, &own_keys(client.prefix())).await?;
+    Ok(rows)
+}
 
-    let mut out = String::new();
-    for row in &rows {
-        out += &if args.json {
-            row.json().to_string()
-        } else {
-            row.line()
-        };
-        out.push('\n');
+/// The patterns of every key a run of this process writes, under the client's prefix.
+fn own_keys(client_prefix: &str) -> [String; 2] {
+    let own = format!("{client_prefix}dlock-bench:{}:", std::process::id());
+    [format!("{own}*"), format!("{{{own}*")]
+}
+
+/// The redlock scenario: one task's acquire+release cycles over `many` (a Redlock over
+/// `masters`) vs a Redlock over the first master alone, the same client code, in
+/// interleaved slices; server time per cycle summed over the masters.
+async fn redlock_row(many: &Redlock, masters: &[String], duration: Duration) -> dlock::Result<Row> {
+    let one = Client::redlock_builder(masters.iter().take(1).cloned())
+        .prefix(many.prefix())
+        .connect()
+        .await?;
+    let mut raws = Vec::with_capacity(masters.len());
+    for master in masters {
+        raws.push(Raw::single(master).await?);
     }
-    Ok(crate::exit::emit(&out))
+    let prefix = format!("dlock-bench:{}:", std::process::id());
+    // The raw keys carry the prefix that the Redlock client adds to its own.
+    let raw_prefix = format!("{}{prefix}", many.prefix());
+    let rates = interleaved(
+        &raws,
+        duration,
+        &mut [
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| {
+                    Box::pin(redlock_cycles(&one, format!("{prefix}redlock-one"), slice))
+                }),
+            ),
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| {
+                    Box::pin(redlock_cycles(many, format!("{prefix}redlock-many"), slice))
+                }),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(raw_fan_out(
+                        &raws[..1],
+                        format!("{raw_prefix}raw-fan-out-one"),
+                        slice,
+                    ))
+                }),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(raw_fan_out(
+                        &raws,
+                        format!("{raw_prefix}raw-fan-out-many"),
+                        slice,
+                    ))
+                }),
+            ),
+        ],
+    )
+    .await;
+    one.shutdown().await;
+    let rates = rates?;
+    for raw in &raws {
+        remove_keys(raw, &own_keys(many.prefix())).await?;
+    }
+    let (one, many, raw_one, raw_many) = (&rates[0], &rates[1], &rates[2], &rates[3]);
+    let mut row = Row::new("redlock", many.per_second, "cycles/s")
+        .baseline(one.per_second)
+        .with("masters", masters.len().into())
+        .with("baseline_masters", 1.into())
+        .with("server_us_per_cycle", many.server_us_per_cycle.into())
+        .with(
+            "baseline_server_us_per_cycle",
+            one.server_us_per_cycle.into(),
+        )
+        .with("raw_fan_out", raw_many.per_second.into())
+        .with("raw_one_master", raw_one.per_second.into())
+        .with(
+            "raw_fan_out_ratio",
+            (raw_many.per_second / raw_one.per_second.max(f64::MIN_POSITIVE)).into(),
+        );
+    row.baseline_name = "1 master";
+    Ok(row)
+}
+
+/// What a parallel fan-out costs on this machine without dlock: one task sending `SET NX
+/// PX` to every server at once, then the raw compare-and-delete to every server at once.
+async fn raw_fan_out(raws: &[Raw], key: String, duration: Duration) -> dlock::Result<u64> {
+    let release = redis::Script::new(RAW_RELEASE);
+    let deadline = Instant::now() + duration;
+    let mut cycles = 0u64;
+    while Instant::now() < deadline {
+        let token = format!("{:032x}", rand_token());
+        let (key, token, release) = (&key, &token, &release);
+        let sets = join_all(raws.iter().map(|raw| {
+            let mut conn = raw.clone();
+            async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .query_async::<Option<String>>(&mut conn)
+                    .await
+            }
+        }))
+        .await;
+        for set in sets {
+            set?;
+        }
+        let releases = join_all(raws.iter().map(|raw| {
+            let mut conn = raw.clone();
+            async move {
+                release
+                    .key(key)
+                    .arg(token)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            }
+        }))
+        .await;
+        for released in releases {
+            released?;
+        }
+        cycles += 1;
+    }
+    Ok(cycles)
+}
+
+/// Polls the futures together on the current task (no spawning) until all are done;
+/// their outputs in order.
+async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    use std::task::Poll;
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// One task taking and giving back the Redlock mutex `name` for `duration`: cycles made.
+async fn redlock_cycles(redlock: &Redlock, name: String, duration: Duration) -> dlock::Result<u64> {
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(10))
+        .wait(Wait::NoWait);
+    let mutex = redlock.mutex_with(&name, options)?;
+    let deadline = Instant::now() + duration;
+    let mut cycles = 0u64;
+    while Instant::now() < deadline {
+        mutex.try_lock().await?.unlock().await?;
+        cycles += 1;
+    }
+    Ok(cycles)
 }
 
 /// INT, TERM and HUP, caught from before `--spawn` starts its server: from then on a
@@ -529,14 +776,12 @@ impl Interrupts {
 /// Runs the benchmark until it ends or a signal (INT, TERM, HUP) interrupts it, then
 /// returns 128 + the signal: the caller's clean-up (the `--spawn` server, the client's
 /// locks) runs either way, where dying on the signal would skip it.
-pub async fn bench_until_signal(
-    client: &Client,
-    target: &Target,
-    args: BenchArgs,
+pub async fn until_signal(
+    work: impl Future<Output = dlock::Result<i32>>,
     mut signals: Interrupts,
 ) -> dlock::Result<i32> {
     let number = tokio::select! {
-        outcome = bench(client, target, args) => return outcome,
+        outcome = work => return outcome,
         _ = signals.interrupt.recv() => libc::SIGINT,
         _ = signals.terminate.recv() => libc::SIGTERM,
         _ = signals.hangup.recv() => libc::SIGHUP,
@@ -750,10 +995,13 @@ async fn handoff(
     })
 }
 
-/// Microseconds the server spent in the named top-level commands so far (a script's
-/// `evalsha` time includes the commands it runs).
-async fn server_usec(raw: &Raw, commands: &[&str]) -> dlock::Result<f64> {
-    let infos = raw.info("commandstats").await?;
+/// Microseconds the servers spent in the named top-level commands so far (a script's
+/// `evalsha` time includes the commands it runs), summed.
+async fn server_usec(raws: &[Raw], commands: &[&str]) -> dlock::Result<f64> {
+    let mut infos = Vec::new();
+    for raw in raws {
+        infos.extend(raw.info("commandstats").await?);
+    }
     Ok(infos
         .iter()
         .flat_map(|info| info.lines())
@@ -796,7 +1044,7 @@ const SCRIPT_ONLY: &[&str] = &["evalsha"];
 /// first slice each loads the scripts and warms the connections. Short runs (`--quick`)
 /// still give only indicative ratios: a slice of tens of milliseconds is noisy.
 async fn interleaved(
-    raw: &Raw,
+    raws: &[Raw],
     duration: Duration,
     contenders: &mut [(&'static [&'static str], Contender<'_>)],
 ) -> dlock::Result<Vec<Rate>> {
@@ -814,9 +1062,9 @@ async fn interleaved(
         }
         for index in order {
             let (commands, run) = &mut contenders[index];
-            let before = server_usec(raw, commands).await?;
+            let before = server_usec(raws, commands).await?;
             cycles[index] += run(slice).await?;
-            usec[index] += server_usec(raw, commands).await? - before;
+            usec[index] += server_usec(raws, commands).await? - before;
         }
     }
     let seconds = (slice * rounds).as_secs_f64();
@@ -1109,6 +1357,11 @@ impl PrivateServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Starts `count` servers; on failure, those already started are stopped again.
+    pub fn start_many(count: usize) -> Result<Vec<PrivateServer>, String> {
+        (0..count).map(|_| PrivateServer::start()).collect()
     }
 
     pub fn url(&self) -> String {

@@ -8,9 +8,10 @@ pub const OK: i32 = 0;
 pub const USAGE: i32 = 64;
 /// The key holds a value that is not a lock (EX_DATAERR).
 pub const WRONG_TYPE: i32 = 65;
-/// Redis unreachable (a cluster or the sentinels too, or a --service they do not know),
-/// too old, or too few replicas acknowledged a lock in time with --replicas (nothing is
-/// left held) (EX_UNAVAILABLE).
+/// Redis unreachable (a cluster or the sentinels too, or a --service they do not know;
+/// with several --redis masters: fewer than a majority answered or granted), too old, or
+/// too few replicas acknowledged a lock in time with --replicas (nothing is left held)
+/// (EX_UNAVAILABLE).
 pub const UNAVAILABLE: i32 = 69;
 /// `acquire` could not print the token (stdout closed or failing); nothing is left held
 /// (EX_IOERR).
@@ -31,11 +32,15 @@ EXIT CODES:
     0    success (for `run`: the command's own exit code is passed through,
          128+N when signal N ended it, 126 when it could not be executed, 127
          when it was not found; 128+N also when signal N interrupted a wait)
-    64   invalid arguments
+    64   invalid arguments (also: a kind other than the plain mutex, or
+         --cluster, --sentinel, --replicas, --tls-*, release --force, with
+         several --redis masters)
     65   the key holds another kind of lock or data dlock did not write (wrong type)
     69   Redis unreachable (with --cluster: no node answers; with --sentinel: no
-         sentinel answers, or none knows the --service name), or too old (dlock
-         needs Redis 6.2 or newer, 7 on a cluster); also: fewer than --replicas
+         sentinel answers, or none knows the --service name; with several
+         --redis masters: fewer than a majority answered or granted, and the
+         message names the masters that failed), or too old (dlock needs Redis
+         6.2 or newer, 7 on a cluster); also: fewer than --replicas
          replicas acknowledged a grant or extend within --replica-timeout, and
          the lock was given back (nothing is held)
     70   the lock was lost while the command ran (`run`)
@@ -77,6 +82,10 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         Error::NotReplicated { .. } => (
             UNAVAILABLE,
             "check that the master's replicas are running and keeping up (redis-cli INFO replication: connected_slaves, lag), give them longer with --replica-timeout, or ask for fewer with --replicas",
+        ),
+        Error::NoQuorum { .. } => (
+            UNAVAILABLE,
+            "start or reach the failed masters named above: a majority of the --redis masters (2 of 3, 3 of 5) must answer",
         ),
         Error::Closed => (UNAVAILABLE, "the dlock client was shut down; run the command again"),
         _ => (UNAVAILABLE, "see the message above"),

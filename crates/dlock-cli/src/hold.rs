@@ -1,10 +1,36 @@
 //! Which kind of lock a command acts on (`--fair`, `--read`, `--write`, `--permits N`,
-//! default: the plain mutex), and the verbs every kind has from the shell.
+//! default: the plain mutex), where it lives (one deployment, or several independent
+//! masters: Redlock), and the verbs every kind has from the shell.
 
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{Client, LockOptions, Owner};
+use dlock::{Client, LockOptions, Owner, Redlock};
+
+/// Where the locks live: one deployment (a server, a cluster, a Sentinel master), or
+/// several independent masters that grant by majority (Redlock, `--redis` repeated).
+pub enum Locks {
+    Client(Client),
+    Redlock(Redlock),
+}
+
+impl Locks {
+    /// The prefix in front of every lock name.
+    pub fn prefix(&self) -> &str {
+        match self {
+            Locks::Client(client) => client.prefix(),
+            Locks::Redlock(redlock) => redlock.prefix(),
+        }
+    }
+
+    /// Gives back whatever is still held, then closes the connections.
+    pub async fn shutdown(&self) {
+        match self {
+            Locks::Client(client) => client.shutdown().await,
+            Locks::Redlock(redlock) => redlock.shutdown().await,
+        }
+    }
+}
 
 /// The kind flags shared by `run`, `acquire`, `release` and `extend` (at most one).
 #[derive(Args, Debug, Clone, Default)]
@@ -38,6 +64,31 @@ impl KindArgs {
         }
     }
 
+    /// The kind flag given, and why that kind cannot run on Redlock; `None` for the plain
+    /// mutex, the one kind Redlock has.
+    pub fn single_master_only(&self) -> Option<(String, &'static str)> {
+        if self.fair {
+            Some(("--fair".into(), "a fair lock's queue"))
+        } else if self.read || self.write {
+            let flag = if self.read { "--read" } else { "--write" };
+            Some((flag.into(), "a read-write lock's set of readers"))
+        } else {
+            self.permits
+                .map(|n| (format!("--permits {n}"), "a semaphore's count of holders"))
+        }
+    }
+
+    /// Refuses a kind other than the plain mutex on Redlock (also checked before any
+    /// connection, as a usage error).
+    fn redlock_mutex(&self) -> dlock::Result<()> {
+        match self.single_master_only() {
+            Some((flag, state)) => {
+                Err(dlock::Error::InvalidArgument(redlock_refusal(&flag, state)))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// The kind's name, as the library's logs and metrics name it.
     pub fn describe(&self) -> &'static str {
         if self.fair {
@@ -54,12 +105,20 @@ impl KindArgs {
     }
 }
 
+/// Why the kind of `flag` (whose shared state is `state`) cannot run on several masters.
+pub fn redlock_refusal(flag: &str, state: &str) -> String {
+    format!(
+        "{flag} is single-master only and cannot be used with several --redis URLs (Redlock): {state} must be the same on every master, and independent masters that each grant by majority can disagree on it (two majorities, two different answers); only a consensus protocol settles that. Over several masters only the plain mutex (no kind flag) runs"
+    )
+}
+
 /// A hold of any kind.
 pub enum Hold {
     Mutex(dlock::MutexGuard),
     Read(dlock::ReadGuard),
     Write(dlock::WriteGuard),
     Permit(dlock::SemaphorePermit),
+    Redlock(dlock::RedlockGuard),
 }
 
 /// Runs `$body` with `$guard` bound to whichever guard `$hold` has.
@@ -70,6 +129,7 @@ macro_rules! each {
             Hold::Read($guard) => $body,
             Hold::Write($guard) => $body,
             Hold::Permit($guard) => $body,
+            Hold::Redlock($guard) => $body,
         }
     };
 }
@@ -82,7 +142,14 @@ impl Hold {
     /// The fencing token; on failure (the hold already lost, Redis unreachable) the
     /// hold is released before the error is returned, so nothing stays held.
     pub async fn fence(self) -> dlock::Result<(Hold, u64)> {
-        let fence = each!(&self, g => g.fence().await);
+        let fence = match &self {
+            // Drawn with the grant, on a majority.
+            Hold::Redlock(g) => Ok(g.fence()),
+            Hold::Mutex(g) => g.fence().await,
+            Hold::Read(g) => g.fence().await,
+            Hold::Write(g) => g.fence().await,
+            Hold::Permit(g) => g.fence().await,
+        };
         match fence {
             Ok(fence) => Ok((self, fence)),
             Err(err) => {
@@ -107,13 +174,22 @@ impl Hold {
 
 /// Takes the lock of `kind` named `name`.
 pub async fn take(
-    client: &Client,
+    locks: &Locks,
     kind: &KindArgs,
     name: &str,
     options: LockOptions,
 ) -> dlock::Result<Hold> {
     // Every caller prints or exports the fence: draw it with the grant.
     let options = options.fence_at_grant();
+    let client = match locks {
+        Locks::Client(client) => client,
+        Locks::Redlock(redlock) => {
+            kind.redlock_mutex()?;
+            return Ok(Hold::Redlock(
+                redlock.mutex_with(name, options)?.lock().await?,
+            ));
+        }
+    };
     Ok(if kind.fair {
         Hold::Mutex(client.fair_mutex_with(name, options)?.lock().await?)
     } else if kind.read {
@@ -138,12 +214,15 @@ pub async fn take(
 }
 
 /// Gives back the hold `token` of `kind` (a token printed by `dlock acquire`).
-pub async fn release(
-    client: &Client,
-    kind: &KindArgs,
-    name: &str,
-    token: &str,
-) -> dlock::Result<()> {
+pub async fn release(locks: &Locks, kind: &KindArgs, name: &str, token: &str) -> dlock::Result<()> {
+    let client = match locks {
+        Locks::Client(client) => client,
+        Locks::Redlock(redlock) => {
+            kind.redlock_mutex()?;
+            // On every master; a majority must answer.
+            return redlock.mutex(name)?.release_token(token).await;
+        }
+    };
     if kind.fair {
         client.fair_mutex(name)?.release_token(token).await
     } else if kind.read {
@@ -168,7 +247,7 @@ pub fn extend_options(
 /// Restarts the lease of the hold `token` of `kind` at `ttl`; with `--replicas`, only
 /// once the replicas have it (otherwise the hold is given back).
 pub async fn extend(
-    client: &Client,
+    locks: &Locks,
     kind: &KindArgs,
     name: &str,
     token: &str,
@@ -176,6 +255,17 @@ pub async fn extend(
     replication: Option<crate::Replication>,
 ) -> dlock::Result<()> {
     let options = extend_options(ttl, replication)?;
+    let client = match locks {
+        Locks::Client(client) => client,
+        Locks::Redlock(redlock) => {
+            kind.redlock_mutex()?;
+            // Succeeds when a majority still holds it and extended it in time.
+            return redlock
+                .mutex_with(name, options)?
+                .extend_token(token, ttl)
+                .await;
+        }
+    };
     if kind.read {
         client
             .rwlock_with(name, options)?

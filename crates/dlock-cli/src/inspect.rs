@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use dlock::{Client, LockInfo};
+use dlock::{Client, LockInfo, LockKind};
 
 use crate::{duration, exit};
 
@@ -41,18 +41,33 @@ impl InspectArgs {
     }
 }
 
-pub async fn inspect(client: &Client, args: &InspectArgs) -> dlock::Result<i32> {
+/// What `inspect` looks at: one deployment, or each of several independent masters
+/// (Redlock), whose copies of a lock are shown side by side.
+pub enum Scope<'a> {
+    Client(&'a Client),
+    Masters(&'a [Master]),
+}
+
+/// One master of several `--redis` URLs, connected or not.
+pub struct Master {
+    /// Its URL, without the password.
+    pub label: String,
+    /// Its client, or why it could not be connected to (Redis unreachable).
+    pub client: Result<Client, String>,
+}
+
+pub async fn inspect(scope: Scope<'_>, args: &InspectArgs) -> dlock::Result<i32> {
     let Some(interval) = args.watch else {
-        let locks = snapshot(client, args).await?;
-        return Ok(exit::emit(&render(&locks, args, false)));
+        let view = view(&scope, args, false).await?;
+        return Ok(exit::emit(&view));
     };
     let mut interrupt =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .map_err(|e| dlock::Error::InvalidArgument(format!("cannot watch for Ctrl-C: {e}")))?;
     loop {
-        let locks = snapshot(client, args).await?;
+        let view = view(&scope, args, true).await?;
         // A reader that went away (`| head`) ends the watch, as it ends any pipeline.
-        if let Err(code) = exit::write_out(&render(&locks, args, true)) {
+        if let Err(code) = exit::write_out(&view) {
             return Ok(code);
         }
         tokio::select! {
@@ -60,6 +75,17 @@ pub async fn inspect(client: &Client, args: &InspectArgs) -> dlock::Result<i32> 
             _ = interrupt.recv() => return Ok(exit::OK),
         }
     }
+}
+
+/// One snapshot, rendered.
+async fn view(scope: &Scope<'_>, args: &InspectArgs, watching: bool) -> dlock::Result<String> {
+    Ok(match scope {
+        Scope::Client(client) => render(&snapshot(client, args).await?, args, watching),
+        Scope::Masters(masters) => {
+            let locks = snapshot_masters(masters, args).await?;
+            render_masters(&locks, masters.len(), args, watching)
+        }
+    })
 }
 
 async fn snapshot(client: &Client, args: &InspectArgs) -> dlock::Result<Vec<LockInfo>> {
@@ -71,6 +97,334 @@ async fn snapshot(client: &Client, args: &InspectArgs) -> dlock::Result<Vec<Lock
         locks.push(client.inspect(name).await?);
     }
     Ok(locks)
+}
+
+/// One lock as each master sees it.
+struct Across {
+    name: String,
+    /// (master, its view of the lock or why there is none), in `--redis` order.
+    views: Vec<(String, Result<LockInfo, String>)>,
+}
+
+/// Runs `request` on every connected master at once; in `--redis` order, each master's
+/// answer, or why it has none.
+async fn on_every_master<T, F, Fut>(masters: &[Master], request: F) -> Vec<Result<T, Failure>>
+where
+    T: Send + 'static,
+    F: Fn(Client) -> Fut,
+    Fut: std::future::Future<Output = dlock::Result<T>> + Send + 'static,
+{
+    let tasks: Vec<_> = masters
+        .iter()
+        .map(|master| {
+            master
+                .client
+                .as_ref()
+                .map(|client| tokio::spawn(request(client.clone())))
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        answers.push(match task {
+            Ok(task) => match task.await.unwrap_or(Err(dlock::Error::Closed)) {
+                Ok(answer) => Ok(answer),
+                Err(err) => Err(Failure {
+                    message: err.to_string(),
+                    error: Some(err),
+                }),
+            },
+            Err(connect) => Err(Failure {
+                message: connect.clone(),
+                error: None,
+            }),
+        });
+    }
+    answers
+}
+
+/// Why a master has no answer, and the request's own error (`None` when the master
+/// could not be connected to).
+struct Failure {
+    message: String,
+    error: Option<dlock::Error>,
+}
+
+/// The error for a snapshot that no master answered: a refusal (an ACL, a wrong type)
+/// as it is, otherwise "no quorum" naming every master and its failure (exit 69).
+fn nobody_answered(masters: &[Master], failures: Vec<Failure>) -> dlock::Error {
+    let mut whys = Vec::with_capacity(failures.len());
+    for (master, failure) in masters.iter().zip(failures) {
+        match failure.error {
+            Some(err) if !err.is_transient() => return err,
+            _ => whys.push(format!("{}: {}", master.label, failure.message)),
+        }
+    }
+    dlock::Error::NoQuorum {
+        name: None,
+        needed: masters.len() / 2 + 1,
+        reached: 0,
+        nodes: masters.len(),
+        failures: whys,
+    }
+}
+
+/// Every lock asked for (by name, or found with `--match` on any master), as each master
+/// sees it. Fails only when no master answers.
+async fn snapshot_masters(masters: &[Master], args: &InspectArgs) -> dlock::Result<Vec<Across>> {
+    let names: Vec<String> = match &args.pattern {
+        None => args.names.clone(),
+        Some(pattern) => {
+            let found = on_every_master(masters, |client| {
+                let pattern = pattern.clone();
+                async move { client.find_locks(&pattern).await }
+            })
+            .await;
+            if found.iter().all(Result::is_err) {
+                return Err(nobody_answered(
+                    masters,
+                    found.into_iter().filter_map(Result::err).collect(),
+                ));
+            }
+            let names: std::collections::BTreeSet<String> = found
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|lock| lock.name)
+                .collect();
+            names.into_iter().collect()
+        }
+    };
+    let mut locks = Vec::with_capacity(names.len());
+    for name in names {
+        let answers = on_every_master(masters, |client| {
+            let name = name.clone();
+            async move { client.inspect(&name).await }
+        })
+        .await;
+        if answers.iter().all(Result::is_err) {
+            return Err(nobody_answered(
+                masters,
+                answers.into_iter().filter_map(Result::err).collect(),
+            ));
+        }
+        let views = masters
+            .iter()
+            .zip(answers)
+            .map(|(master, answer)| {
+                (
+                    master.label.clone(),
+                    answer.map_err(|failure| failure.message),
+                )
+            })
+            .collect();
+        locks.push(Across { name, views });
+    }
+    Ok(locks)
+}
+
+impl Across {
+    /// The holder a majority of all masters agree on: its token and on how many it is.
+    fn majority_holder(&self, quorum: usize) -> Option<(&dlock::Holder, usize)> {
+        let holders: Vec<&dlock::Holder> = self
+            .views
+            .iter()
+            .filter_map(|(_, view)| view.as_ref().ok())
+            .filter(|lock| lock.kind == LockKind::Exclusive)
+            .flat_map(|lock| lock.holders.first())
+            .collect();
+        holders.iter().find_map(|holder| {
+            let count = holders.iter().filter(|h| h.token == holder.token).count();
+            (count >= quorum).then_some((*holder, count))
+        })
+    }
+
+    /// The largest fencing counter among the masters that answered.
+    fn last_fence(&self) -> u64 {
+        self.views
+            .iter()
+            .filter_map(|(_, view)| view.as_ref().ok())
+            .map(|lock| lock.last_fence)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Several masters' views: per lock, the holder a majority agrees on, then each master's
+/// own row; or one JSON object per lock with a `masters` array.
+fn render_masters(locks: &[Across], nodes: usize, args: &InspectArgs, watching: bool) -> String {
+    use std::fmt::Write;
+    let quorum = nodes / 2 + 1;
+    let mut out = String::new();
+    if args.json {
+        let objects: Vec<serde_json::Value> = locks
+            .iter()
+            .map(|lock| {
+                let masters: Vec<serde_json::Value> = lock
+                    .views
+                    .iter()
+                    .map(|(label, view)| match view {
+                        Ok(info) => {
+                            let mut object = to_json(info);
+                            if let Some(map) = object.as_object_mut() {
+                                map.remove("name");
+                                map.insert("master".into(), label.clone().into());
+                            }
+                            object
+                        }
+                        Err(err) => serde_json::json!({ "master": label, "error": err }),
+                    })
+                    .collect();
+                let holder = lock.majority_holder(quorum).map(|(holder, count)| {
+                    let mut object = holder_json(holder);
+                    if let Some(map) = object.as_object_mut() {
+                        map.remove("remaining_ms");
+                        map.insert("masters".into(), count.into());
+                    }
+                    object
+                });
+                serde_json::json!({
+                    "name": lock.name,
+                    "key": lock.views.iter().find_map(|(_, view)| view.as_ref().ok().map(|v| v.key.clone())),
+                    "redlock": { "masters": nodes, "quorum": quorum },
+                    "holder": holder,
+                    "last_fence": lock.last_fence(),
+                    "masters": masters,
+                })
+            })
+            .collect();
+        if watching {
+            let _ = writeln!(out, "{}", serde_json::Value::Array(objects));
+        } else {
+            for object in objects {
+                let _ = writeln!(out, "{object}");
+            }
+        }
+        return out;
+    }
+    if watching {
+        let _ = write!(out, "\x1b[2J\x1b[H");
+        let _ = writeln!(
+            out,
+            "dlock inspect — {} (Ctrl-C to quit)\n",
+            utc(SystemTime::now())
+        );
+    }
+    if locks.is_empty() {
+        let _ = writeln!(out, "(no locks)");
+    }
+    for lock in locks {
+        let answered = lock.views.iter().filter(|(_, view)| view.is_ok()).count();
+        let verdict = match lock.majority_holder(quorum) {
+            Some((holder, count)) => format!(
+                "held by {}… ({}) on {count}",
+                token_prefix(&holder.token),
+                who(holder)
+            ),
+            None if lock
+                .views
+                .iter()
+                .any(|(_, view)| view.as_ref().is_ok_and(|lock| !lock.holders.is_empty())) =>
+            {
+                "no holder on a majority".into()
+            }
+            None => "free on every master that answered".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{} — Redlock over {nodes} masters ({quorum} needed, {answered} answered): {verdict}; last fence {}",
+            lock.name,
+            lock.last_fence()
+        );
+        let _ = writeln!(
+            out,
+            "    {:<28} {:<10} {:>7} {:>9} {:>8}",
+            "MASTER", "KIND", "HOLDERS", "LEASE", "FENCE"
+        );
+        for (label, view) in &lock.views {
+            match view {
+                Ok(info) => {
+                    let _ = writeln!(
+                        out,
+                        "    {:<28} {:<10} {:>7} {:>9} {:>8}",
+                        label,
+                        info.kind.to_string(),
+                        info.holders.len(),
+                        info.remaining
+                            .map(dlock::humane)
+                            .unwrap_or_else(|| "-".into()),
+                        info.last_fence
+                    );
+                    for holder in &info.holders {
+                        let _ = writeln!(out, "        {}", holder_line(holder));
+                    }
+                }
+                Err(err) => {
+                    let _ = writeln!(out, "    {label:<28} unreachable: {err}");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Who a holder is: a `dlock` process (host, pid, start) or another client's label.
+fn who(holder: &dlock::Holder) -> String {
+    match holder.label.as_deref().and_then(DlockHolder::parse) {
+        Some(h) => format!("dlock pid {} on {}, started {}", h.pid, h.host, h.started),
+        None => holder
+            .label
+            .clone()
+            .unwrap_or_else(|| "another client".into()),
+    }
+}
+
+/// A holder's line under its lock: token prefix, who, owner, lease left.
+fn holder_line(holder: &dlock::Holder) -> String {
+    let owner = holder
+        .owner
+        .as_deref()
+        .map(|o| format!(" owner {}", o.chars().take(12).collect::<String>()))
+        .unwrap_or_default();
+    let left = holder
+        .remaining
+        .map(|d| format!("{} left", dlock::humane(d)))
+        .unwrap_or_else(|| "no expiry".into());
+    format!(
+        "{}…  {}{owner}  ({left})",
+        token_prefix(&holder.token),
+        who(holder)
+    )
+}
+
+/// A URL without its password (in the user part, or a `password=` parameter).
+pub fn redact(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let base = match (base.find("://"), base.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &base[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &base[..scheme + 3], &base[at..]),
+                None => base.to_string(),
+            }
+        }
+        _ => base.to_string(),
+    };
+    match query {
+        None => base,
+        Some(query) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((key, _)) if key == "pass" || key == "password" => format!("{key}=***"),
+                    _ => param.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
+    }
 }
 
 /// The view of `locks`: a table, or JSON.
@@ -119,46 +473,14 @@ fn render(locks: &[LockInfo], args: &InspectArgs, watching: bool) -> String {
             lock.queued
         );
         for holder in &lock.holders {
-            let short = token_prefix(&holder.token);
-            let who = match holder.label.as_deref().and_then(DlockHolder::parse) {
-                Some(h) => format!("dlock pid {} on {}, started {}", h.pid, h.host, h.started),
-                None => holder
-                    .label
-                    .clone()
-                    .unwrap_or_else(|| "another client".into()),
-            };
-            let owner = holder
-                .owner
-                .as_deref()
-                .map(|o| format!(" owner {}", o.chars().take(12).collect::<String>()))
-                .unwrap_or_default();
-            let left = holder
-                .remaining
-                .map(|d| format!("{} left", dlock::humane(d)))
-                .unwrap_or_else(|| "no expiry".into());
-            let _ = writeln!(out, "    {short}…  {who}{owner}  ({left})");
+            let _ = writeln!(out, "    {}", holder_line(holder));
         }
     }
     out
 }
 
 fn to_json(lock: &LockInfo) -> serde_json::Value {
-    let holders: Vec<serde_json::Value> = lock
-        .holders
-        .iter()
-        .map(|h| {
-            let dlock_holder = h.label.as_deref().and_then(DlockHolder::parse);
-            serde_json::json!({
-                "token_prefix": token_prefix(&h.token),
-                "label": h.label,
-                "host": dlock_holder.as_ref().map(|d| d.host.clone()),
-                "pid": dlock_holder.as_ref().map(|d| d.pid),
-                "started": dlock_holder.as_ref().map(|d| d.started.clone()),
-                "owner": h.owner,
-                "remaining_ms": h.remaining.map(|d| d.as_millis() as u64),
-            })
-        })
-        .collect();
+    let holders: Vec<serde_json::Value> = lock.holders.iter().map(holder_json).collect();
     serde_json::json!({
         "name": lock.name,
         "key": lock.key,
@@ -167,6 +489,19 @@ fn to_json(lock: &LockInfo) -> serde_json::Value {
         "remaining_ms": lock.remaining.map(|d| d.as_millis() as u64),
         "last_fence": lock.last_fence,
         "queued": lock.queued,
+    })
+}
+
+fn holder_json(h: &dlock::Holder) -> serde_json::Value {
+    let dlock_holder = h.label.as_deref().and_then(DlockHolder::parse);
+    serde_json::json!({
+        "token_prefix": token_prefix(&h.token),
+        "label": h.label,
+        "host": dlock_holder.as_ref().map(|d| d.host.clone()),
+        "pid": dlock_holder.as_ref().map(|d| d.pid),
+        "started": dlock_holder.as_ref().map(|d| d.started.clone()),
+        "owner": h.owner,
+        "remaining_ms": h.remaining.map(|d| d.as_millis() as u64),
     })
 }
 

@@ -13,9 +13,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
-use dlock::{Client, LockOptions, Wait};
+use dlock::{Client, LockOptions, Redlock, Wait};
 
-use hold::KindArgs;
+use hold::{KindArgs, Locks};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,7 +26,9 @@ use hold::KindArgs;
 )]
 struct Cli {
     /// Redis URL of a single server: redis://[user:password@]host[:port][/db] or rediss://
-    /// for TLS. Not with --cluster or --sentinel (a flag on the command line beats another
+    /// for TLS. Repeat it (or separate URLs with commas) to name several independent
+    /// masters: locks are then granted by a majority of them (Redlock; the plain mutex
+    /// only). Not with --cluster or --sentinel (a flag on the command line beats another
     /// deployment's variable, e.g. --cluster beats DLOCK_REDIS)
     #[arg(
         long,
@@ -34,9 +36,10 @@ struct Cli {
         value_name = "URL",
         env = "DLOCK_REDIS",
         default_value = "redis://127.0.0.1:6379",
+        action = ArgAction::Append,
         hide_env_values = true
     )]
-    redis: String,
+    redis: Vec<String>,
 
     /// Redis Cluster: a seed node's URL (repeat the flag, or separate URLs with commas);
     /// the other nodes are found through it. Needs Redis 7. Not with --redis or --sentinel
@@ -186,7 +189,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Measure throughput, hand-off latency, herd cost and renewal cost against the
     /// configured Redis: --redis, a --cluster or a --sentinel master, the raw baseline on
-    /// the same deployment (use a private one: it writes keys and resets nothing)
+    /// the same deployment (use a private one: it writes keys and resets nothing); with
+    /// several --redis masters (or --spawn's five), Redlock over them vs over the first
     Bench(bench::BenchArgs),
     /// Internal: the watchdog of `run` that kills the command's process group when dlock dies
     #[command(name = "__watch-group", hide = true)]
@@ -273,6 +277,49 @@ enum Topology {
     Cluster,
     /// The master that the sentinels of `--sentinel` name for `--service`.
     Sentinel,
+    /// The independent masters of `--redis` given more than once (or a list in
+    /// DLOCK_REDIS): the plain mutex granted by a majority of them.
+    Redlock,
+}
+
+/// `--redis` values as given (repeated flags, or one value with several URLs), one URL
+/// each. A comma separates URLs only where a new URL begins (`,redis://`, `,rediss://`,
+/// `,unix://`...), so a comma inside a password stays part of it.
+fn split_urls(values: &[String]) -> Vec<String> {
+    let mut urls = Vec::new();
+    for value in values {
+        let mut current = String::new();
+        for (index, piece) in value.split(',').enumerate() {
+            if index > 0 && starts_a_url(piece) {
+                urls.push(std::mem::take(&mut current));
+            } else if index > 0 {
+                current.push(',');
+            }
+            current.push_str(piece);
+        }
+        urls.push(current);
+    }
+    let urls: Vec<String> = urls
+        .into_iter()
+        .map(|url| url.trim().trim_end_matches(',').trim_end().to_string())
+        .collect();
+    if urls.iter().all(String::is_empty) {
+        // Nothing but blanks: left as given, for the URL check to refuse.
+        return urls.into_iter().take(1).collect();
+    }
+    urls.into_iter().filter(|url| !url.is_empty()).collect()
+}
+
+/// True when `text` begins with a URL scheme: letters, digits, `+`, `-` or `.`, then `://`.
+fn starts_a_url(text: &str) -> bool {
+    let text = text.trim_start();
+    text.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty()
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
 }
 
 /// `--replicas N` and `--replica-timeout DUR`.
@@ -373,6 +420,7 @@ where
     use clap::{CommandFactory, FromArgMatches};
     let matches = Cli::command().try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&matches)?;
+    cli.redis = split_urls(&cli.redis);
     let usage = |message: String, hint: &'static str| Usage {
         error: Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message),
         hint,
@@ -409,7 +457,7 @@ where
         from(ValueSource::CommandLine),
         from(ValueSource::EnvVariable),
     );
-    const ONE_OF: &str = "name one deployment: --redis URL (one server), --cluster URL... (a Redis Cluster) or --sentinel URL... with --service NAME (Sentinel)";
+    const ONE_OF: &str = "name one deployment: --redis URL (one server; repeated, independent masters for Redlock), --cluster URL... (a Redis Cluster) or --sentinel URL... with --service NAME (Sentinel)";
     if let [first, second, ..] = on_line.as_slice() {
         return Err(usage(
             format!(
@@ -429,6 +477,12 @@ where
                 "leave out --spawn to bench the cluster or Sentinel deployment, or leave out its flag to bench a private server",
             ));
         }
+        if matches.value_source("redis") == Some(ValueSource::CommandLine) && cli.redis.len() > 1 {
+            return Err(usage(
+                "the argument '--spawn' cannot be used with several --redis URLs: bench --spawn starts private servers of its own (five for the redlock scenario)".into(),
+                "leave out --spawn to bench the redlock scenario on the masters you name, or leave out the --redis URLs to bench private servers",
+            ));
+        }
         cli.topology = Topology::SingleNode;
     } else {
         cli.topology = match (on_line.first(), in_env.as_slice()) {
@@ -444,8 +498,14 @@ where
                 ))
             }
         };
+        if cli.topology == Topology::SingleNode && cli.redis.len() > 1 {
+            cli.topology = Topology::Redlock;
+        }
     }
     let service_on_line = matches.value_source("service") == Some(ValueSource::CommandLine);
+    if cli.topology == Topology::Redlock {
+        redlock_usage(&cli, &matches).map_err(|(message, hint)| usage(message, hint))?;
+    }
     match cli.topology {
         Topology::Sentinel if matches!(cli.service.as_deref(), None | Some("")) => {
             return Err(usage(
@@ -454,7 +514,7 @@ where
                 "add --service NAME (or set DLOCK_SERVICE), the NAME of `sentinel monitor NAME ...` in the sentinels' configuration",
             ))
         }
-        Topology::SingleNode | Topology::Cluster if service_on_line => {
+        Topology::SingleNode | Topology::Cluster | Topology::Redlock if service_on_line => {
             return Err(usage(
                 "--service names the master of a Sentinel deployment; it needs --sentinel".into(),
                 "add --sentinel URL (repeatable), or leave out --service",
@@ -463,6 +523,83 @@ where
         _ => {}
     }
     Ok(cli)
+}
+
+/// What several `--redis` masters (Redlock) cannot be combined with: the message and
+/// its hint.
+fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &'static str)> {
+    use clap::parser::ValueSource;
+    let flag = |id: &str, flag: &'static str, var: &'static str| match matches.value_source(id) {
+        Some(ValueSource::EnvVariable) => var,
+        _ => flag,
+    };
+    if cli.redis.len() > dlock::redlock::MAX_NODES {
+        return Err((
+            format!(
+                "{} --redis URLs are too many: Redlock spans at most {} masters",
+                cli.redis.len(),
+                dlock::redlock::MAX_NODES
+            ),
+            "name fewer masters: an odd number (3 or 5) tolerates the most failures for its size",
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(twice) = cli.redis.iter().find(|url| !seen.insert(url.as_str())) {
+        return Err((
+            format!(
+                "{} is named twice in --redis: Redlock's masters must be independent servers",
+                inspect::redact(twice)
+            ),
+            "name each master once",
+        ));
+    }
+    if cli.replicas.is_some() {
+        return Err((
+            format!(
+                "{} cannot be used with several --redis URLs (Redlock): each is an independent master, and the majority that grants the lock is its acknowledgement",
+                flag("replicas", "--replicas", "DLOCK_REPLICAS")
+            ),
+            "leave out --replicas (and unset DLOCK_REPLICAS and DLOCK_REPLICA_TIMEOUT), or give one --redis URL for a master with replicas",
+        ));
+    }
+    let tls = [
+        ("tls_ca", cli.tls_ca.is_some(), "--tls-ca", "DLOCK_TLS_CA"),
+        (
+            "tls_cert",
+            cli.tls_cert.is_some(),
+            "--tls-cert",
+            "DLOCK_TLS_CERT",
+        ),
+    ];
+    if let Some((id, _, name, var)) = tls.into_iter().find(|t| t.1) {
+        return Err((
+            format!(
+                "{} cannot be used with several --redis URLs (Redlock) yet: the Redlock client takes no private CA or client certificate",
+                flag(id, name, var)
+            ),
+            "use rediss:// URLs whose certificates the system's roots trust (and unset DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY), or give one --redis URL",
+        ));
+    }
+    let kind = match &cli.command {
+        Command::Run(args) => Some(&args.kind),
+        Command::Acquire { kind, .. }
+        | Command::Release { kind, .. }
+        | Command::Extend { kind, .. } => Some(kind),
+        _ => None,
+    };
+    if let Some((flag, state)) = kind.and_then(KindArgs::single_master_only) {
+        return Err((
+            hold::redlock_refusal(&flag, state),
+            "leave out the kind flag to use the mutex over every master, or give one --redis URL (or --cluster, --sentinel) for that kind",
+        ));
+    }
+    if let Command::Release { force: true, .. } = cli.command {
+        return Err((
+            "release --force cannot be used with several --redis URLs (Redlock) yet".into(),
+            "release by the TOKEN that dlock acquire printed, or force it on every master in turn with one --redis URL each (each draws a new fencing token there, so the next grant's fence is larger than the evicted holder's)",
+        ));
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -585,6 +722,12 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
         }
         (Topology::Sentinel, dlock::Error::Authentication(_)) => {
             hint = "fix the user name and password in the first --sentinel / DLOCK_SENTINEL URL (redis://user:password@host): it serves the sentinels and the master";
+        }
+        (Topology::Redlock, dlock::Error::Connection(_)) => {
+            hint = "check that the masters in --redis / DLOCK_REDIS are running and reachable: a majority of them must answer";
+        }
+        (Topology::Redlock, dlock::Error::Authentication(_)) => {
+            hint = "fix the user name and password in the --redis / DLOCK_REDIS URLs (redis://user:password@host): every master must accept them";
         }
         (Topology::Cluster, dlock::Error::Unsupported(_)) => {
             hint = "upgrade the cluster's servers: dlock needs Redis 7 or newer on a cluster (sharded pub/sub)";
@@ -724,13 +867,19 @@ fn holder_label() -> String {
 }
 
 async fn connect(cli: &Cli, url: &str) -> dlock::Result<Client> {
+    builder(cli, url)?.connect().await
+}
+
+/// The client configuration for the deployment `cli` names (for Redlock: of the one
+/// master `url`), ready to connect.
+fn builder(cli: &Cli, url: &str) -> dlock::Result<dlock::ClientBuilder> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
             dlock::Error::InvalidArgument(format!("cannot read {}: {e}", path.display()))
         })
     };
     let builder = match cli.topology {
-        Topology::SingleNode => Client::builder(url),
+        Topology::SingleNode | Topology::Redlock => Client::builder(url),
         Topology::Cluster => Client::cluster_builder(cli.cluster.iter().cloned()),
         Topology::Sentinel => Client::sentinel_builder(
             cli.sentinel.iter().cloned(),
@@ -753,7 +902,41 @@ async fn connect(cli: &Cli, url: &str) -> dlock::Result<Client> {
         let room = room.clamp(dlock::DEFAULT_RESPONSE_TIMEOUT, dlock::MAX_TIMEOUT);
         builder = builder.response_timeout(room);
     }
-    builder.connect().await
+    Ok(builder)
+}
+
+/// The Redlock over the masters of `--redis`: connected once a majority answers.
+async fn connect_redlock(cli: &Cli) -> dlock::Result<Redlock> {
+    Client::redlock_builder(cli.redis.iter().cloned())
+        .prefix(cli.prefix.clone())
+        .holder_label(holder_label())
+        .connect()
+        .await
+}
+
+/// A client of each master of `--redis`, connected in parallel; a master that cannot be
+/// reached is kept with its error (`inspect` shows it).
+async fn connect_masters(cli: &Cli) -> dlock::Result<Vec<inspect::Master>> {
+    let mut connecting = Vec::new();
+    for url in &cli.redis {
+        let builder = builder(cli, url)?;
+        connecting.push((
+            inspect::redact(url),
+            tokio::spawn(async move { builder.connect().await }),
+        ));
+    }
+    let mut masters = Vec::new();
+    for (label, task) in connecting {
+        let client = match task.await.unwrap_or(Err(dlock::Error::Closed)) {
+            Ok(client) => Ok(client),
+            // Unreachable now: shown as such.
+            Err(err) if err.is_transient() => Err(err.to_string()),
+            // Misconfiguration (credentials, a server too old, a bad URL): said at once.
+            Err(err) => return Err(err),
+        };
+        masters.push(inspect::Master { label, client });
+    }
+    Ok(masters)
 }
 
 async fn execute(cli: &Cli) -> dlock::Result<i32> {
@@ -776,21 +959,40 @@ async fn execute(cli: &Cli) -> dlock::Result<i32> {
         Command::Bench(_) => Some(bench::Interrupts::catch()?),
         _ => None,
     };
-    // `bench --spawn` measures a private server of its own.
+    // `bench --spawn` measures private servers of its own: the first for every scenario,
+    // all of them for redlock.
     let spawned = match &cli.command {
-        Command::Bench(args) if args.spawn => match bench::PrivateServer::start() {
-            Ok(server) => Some(server),
-            Err(why) => {
-                eprintln!("dlock: {why}\n  hint: install redis-server (Debian package redis-server; ./scripts/ensure-redis.sh does it), or bench an existing server with --redis URL");
-                return Ok(exit::UNAVAILABLE);
+        Command::Bench(args) if args.spawn => {
+            match bench::PrivateServer::start_many(bench::REDLOCK_MASTERS) {
+                Ok(servers) => servers,
+                Err(why) => {
+                    eprintln!("dlock: {why}\n  hint: install redis-server (Debian package redis-server; ./scripts/ensure-redis.sh does it), or bench an existing server with --redis URL");
+                    return Ok(exit::UNAVAILABLE);
+                }
             }
-        },
-        _ => None,
+        }
+        _ => Vec::new(),
     };
-    let url = spawned
-        .as_ref()
-        .map_or(cli.redis.clone(), |server| server.url());
-    let client = connect(cli, &url).await?;
+    let spawned_urls: Vec<String> = spawned.iter().map(bench::PrivateServer::url).collect();
+    if cli.topology == Topology::Redlock {
+        if let Command::Inspect(args) = &cli.command {
+            // Each master's own view, also of masters that cannot be reached.
+            let masters = connect_masters(cli).await?;
+            let outcome = inspect::inspect(inspect::Scope::Masters(&masters), args).await;
+            for client in masters.iter().filter_map(|m| m.client.as_ref().ok()) {
+                client.shutdown().await;
+            }
+            return outcome;
+        }
+    }
+    let url = spawned_urls
+        .first()
+        .cloned()
+        .unwrap_or_else(|| cli.redis.first().cloned().unwrap_or_default());
+    let locks = match cli.topology {
+        Topology::Redlock => Locks::Redlock(connect_redlock(cli).await?),
+        _ => Locks::Client(connect(cli, &url).await?),
+    };
     // bench's raw baseline talks to the same deployment.
     let target = match cli.topology {
         Topology::SingleNode => bench::Target::SingleNode(url),
@@ -799,38 +1001,62 @@ async fn execute(cli: &Cli) -> dlock::Result<i32> {
             sentinels: cli.sentinel.clone(),
             service: cli.service.clone().unwrap_or_default(),
         },
+        Topology::Redlock => bench::Target::Redlock(cli.redis.clone()),
     };
-    let outcome = dispatch(&client, cli, &target, interrupts).await;
+    // The masters of the redlock scenario: --spawn's, or those of several --redis.
+    let masters = match cli.topology {
+        Topology::Redlock => cli.redis.clone(),
+        _ => spawned_urls,
+    };
+    let outcome = dispatch(&locks, cli, &target, masters, interrupts).await;
     // Whatever is still held (an error path's guard, a cancelled wait's queue place) is
     // given back before exit: the runtime's shutdown would not wait for it.
-    client.shutdown().await;
+    locks.shutdown().await;
     outcome
 }
 
 async fn dispatch(
-    client: &Client,
+    locks: &Locks,
     cli: &Cli,
     target: &bench::Target,
+    masters: Vec<String>,
     interrupts: Option<bench::Interrupts>,
 ) -> dlock::Result<i32> {
+    let client = match locks {
+        Locks::Client(client) => Some(client),
+        Locks::Redlock(_) => None,
+    };
     match &cli.command {
-        Command::Run(args) => run::run(client, args.clone(), cli.replication()).await,
+        Command::Run(args) => run::run(locks, args.clone(), cli.replication()).await,
         Command::Acquire {
             name,
             lease,
             kind,
             json,
-        } => acquire(client, name, lease, kind, *json, cli.replication()).await,
-        Command::Bench(args) => match interrupts {
-            Some(interrupts) => {
-                bench::bench_until_signal(client, target, args.clone(), interrupts).await
+        } => acquire(locks, name, lease, kind, *json, cli.replication()).await,
+        Command::Bench(args) => {
+            let work = bench::bench(locks, target, masters, args.clone());
+            match interrupts {
+                Some(interrupts) => bench::until_signal(work, interrupts).await,
+                None => work.await,
             }
-            None => bench::bench(client, target, args.clone()).await,
+        }
+        Command::Inspect(args) => match client {
+            Some(client) => inspect::inspect(inspect::Scope::Client(client), args).await,
+            // Redlock's inspect never gets here (see execute).
+            None => Err(dlock::Error::InvalidArgument(
+                "inspect over several masters goes through each master's own client".into(),
+            )),
         },
-        Command::Inspect(args) => inspect::inspect(client, args).await,
         Command::Release {
             name, force: true, ..
         } => {
+            // Refused with several masters before connecting (see redlock_usage).
+            let Some(client) = client else {
+                return Err(dlock::Error::InvalidArgument(
+                    "release --force cannot be used with several --redis URLs (Redlock) yet".into(),
+                ));
+            };
             match client.force_release(name).await? {
                 Some(fence) => {
                     eprintln!("dlock: released {name:?} by force; new fencing token {fence}");
@@ -844,7 +1070,7 @@ async fn dispatch(
             name, token, kind, ..
         } => {
             let token = token.as_deref().unwrap_or_default();
-            hold::release(client, kind, name, token).await?;
+            hold::release(locks, kind, name, token).await?;
             Ok(exit::OK)
         }
         Command::Extend {
@@ -853,7 +1079,7 @@ async fn dispatch(
             kind,
             ttl,
         } => {
-            hold::extend(client, kind, name, token, *ttl, cli.replication()).await?;
+            hold::extend(locks, kind, name, token, *ttl, cli.replication()).await?;
             Ok(exit::OK)
         }
         Command::WatchGroup { .. } => Ok(exit::OK),
@@ -861,7 +1087,7 @@ async fn dispatch(
 }
 
 async fn acquire(
-    client: &Client,
+    locks: &Locks,
     name: &str,
     lease: &LeaseArgs,
     kind: &KindArgs,
@@ -872,7 +1098,7 @@ async fn acquire(
         dlock::Error::InvalidArgument(format!("cannot install signal handlers: {e}"))
     })?;
     let guard = tokio::select! {
-        hold = hold::take(client, kind, name, lease.options(replication)?) => hold?,
+        hold = hold::take(locks, kind, name, lease.options(replication)?) => hold?,
         signal = signals.next() => {
             eprintln!("dlock: interrupted while waiting for {name:?}; nothing is held\n  hint: run it again, or wait less with --wait DUR");
             signals.exit_on_next();
@@ -885,7 +1111,7 @@ async fn acquire(
     let line = if json {
         serde_json::json!({
             "name": name,
-            "key": format!("{}{name}", client.prefix()),
+            "key": format!("{}{name}", locks.prefix()),
             "kind": kind.describe(),
             "token": token,
             "fence": fence,
@@ -933,6 +1159,30 @@ fn stdout_is_open() -> bool {
 mod tests {
     use proptest::prelude::*;
 
+    fn split(values: &[&str]) -> Vec<String> {
+        super::split_urls(&values.iter().map(|v| v.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn several_redis_urls_are_split_where_a_new_url_begins() {
+        assert_eq!(split(&["redis://a:1"]), ["redis://a:1"]);
+        assert_eq!(
+            split(&["redis://a:1,rediss://b:2, redis://c:3,"]),
+            ["redis://a:1", "rediss://b:2", "redis://c:3"]
+        );
+        assert_eq!(
+            split(&["redis://a:1", "redis://b:2,redis://c:3"]),
+            ["redis://a:1", "redis://b:2", "redis://c:3"]
+        );
+        // A comma inside a password does not start a URL.
+        assert_eq!(
+            split(&["redis://u:pa,ss@a:1,redis://b:2"]),
+            ["redis://u:pa,ss@a:1", "redis://b:2"]
+        );
+        // Blanks alone stay, for the URL check to refuse.
+        assert_eq!(split(&[""]), [""]);
+    }
+
     proptest! {
         /// Whatever the arguments, parsing answers with a value or a usage error.
         #[test]
@@ -947,6 +1197,7 @@ mod tests {
                 Just("--service".to_string()), Just("--replicas".to_string()),
                 Just("--replica-timeout".to_string()), Just("--spawn".to_string()),
                 Just("--redis".to_string()), Just("redis://127.0.0.1:1".to_string()),
+                Just("redis://127.0.0.1:2,redis://127.0.0.1:3".to_string()),
                 "[0-9.]{1,22}(ms|s|m|h)?", "\\PC{0,12}",
             ],
             0..8,

@@ -5,10 +5,10 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use dlock::{Client, LostReason};
+use dlock::LostReason;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::hold::{self, Hold, KindArgs};
+use crate::hold::{self, Hold, KindArgs, Locks};
 use crate::tree::{self, Group};
 use crate::{duration, exit, LeaseArgs};
 
@@ -61,6 +61,14 @@ HOW IT WORKS:
     back anything the wait may hold (a queue place, a grant racing the signal) and exits
     128+N.
 
+    With several --redis URLs (Redlock), the lock is granted when a majority of the
+    masters grant it within its lease, and every renewal needs a majority too: a renewal
+    that finds the lock gone from a majority is a lost lock, one that cannot reach a
+    majority counts as a failed renewal. Fewer than a majority reachable when dlock
+    starts (or still, when --wait or --no-wait ends the wait) is exit 69, and the
+    message names the masters that failed. DLOCK_FENCE is the grant's fence, kept on a
+    majority so that it grows from grant to grant.
+
     With --replicas N, the grant and every renewal wait until N replicas have them: a
     grant they do not acknowledge within --replica-timeout is given back (exit 69, CMD
     never starts), a renewal they do not acknowledge counts as a failed renewal.
@@ -70,7 +78,7 @@ HOW IT WORKS:
     when busy; the other codes below.";
 
 pub async fn run(
-    client: &Client,
+    locks: &Locks,
     args: RunArgs,
     replication: Option<crate::Replication>,
 ) -> dlock::Result<i32> {
@@ -82,7 +90,7 @@ pub async fn run(
     // With --replicas, every renewal waits for the replicas too.
     let options = args.lease.options(replication)?.renewed(args.lease.ttl);
     let guard = tokio::select! {
-        hold = hold::take(client, &args.kind, &args.name, options) => hold?,
+        hold = hold::take(locks, &args.kind, &args.name, options) => hold?,
         signal = signals.next() => {
             // Dropping the wait gives back what it may hold; the client's shutdown
             // (before exit) waits for that, unless a second signal says not to wait.

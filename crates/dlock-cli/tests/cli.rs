@@ -667,6 +667,13 @@ fn bench_reports_every_scenario_with_its_baseline() {
         report["renew"]["ratio"].as_f64().unwrap() < 0.5,
         "renewal is batched"
     );
+    // One server: no masters for redlock, and the run says so.
+    assert!(!report.contains_key("redlock"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("redlock scenario") && stderr.contains("--spawn"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -691,15 +698,14 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let scenarios: Vec<String> = String::from_utf8(out.stdout)
+    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["scenario"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let scenarios: Vec<&str> = rows
+        .iter()
+        .map(|row| row["scenario"].as_str().unwrap())
         .collect();
     assert_eq!(
         scenarios,
@@ -713,9 +719,15 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "herd_fair",
             "rwlock_read",
             "rwlock_writer",
-            "renew"
+            "renew",
+            "redlock"
         ]
     );
+    // redlock: five private masters against the first alone, both measured.
+    let redlock = rows.last().unwrap();
+    assert_eq!(redlock["masters"], 5, "{redlock}");
+    assert!(redlock["value"].as_f64().unwrap() > 0.0, "{redlock}");
+    assert!(redlock["baseline"].as_f64().unwrap() > 0.0, "{redlock}");
 }
 
 #[test]
