@@ -396,37 +396,6 @@ fn holder_line(holder: &dlock::Holder) -> String {
     )
 }
 
-/// A URL without its password (in the user part, or a `password=` parameter).
-pub fn redact(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let base = match (base.find("://"), base.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &base[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &base[..scheme + 3], &base[at..]),
-                None => base.to_string(),
-            }
-        }
-        _ => base.to_string(),
-    };
-    match query {
-        None => base,
-        Some(query) => {
-            let params: Vec<String> = query
-                .split('&')
-                .map(|param| match param.split_once('=') {
-                    Some((key, _)) if key == "pass" || key == "password" => format!("{key}=***"),
-                    _ => param.to_string(),
-                })
-                .collect();
-            format!("{base}?{}", params.join("&"))
-        }
-    }
-}
-
 /// The view of `locks`: a table, or JSON.
 fn render(locks: &[LockInfo], args: &InspectArgs, watching: bool) -> String {
     use std::fmt::Write;

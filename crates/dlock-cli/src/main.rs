@@ -548,7 +548,7 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
         return Err((
             format!(
                 "{} is named twice in --redis: Redlock's masters must be independent servers",
-                inspect::redact(twice)
+                dlock::redact_url(twice)
             ),
             "name each master once",
         ));
@@ -560,24 +560,6 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
                 flag("replicas", "--replicas", "DLOCK_REPLICAS")
             ),
             "leave out --replicas (and unset DLOCK_REPLICAS and DLOCK_REPLICA_TIMEOUT), or give one --redis URL for a master with replicas",
-        ));
-    }
-    let tls = [
-        ("tls_ca", cli.tls_ca.is_some(), "--tls-ca", "DLOCK_TLS_CA"),
-        (
-            "tls_cert",
-            cli.tls_cert.is_some(),
-            "--tls-cert",
-            "DLOCK_TLS_CERT",
-        ),
-    ];
-    if let Some((id, _, name, var)) = tls.into_iter().find(|t| t.1) {
-        return Err((
-            format!(
-                "{} cannot be used with several --redis URLs (Redlock) yet: the Redlock client takes no private CA or client certificate",
-                flag(id, name, var)
-            ),
-            "use rediss:// URLs whose certificates the system's roots trust (and unset DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY), or give one --redis URL",
         ));
     }
     let kind = match &cli.command {
@@ -907,9 +889,10 @@ fn builder(cli: &Cli, url: &str) -> dlock::Result<dlock::ClientBuilder> {
 
 /// The Redlock over the masters of `--redis`: connected once a majority answers.
 async fn connect_redlock(cli: &Cli) -> dlock::Result<Redlock> {
+    // Every master's client has the settings one --redis server would have (prefix,
+    // holder label, TLS).
     Client::redlock_builder(cli.redis.iter().cloned())
-        .prefix(cli.prefix.clone())
-        .holder_label(holder_label())
+        .node_settings(builder(cli, &cli.redis[0])?)
         .connect()
         .await
 }
@@ -921,7 +904,7 @@ async fn connect_masters(cli: &Cli) -> dlock::Result<Vec<inspect::Master>> {
     for url in &cli.redis {
         let builder = builder(cli, url)?;
         connecting.push((
-            inspect::redact(url),
+            dlock::redact_url(url),
             tokio::spawn(async move { builder.connect().await }),
         ));
     }

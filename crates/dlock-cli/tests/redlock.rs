@@ -202,7 +202,6 @@ fn one_master_down_still_grants_renews_and_is_shown_unreachable() {
 }
 
 #[test]
-#[ignore = "needs the library's Redlock acquire to wait for every master (within the node timeout): it stops at the quorum, so a grant can sit on exactly 2 of 3 masters, and killing one of them then loses it"]
 fn a_master_killed_while_the_command_runs_leaves_a_majority_to_renew_on() {
     let mut servers = three_masters();
     let urls = urls(&servers);
@@ -497,11 +496,6 @@ fn other_kinds_and_deployment_flags_are_refused_with_several_masters() {
         &["acquire", "job"],
         &[("DLOCK_REPLICAS", "1")],
         &["DLOCK_REPLICAS"],
-    );
-    usage(
-        &["--tls-ca", "/dev/null", "acquire", "job"],
-        &[],
-        &["--tls-ca"],
     );
     usage(&["release", "--force", "job"], &[], &["--force"]);
     usage(&["bench", "--spawn"], &[], &["--spawn"]);

@@ -91,13 +91,19 @@ type GiveBack = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 /// count (every acquire counts itself: this is on the hot path) and a wake-up only when
 /// the count drops to zero.
 #[derive(Default)]
-struct Running {
+pub(crate) struct Running {
     count: std::sync::atomic::AtomicUsize,
     none: tokio::sync::Notify,
 }
 
 impl Running {
-    async fn until_none(&self) {
+    /// Counts one more piece of work until the returned value is dropped.
+    pub(crate) fn busy(self: &Arc<Self>) -> Busy {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    pub(crate) async fn until_none(&self) {
         loop {
             let none = self.none.notified();
             tokio::pin!(none);
@@ -1048,9 +1054,9 @@ fn describe_urls(urls: &[String]) -> String {
         .join(", ")
 }
 
-/// The URL with any password replaced, for error messages: `user:password@` and the
+/// The URL with any password replaced, for messages and logs: `user:password@` and the
 /// `pass=` / `password=` query parameters of unix-socket URLs.
-pub(crate) fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let url = redact_userinfo(url);
     match url.split_once('?') {
         Some((base, query)) => {

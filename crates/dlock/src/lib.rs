@@ -62,8 +62,8 @@ pub mod semaphore;
 mod wait;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_HOLDER_LABEL,
-    MAX_TIMEOUT, MIN_REDIS_VERSION,
+    redact as redact_url, Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    MAX_HOLDER_LABEL, MAX_TIMEOUT, MIN_REDIS_VERSION,
 };
 pub use error::{Error, Result};
 pub use guard::Guard;

@@ -192,7 +192,8 @@ async fn a_slow_node_does_not_slow_the_grant_and_a_lease_long_delay_fails_cleanl
         "the grant waited for the slow node: {:?}",
         started.elapsed()
     );
-    guard.unlock().await.unwrap();
+    // (An unlock would hear every node, the slow one too: given back in the background.)
+    drop(guard);
     masters.proxy(4).delay_replies(Duration::ZERO);
 
     // Replies from a majority delayed past the whole lease: no grant counts, and what the

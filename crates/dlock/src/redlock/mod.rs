@@ -77,6 +77,29 @@ impl RedlockBuilder {
         }
     }
 
+    /// Every node's client takes the settings of `builder` (prefix, holder label,
+    /// timeouts, TLS certificates); only its URL is replaced by each node's.
+    pub fn node_settings(mut self, builder: ClientBuilder) -> Self {
+        self.template = builder;
+        self
+    }
+
+    /// For `rediss://` URLs: trust this CA certificate (PEM) on every node.
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.template = self.template.tls_root_certificate(pem);
+        self
+    }
+
+    /// For `rediss://` URLs: present this client certificate and key (PEM) to every node.
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.template = self.template.tls_client_certificate(cert_pem, key_pem);
+        self
+    }
+
     /// A prefix put in front of every lock name to form its Redis key on every node.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.template = self.template.prefix(prefix);
@@ -137,7 +160,7 @@ impl RedlockBuilder {
             if !seen.insert(url.as_str()) {
                 return Err(Error::InvalidArgument(format!(
                     "{} is named twice: Redlock's masters must be independent servers",
-                    crate::client::redact(url)
+                    crate::redact_url(url)
                 )));
             }
         }
@@ -145,7 +168,7 @@ impl RedlockBuilder {
             .urls
             .iter()
             .map(|url| Node {
-                label: crate::client::redact(url),
+                label: crate::redact_url(url),
                 builder: self.template.clone().url(url),
                 client: tokio::sync::OnceCell::new(),
             })
@@ -187,6 +210,7 @@ impl RedlockBuilder {
                 holds: StdMutex::new(HashMap::new()),
                 next_hold: AtomicU64::new(0),
                 runtime: tokio::runtime::Handle::current(),
+                background: Arc::default(),
             }),
         })
     }
@@ -211,6 +235,8 @@ pub(crate) struct Inner {
     holds: StdMutex<HashMap<u64, TrackedHold>>,
     next_hold: AtomicU64,
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Give-backs and the tails of decided rounds still running: shutdown waits for them.
+    background: Arc<crate::client::Running>,
 }
 
 /// A handle on N independent Redis masters (no replication between them), on which
@@ -323,6 +349,11 @@ impl Redlock {
             }
         });
         futures_util::future::join_all(releases).await;
+        // Give-backs of dropped guards and failed rounds, and requests still out, finish
+        // first (bounded: each request ends with its node timeout, a give-back with its
+        // lease).
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), self.inner.background.until_none()).await;
         for node in &self.inner.nodes {
             if let Some(client) = node.connected() {
                 client.shutdown().await;
@@ -403,9 +434,7 @@ impl Redlock {
         while let Some(vote) = pending.next().await {
             if tally(vote) {
                 if rest == Rest::Finish && !pending.is_empty() {
-                    self.inner
-                        .runtime
-                        .spawn(async move { while pending.next().await.is_some() {} });
+                    self.spawn_tracked(async move { while pending.next().await.is_some() {} });
                 }
                 return;
             }
@@ -414,7 +443,7 @@ impl Redlock {
 
     /// Gives a hold back on every node (also those that seemed to fail: a lost reply may
     /// hide a grant). Returns how many released it and the nodes that did not answer, once
-    /// a majority released it or every node answered (or timed out).
+    /// every node answered or timed out.
     pub(crate) async fn release_everywhere(
         &self,
         keys: &crate::keys::LockKeys,
@@ -438,9 +467,9 @@ impl Redlock {
                         .failures
                         .push(format!("{}: {err}", self.inner.nodes[index].label)),
                 }
-                // Released on a majority: nobody can be kept out any more. The requests
-                // to the slower nodes were sent already and run there all the same.
-                outcome.released >= self.inner.quorum
+                // Every node is heard (within the timeout): once this returns, no node
+                // that answers still holds it, even if the process exits right after.
+                false
             },
         )
         .await;
@@ -451,7 +480,7 @@ impl Redlock {
     /// lease is over (after that there is nothing left to give back).
     pub(crate) fn give_back(&self, keys: Arc<crate::keys::LockKeys>, token: String, ttl: Duration) {
         let this = self.clone();
-        self.inner.runtime.spawn(async move {
+        self.spawn_tracked(async move {
             let until = std::time::Instant::now() + ttl;
             let timeout = this.node_timeout(ttl).max(Duration::from_millis(200));
             let mut pause = Duration::from_millis(50);
@@ -463,6 +492,15 @@ impl Redlock {
                 tokio::time::sleep(crate::wait::jitter(pause)).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
+        });
+    }
+
+    /// Runs `work` on the handle's runtime; [`Redlock::shutdown`] waits for it.
+    fn spawn_tracked(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let busy = self.inner.background.busy();
+        self.inner.runtime.spawn(async move {
+            let _busy = busy;
+            work.await;
         });
     }
 
