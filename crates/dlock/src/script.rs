@@ -27,64 +27,37 @@ pub(crate) struct LuaScript {
 /// about 0.5 µs of the server's time).
 macro_rules! lua_script {
     (grant bare $name:literal, $($file:literal),+ $(,)?) => {
-        std::sync::LazyLock::new(|| {
-            $crate::script::LuaScript::new(
-                $name,
-                concat!($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+),
-            )
-            .granting()
-        })
+        $crate::script::lua_script!(@lazy true, $name, concat!($($crate::script::lua_script!(@src $file)),+))
     };
     (grant $name:literal, $($file:literal),+ $(,)?) => {
-        std::sync::LazyLock::new(|| {
-            $crate::script::LuaScript::new(
-                $name,
-                concat!(
-                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/prelude.lua")),
-                    $(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+
-                ),
-            )
-            .granting()
-        })
+        $crate::script::lua_script!(@lazy true, $name, concat!($crate::script::lua_script!(@src "prelude.lua"), $($crate::script::lua_script!(@src $file)),+))
     };
     (bare $name:literal, $($file:literal),+ $(,)?) => {
-        std::sync::LazyLock::new(|| {
-            $crate::script::LuaScript::new(
-                $name,
-                concat!($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+),
-            )
-        })
+        $crate::script::lua_script!(@lazy false, $name, concat!($($crate::script::lua_script!(@src $file)),+))
     };
     ($name:literal, $($file:literal),+ $(,)?) => {
-        std::sync::LazyLock::new(|| {
-            $crate::script::LuaScript::new(
-                $name,
-                concat!(
-                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/prelude.lua")),
-                    $(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))),+
-                ),
-            )
-        })
+        $crate::script::lua_script!(@lazy false, $name, concat!($crate::script::lua_script!(@src "prelude.lua"), $($crate::script::lua_script!(@src $file)),+))
+    };
+    (@src $file:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))
+    };
+    (@lazy $grants:literal, $name:literal, $code:expr) => {
+        std::sync::LazyLock::new(|| $crate::script::LuaScript::new($name, $code, $grants))
     };
 }
 pub(crate) use lua_script;
 
 impl LuaScript {
-    pub fn new(name: &'static str, code: &str) -> LuaScript {
+    /// `grants`: the script grants or extends holds (`lua_script!(grant ...)`).
+    pub fn new(name: &'static str, code: &str, grants: bool) -> LuaScript {
         LuaScript {
             name,
             code: code.to_string(),
             plain: redis::Script::new(code),
             // Every announcement in the scripts is written `'PUBLISH'`.
             sharded: redis::Script::new(&code.replace("'PUBLISH'", "'SPUBLISH'")),
-            grants: false,
+            grants,
         }
-    }
-
-    /// Marks a script that grants or extends holds (`lua_script!(grant ...)`).
-    pub fn granting(mut self) -> LuaScript {
-        self.grants = true;
-        self
     }
 
     /// The source of the form to run on `backend`.
@@ -131,16 +104,54 @@ impl Call<'_> {
         self
     }
 
-    /// The invocation for `backend`'s form of the script.
-    pub fn invocation(&self, backend: &Backend) -> redis::ScriptInvocation<'_> {
-        let mut invocation = self.script.for_backend(backend).prepare_invoke();
-        for key in &self.keys {
-            invocation.key(key.as_slice());
-        }
-        for arg in &self.args {
-            invocation.arg(arg.as_slice());
-        }
-        invocation
+    /// `EVALSHA` (or, `by_hash` false, `EVAL` with the source, which also loads it) of
+    /// `backend`'s form of the script with this call's keys and arguments.
+    fn eval(&self, backend: &Backend, by_hash: bool) -> redis::Cmd {
+        let mut eval = match by_hash {
+            true => {
+                let mut eval = redis::cmd("EVALSHA");
+                eval.arg(self.script.for_backend(backend).get_hash());
+                eval
+            }
+            false => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(self.script.code(backend));
+                eval
+            }
+        };
+        eval.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        eval
+    }
+
+    /// Sends `request(by_hash)` on `conn`, and with the source when the server does not
+    /// have the script yet (NOSCRIPT).
+    async fn send<T: redis::FromRedisValue>(
+        conn: &mut crate::backend::Connection,
+        request: impl Fn(bool) -> redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        let reply = match request(true).query_async(conn).await {
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                request(false).query_async(conn).await
+            }
+            reply => reply,
+        };
+        reply.map_err(one_server_error)
+    }
+
+    /// Runs the script on `backend`'s connection, as is (no `WAIT`): the renewer's batches.
+    pub async fn run_on<T: redis::FromRedisValue>(
+        &self,
+        backend: &Backend,
+    ) -> redis::RedisResult<T> {
+        let (reply,): (T,) = Self::send(&mut backend.connection(), |by_hash| {
+            let mut pipeline = redis::pipe();
+            pipeline.add_command(self.eval(backend, by_hash));
+            pipeline
+        })
+        .await?;
+        Ok(reply)
     }
 
     /// Runs the script. A request that met a dropped connection is sent once more on the
@@ -156,12 +167,9 @@ impl Call<'_> {
         let backend = &client.inner.backend;
         let replicas = client.replicas().filter(|_| self.script.grants);
         let Some(replicas) = replicas else {
-            let invocation = self.invocation(backend);
-            return resent_once(self.script.name, || async {
-                invocation.invoke_async(&mut backend.connection()).await
-            })
-            .await
-            .map_err(|err| script_error(self.script.name, err));
+            return resent_once(self.script.name, || self.run_on(backend))
+                .await
+                .map_err(|err| script_error(self.script.name, err));
         };
         let (reply, acknowledged) =
             resent_once(self.script.name, || self.with_wait(backend, replicas))
@@ -193,34 +201,26 @@ impl Call<'_> {
         backend: &Backend,
         replicas: crate::options::Replicas,
     ) -> redis::RedisResult<(redis::Value, u32)> {
-        let conn = &mut backend.acknowledged().await?;
-        let script = self.script.for_backend(backend);
-        let pipeline = |by_hash: bool| {
-            let mut eval = match by_hash {
-                true => redis::cmd("EVALSHA"),
-                false => redis::cmd("EVAL"),
-            };
-            match by_hash {
-                true => eval.arg(script.get_hash()),
-                false => eval.arg(self.script.code(backend)),
-            };
-            eval.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        Self::send(&mut backend.acknowledged().await?, |by_hash| {
             let mut pipeline = redis::pipe();
-            pipeline.add_command(eval);
+            pipeline.add_command(self.eval(backend, by_hash));
             pipeline
                 .cmd("WAIT")
                 .arg(replicas.count)
                 .arg(replicas.timeout.as_millis().max(1) as u64);
             pipeline
-        };
-        match pipeline(true).query_async(conn).await {
-            Err(err)
-                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                pipeline(false).query_async(conn).await
-            }
-            reply => reply,
-        }
+        })
+        .await
+    }
+}
+
+/// A pipeline's error wraps the failing command's own; with the script the only command
+/// that can fail, its error is unwrapped, so its code (`DLOCKTYPE`, `NOPERM`, ...) reads
+/// as it would outside a pipeline.
+fn one_server_error(err: redis::RedisError) -> redis::RedisError {
+    match err.clone().into_server_errors() {
+        Some(errors) if errors.len() == 1 => redis::RedisError::from(errors[0].1.clone()),
+        _ => err,
     }
 }
 

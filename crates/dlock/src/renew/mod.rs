@@ -238,10 +238,7 @@ async fn renew_batch(
             .arg(lease.ttl.as_millis() as u64);
     }
     let Some(replicas) = replicas else {
-        return call
-            .invocation(backend)
-            .invoke_async(&mut backend.connection())
-            .await;
+        return call.run_on(backend).await;
     };
     let (reply, acknowledged) = call.with_wait(backend, replicas).await?;
     if acknowledged < replicas.count {
