@@ -170,6 +170,15 @@ async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
         .await
         .unwrap();
 
+    // Another kind on the name is named as such under acknowledgement too (the script's
+    // error arrives inside the WAIT pipeline): WrongType, not a refusal.
+    let _: () = group.master().cmd(&["SET", "acked-typed", "a-string"]);
+    let typed = client.semaphore_with("acked-typed", 2, acked).unwrap();
+    match typed.try_acquire().await {
+        Err(Error::WrongType { key, .. }) => assert_eq!(key, "acked-typed"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+
     // Replica stopped: the acquire fails with the typed error and leaves no key.
     group.replica(0).pause();
     for fair in [false, true] {
