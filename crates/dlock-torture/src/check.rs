@@ -24,11 +24,23 @@ pub struct Kill {
     pub pids: Vec<u32>,
 }
 
+/// A lock server out of its clients' reach from `from` to `to`: a Redlock master killed,
+/// frozen, answering too late, or restarting.
+#[derive(Debug, Clone)]
+pub struct Outage {
+    /// The server's port.
+    pub port: u16,
+    pub how: &'static str,
+    pub from: u64,
+    pub to: u64,
+}
+
 /// What the harness did, for the checker.
 #[derive(Debug, Default)]
 pub struct Faults {
     pub pauses: Vec<Pause>,
     pub kills: Vec<Kill>,
+    pub outages: Vec<Outage>,
 }
 
 /// One hold as the client believed it: from the acquire's return to the end of belief.
@@ -397,6 +409,7 @@ mod tests {
                 from: 200,
             }],
             kills: vec![],
+            outages: vec![],
         };
         let rebuilt = holds(&events, &faults, 1_000);
         assert_eq!(rebuilt[0].end, 700);
@@ -449,6 +462,7 @@ mod more_tests {
                 at: 900,
                 pids: vec![7],
             }],
+            outages: vec![],
         };
         assert_eq!(holds(&events, &killed, 1_000)[0].end, 900);
         // Not killed (a command stopped on loss): its last sign of life.

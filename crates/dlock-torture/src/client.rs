@@ -1,5 +1,6 @@
 //! The client processes. A **library client** (`dlock-torture client`) takes the lock
-//! again and again through dlock's async or blocking API until its deadline. A **CLI
+//! again and again through dlock's async or blocking API until its deadline (a Redlock
+//! mutex: async only, over every `--redis` master). A **CLI
 //! client** is a loop of `dlock run LOCK -- dlock-torture writer`, run by the harness; the
 //! writer is one hold's work, trusting `dlock run` to keep the lock (or to kill it).
 //!
@@ -33,10 +34,22 @@ pub enum Primitive {
     Sem1,
     /// A semaphore of three permits: at most three at once.
     Sem3,
+    /// The Redlock mutex: granted by a majority of independent masters.
+    Redlock,
 }
 
 impl Primitive {
-    pub const ALL: [Primitive; 5] = [
+    pub const ALL: [Primitive; 6] = [
+        Primitive::Mutex,
+        Primitive::Fair,
+        Primitive::Write,
+        Primitive::Sem1,
+        Primitive::Sem3,
+        Primitive::Redlock,
+    ];
+
+    /// The kinds that live on one server (or one master and its replicas).
+    pub const SINGLE: [Primitive; 5] = [
         Primitive::Mutex,
         Primitive::Fair,
         Primitive::Write,
@@ -51,6 +64,7 @@ impl Primitive {
             Primitive::Write => "write",
             Primitive::Sem1 => "sem1",
             Primitive::Sem3 => "sem3",
+            Primitive::Redlock => "redlock",
         }
     }
 
@@ -77,6 +91,8 @@ impl Primitive {
             Primitive::Write => &["--write"],
             Primitive::Sem1 => &["--permits", "1"],
             Primitive::Sem3 => &["--permits", "3"],
+            // No `dlock run` client takes a Redlock here (see `scenario::clients_of`).
+            Primitive::Redlock => &[],
         }
     }
 }
@@ -94,9 +110,10 @@ pub struct ClientArgs {
     pub api: Api,
     #[arg(long, value_enum)]
     pub primitive: Primitive,
-    /// The lock server (or the proxy in front of it).
+    /// The lock server (or the proxy in front of it); for a Redlock, each of its masters
+    /// (repeated).
     #[arg(long, required_unless_present = "sentinel")]
-    pub redis: Option<String>,
+    pub redis: Vec<String>,
     /// Or the sentinels that name the lock server (with --service).
     #[arg(long, requires = "service")]
     pub sentinel: Vec<String>,
@@ -195,7 +212,35 @@ impl<R: RawLock + 'static> Held for dlock::blocking::Guard<R> {
     }
 }
 
+/// A Redlock grant: its fence came with it, so reading it cannot fail.
+struct RedlockHeld {
+    runtime: tokio::runtime::Handle,
+    guard: dlock::RedlockGuard,
+}
+
+impl Held for RedlockHeld {
+    fn valid_until(&self) -> Instant {
+        self.guard.valid_until()
+    }
+    fn is_lost(&self) -> bool {
+        self.guard.lost_signal().lost().is_some()
+    }
+    fn fence(&self) -> dlock::Result<u64> {
+        Ok(self.guard.fence())
+    }
+    fn unlock(self: Box<Self>) -> dlock::Result<()> {
+        let RedlockHeld { runtime, guard } = *self;
+        runtime.block_on(guard.unlock())
+    }
+}
+
 enum Locker {
+    /// Redlock has only the async API.
+    Redlock {
+        runtime: tokio::runtime::Runtime,
+        redlock: dlock::Redlock,
+        mutex: dlock::RedlockMutex,
+    },
     Async {
         runtime: tokio::runtime::Runtime,
         client: dlock::Client,
@@ -222,7 +267,10 @@ enum BlockingLock {
 impl Locker {
     fn connect(args: &ClientArgs, options: LockOptions) -> dlock::Result<Locker> {
         let (name, primitive) = (args.lock.as_str(), args.primitive);
-        let builder = match (&args.redis, args.service.as_deref()) {
+        if primitive == Primitive::Redlock {
+            return Locker::connect_redlock(args, options);
+        }
+        let builder = match (args.redis.first(), args.service.as_deref()) {
             (Some(url), _) => dlock::Client::builder(url),
             (None, service) => {
                 dlock::Client::sentinel_builder(args.sentinel.clone(), service.unwrap_or_default())
@@ -247,6 +295,7 @@ impl Locker {
                     Primitive::Sem1 | Primitive::Sem3 => AsyncLock::Semaphore(
                         client.semaphore_with(name, primitive.limit() as u32, options)?,
                     ),
+                    Primitive::Redlock => unreachable!("connected by connect_redlock"),
                 };
                 Locker::Async {
                     runtime,
@@ -263,14 +312,40 @@ impl Locker {
                     Primitive::Sem1 | Primitive::Sem3 => BlockingLock::Semaphore(
                         client.semaphore_with(name, primitive.limit() as u32, options)?,
                     ),
+                    Primitive::Redlock => unreachable!("connected by connect_redlock"),
                 };
                 Locker::Blocking { client, lock }
             }
         })
     }
 
+    /// A Redlock over every `--redis` master. A master frozen at connect time would hold
+    /// the connect up for the default 5 s: a lease is plenty for a healthy one.
+    fn connect_redlock(args: &ClientArgs, options: LockOptions) -> dlock::Result<Locker> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let redlock = runtime.block_on(
+            dlock::Client::redlock_builder(args.redis.clone())
+                .connect_timeout(Duration::from_millis(args.ttl_ms))
+                .connect(),
+        )?;
+        let mutex = redlock.mutex_with(&args.lock, options)?;
+        Ok(Locker::Redlock {
+            runtime,
+            redlock,
+            mutex,
+        })
+    }
+
     fn acquire(&self) -> dlock::Result<Box<dyn Held>> {
         Ok(match self {
+            Locker::Redlock { runtime, mutex, .. } => Box::new(RedlockHeld {
+                guard: runtime.block_on(mutex.lock())?,
+                runtime: runtime.handle().clone(),
+            }),
             Locker::Async { runtime, lock, .. } => {
                 let handle = runtime.handle().clone();
                 match lock {
@@ -298,6 +373,9 @@ impl Locker {
 
     fn shutdown(self) {
         match self {
+            Locker::Redlock {
+                runtime, redlock, ..
+            } => runtime.block_on(redlock.shutdown()),
             Locker::Async {
                 runtime, client, ..
             } => runtime.block_on(client.shutdown()),

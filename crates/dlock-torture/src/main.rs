@@ -1,7 +1,8 @@
 //! `dlock-torture`: dlock's fault-injection safety harness. Client processes (through the
-//! library, async and blocking, and through `dlock run`) contend for locks on a real
-//! redis-server while the harness pauses and kills them, pauses and restarts the server,
-//! or delays its replies; a checker then reads what every process believed and did.
+//! library, async and blocking, and through `dlock run`) contend for locks on real
+//! redis-servers (one, a master with a replica, or Redlock's independent masters) while
+//! the harness pauses and kills them, pauses and restarts servers, or delays their
+//! replies; a checker then reads what every process believed and did.
 //! See docs/safety.md.
 
 mod check;
@@ -25,10 +26,12 @@ EXPECTATIONS:
     violation  a negative control: the checker must see the double grant, or the harness
                itself would be blind
     pending    needs a feature that is not built yet (ok: null in --json)
+    skipped    none of the --primitive kinds runs in it: redlock runs only in the
+               redlock-* scenarios, every other kind only in the others (ok: null)
 
 EXIT CODES:
-    0    every scenario met its expectation (pending ones aside), or the reader of
-         the output went away (`| head`)
+    0    every scenario met its expectation (pending and skipped ones aside), or the
+         reader of the output went away (`| head`)
     1    a scenario did not: its problems are printed
     64   invalid arguments
     69   the dlock binary or redis-server is missing
@@ -59,7 +62,8 @@ struct Cli {
     /// List the scenarios with what each proves, and exit
     #[arg(long)]
     list: bool,
-    /// Run only these lock kinds (repeatable; default: all)
+    /// Run only these lock kinds (repeatable; default: all). `redlock` runs only in the
+    /// redlock-* scenarios, the others only outside them
     #[arg(long = "primitive", value_enum, value_name = "KIND")]
     primitives: Vec<client::Primitive>,
     /// Keep each scenario's records and the clients' stderr, and print where
@@ -179,6 +183,18 @@ fn harness(cli: Cli) -> i32 {
         .iter()
         .filter(|s| cli.scenarios.is_empty() || cli.scenarios.iter().any(|n| n == s.name))
         .collect();
+    // A filter that leaves every chosen scenario without a kind would test nothing and
+    // still exit 0.
+    if chosen
+        .iter()
+        .all(|s| s.pending.is_some() || s.kinds_of(&config.primitives).is_empty())
+    {
+        return fail(
+            64,
+            "none of the chosen scenarios runs any of the chosen lock kinds",
+            "redlock runs only in the redlock-* scenarios, every other kind only in the others",
+        );
+    }
     scenario::catch_interrupts();
     let mut outcomes = Vec::new();
     for (index, scenario) in chosen.iter().enumerate() {
@@ -188,6 +204,9 @@ fn harness(cli: Cli) -> i32 {
             // run() has already killed its clients and stopped its servers.
             eprintln!("dlock-torture: interrupted by signal {signal}; every process it started is stopped");
             return 128 + signal;
+        }
+        if let Some(why) = &outcome.skipped {
+            eprintln!("    {}: skipped: {why}", scenario.name);
         }
         for problem in &outcome.problems {
             eprintln!("    {}: {problem}", scenario.name);
@@ -269,6 +288,11 @@ fn table(outcomes: &[Outcome], markdown: bool) -> String {
                 Some(false) => "FAILED".to_string(),
                 None => "pending".to_string(),
             };
+            if o.skipped.is_some() {
+                let mut row = vec![o.scenario.to_string(), expect.to_string(), "skipped".into()];
+                row.extend(std::iter::repeat_n("-".to_string(), header.len() - 3));
+                return row;
+            }
             if o.pending.is_some() {
                 let mut row = vec![o.scenario.to_string(), expect.to_string(), ok];
                 row.extend(std::iter::repeat_n("-".to_string(), header.len() - 3));

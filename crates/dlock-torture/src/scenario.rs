@@ -8,13 +8,13 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use dlock_testkit::{MasterWithReplicas, Proxy, RedisServer, SentinelGroup, ServerOptions};
 use rand::seq::IndexedRandom;
 use serde::Serialize;
 
-use crate::check::{self, Faults, Findings, Kill, Pause};
+use crate::check::{self, Faults, Findings, Kill, Outage, Pause};
 use crate::client::Primitive;
 use crate::record::{self, mono_ns, Event};
 
@@ -37,6 +37,19 @@ enum Fault {
     /// A master and a replica under three sentinels: the replica frozen while grants go
     /// on, the master killed, the replica promoted.
     Failover,
+    /// Five Redlock masters; each round two of them killed, frozen or answering too
+    /// late for a while.
+    MinorityDown,
+    /// Three Redlock masters: right after a grant one is killed (the hold is left on the
+    /// other two), then one of those two is restarted and the killed one too.
+    Amnesia,
+}
+
+impl Fault {
+    /// The locks run on Redlock's independent masters.
+    fn redlock(self) -> bool {
+        matches!(self, Fault::MinorityDown | Fault::Amnesia)
+    }
 }
 
 pub struct Scenario {
@@ -110,20 +123,29 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "redlock-minority-down",
         expect: Expect::Safe,
-        about: "5 masters, 2 killed and restarted at random",
-        fault: Fault::ServerRestart,
-        durable: false,
+        about: "Redlock on 5 masters (AOF, appendfsync always): each round 2 of them kill -9ed and restarted, SIGSTOPped, or answering a lease late, for 1.5 leases; the other 3 go on granting",
+        fault: Fault::MinorityDown,
+        durable: true,
         acknowledged: false,
-        pending: Some("Redlock (issue 12)"),
+        pending: None,
     },
     Scenario {
         name: "redlock-restart-nopersist",
         expect: Expect::Violation,
-        about: "a quorum node restarted without persistence (negative control)",
-        fault: Fault::ServerRestart,
+        about: "Redlock on 3 masters without persistence: right after a grant, C killed (the hold now on A and B only), B kill -9ed and restarted empty, C back empty: the waiter gets B and C while the holder believes (negative control)",
+        fault: Fault::Amnesia,
         durable: false,
         acknowledged: false,
-        pending: Some("Redlock (issue 12)"),
+        pending: None,
+    },
+    Scenario {
+        name: "redlock-restart-durable",
+        expect: Expect::Safe,
+        about: "the same schedule with AOF and appendfsync always: the restarted master still has the hold",
+        fault: Fault::Amnesia,
+        durable: true,
+        acknowledged: false,
+        pending: None,
     },
     Scenario {
         name: "failover-no-ack",
@@ -145,6 +167,27 @@ pub const SCENARIOS: &[Scenario] = &[
     },
 ];
 
+impl Scenario {
+    /// The lock kinds this scenario can run: the Redlock mutex on independent masters,
+    /// every other kind on one server (or one master and its replica).
+    pub fn kinds(&self) -> &'static [Primitive] {
+        if self.fault.redlock() {
+            &[Primitive::Redlock]
+        } else {
+            &Primitive::SINGLE
+        }
+    }
+
+    /// The kinds it runs when `chosen` were asked for (none: it is skipped).
+    pub fn kinds_of(&self, chosen: &[Primitive]) -> Vec<Primitive> {
+        self.kinds()
+            .iter()
+            .copied()
+            .filter(|kind| chosen.contains(kind))
+            .collect()
+    }
+}
+
 /// How big a run is.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -156,7 +199,8 @@ pub struct Config {
     pub dlock: PathBuf,
     /// This binary (the library clients and the writer).
     pub me: PathBuf,
-    /// The lock kinds to run.
+    /// The lock kinds to run (each scenario runs those of them it can: see
+    /// [`Scenario::kinds`]).
     pub primitives: Vec<Primitive>,
     /// Keep each scenario's records (and the clients' stderr) and say where.
     pub keep: bool,
@@ -178,6 +222,9 @@ pub struct Outcome {
     pub seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending: Option<&'static str>,
+    /// Not run: none of the chosen lock kinds runs in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     /// Why `ok` is false, in words.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
@@ -195,6 +242,7 @@ impl Outcome {
             rounds: 0,
             seconds,
             pending,
+            skipped: None,
             problems: Vec::new(),
         }
     }
@@ -202,9 +250,16 @@ impl Outcome {
 
 /// The client processes of one primitive: two through the library (async and blocking)
 /// and two through `dlock run`; the semaphore of three gets six, so that more than three
-/// want it.
-fn clients_of(primitive: Primitive) -> Vec<(&'static str, usize)> {
-    if primitive == Primitive::Sem3 {
+/// want it. Redlock has only the async API (and the harness no `dlock run` client of it):
+/// four async processes, or for the restart scenarios two, a holder and a waiter. With
+/// more waiters, two of them can split the restarted masters between them and keep
+/// colliding (each one's give-back wakes the others at once), so whether anyone gets
+/// both before the holder's belief ends would be a race.
+fn clients_of(fault: Fault, primitive: Primitive) -> Vec<(&'static str, usize)> {
+    if primitive == Primitive::Redlock {
+        let count = if fault == Fault::Amnesia { 2 } else { 4 };
+        (0..count).map(|slot| ("lib-async", slot)).collect()
+    } else if primitive == Primitive::Sem3 {
         vec![
             ("lib-async", 0),
             ("lib-async", 1),
@@ -233,6 +288,8 @@ struct Run<'a> {
     topology: Vec<String>,
     /// Every lock's writes wait for one replica.
     acknowledged: bool,
+    /// The lock servers keep their data across a crash (AOF, appendfsync always).
+    durable: bool,
     store_url: String,
     ttl: Duration,
     until_ns: u64,
@@ -456,6 +513,17 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
     if let Some(pending) = scenario.pending {
         return Outcome::unjudged(scenario, 0.0, Some(pending));
     }
+    let kinds = scenario.kinds_of(&config.primitives);
+    if kinds.is_empty() {
+        let names: Vec<_> = scenario.kinds().iter().map(|k| k.name()).collect();
+        return Outcome {
+            skipped: Some(format!(
+                "none of the chosen kinds runs here (it runs {})",
+                names.join(", ")
+            )),
+            ..Outcome::unjudged(scenario, 0.0, None)
+        };
+    }
     let dir = tempfile::Builder::new()
         .prefix("dlock-torture-")
         .tempdir()
@@ -471,6 +539,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
     };
     let config = &Config {
         ttl,
+        primitives: kinds,
         ..config.clone()
     };
     let mut servers = LockServers::start(scenario);
@@ -482,6 +551,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
         dir: dir.path(),
         topology: servers.topology(),
         acknowledged: scenario.acknowledged,
+        durable: scenario.durable,
         store_url: store.url(),
         ttl,
         until_ns,
@@ -491,7 +561,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
     let cleanup = KillLive(run.live.clone());
     let mut slots = Vec::new();
     for &primitive in &config.primitives {
-        for (kind, slot) in clients_of(primitive) {
+        for (kind, slot) in clients_of(scenario.fault, primitive) {
             slots.push(run.spawn_slot(primitive, kind, slot));
         }
     }
@@ -529,6 +599,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
             "clock": "CLOCK_MONOTONIC nanoseconds, as in every record",
             "pauses": faults.pauses.iter().map(|p| serde_json::json!({"pids": p.pids, "from": p.from})).collect::<Vec<_>>(),
             "kills": faults.kills.iter().map(|k| serde_json::json!({"lock": k.primitive.name(), "pids": k.pids, "at": k.at})).collect::<Vec<_>>(),
+            "servers": faults.outages.iter().map(|o| serde_json::json!({"port": o.port, "how": o.how, "from": o.from, "to": o.to})).collect::<Vec<_>>(),
         });
         let _ = std::fs::write(dir.path().join("faults.json"), format!("{timeline:#}\n"));
         eprintln!(
@@ -619,7 +690,167 @@ fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults
                 fail_over(group, sentinels, run, faults);
             }
         }
+        Fault::MinorityDown => {
+            if let LockServers::Redlock { nodes, proxies } = servers {
+                minority_down(index, nodes, proxies, ttl, faults);
+            }
+        }
+        Fault::Amnesia => {
+            if let LockServers::Redlock { nodes, .. } = servers {
+                amnesia(nodes, run, faults);
+            }
+        }
     }
+}
+
+/// The masters of `redlock-minority-down`: five tolerate two out.
+const MINORITY_DOWN_NODES: usize = 5;
+
+/// The masters of the restart scenarios: with three, one down and one forgetful are
+/// enough for a second majority.
+const AMNESIA_NODES: usize = 3;
+
+/// How a Redlock master is taken out of its clients' reach for a while.
+#[derive(Debug, Clone, Copy)]
+enum NodeFault {
+    /// `kill -9`, then restarted on its data (AOF, appendfsync always).
+    Crash,
+    /// SIGSTOP, then SIGCONT: connections stay open, nothing is answered meanwhile, and
+    /// what was sent in the meantime runs on resume.
+    Freeze,
+    /// Every reply held back by its proxy for a lease (ten node timeouts): commands run
+    /// on the master, their clients count them as failed.
+    LateReplies,
+}
+
+impl NodeFault {
+    const ALL: [NodeFault; 3] = [NodeFault::Crash, NodeFault::Freeze, NodeFault::LateReplies];
+
+    fn name(self) -> &'static str {
+        match self {
+            NodeFault::Crash => "kill -9, restarted on its AOF",
+            NodeFault::Freeze => "SIGSTOP, then SIGCONT",
+            NodeFault::LateReplies => "replies held back a lease by its proxy",
+        }
+    }
+}
+
+/// One round of `redlock-minority-down`: a minority of the masters (two of five, chosen
+/// at random) out for 1.5 leases, each in its own way; the kinds turn with the round so
+/// that two rounds (`--quick`) see all three.
+fn minority_down(
+    index: u32,
+    nodes: &mut [RedisServer],
+    proxies: &[Proxy],
+    ttl: Duration,
+    faults: &mut Faults,
+) {
+    let minority = nodes.len() - (nodes.len() / 2 + 1);
+    let all: Vec<usize> = (0..nodes.len()).collect();
+    let chosen: Vec<usize> = all
+        .choose_multiple(&mut rand::rng(), minority)
+        .copied()
+        .collect();
+    let out: Vec<(usize, NodeFault)> = chosen
+        .into_iter()
+        .enumerate()
+        .map(|(k, node)| {
+            (
+                node,
+                NodeFault::ALL[(index as usize + k) % NodeFault::ALL.len()],
+            )
+        })
+        .collect();
+    let from = mono_ns();
+    for &(node, how) in &out {
+        match how {
+            NodeFault::Crash => nodes[node].kill9(),
+            NodeFault::Freeze => nodes[node].pause(),
+            NodeFault::LateReplies => proxies[node].delay_replies(ttl),
+        }
+    }
+    sleep(ttl * 3 / 2);
+    for &(node, how) in &out {
+        let to = match how {
+            NodeFault::Crash => {
+                nodes[node].restart();
+                mono_ns()
+            }
+            NodeFault::Freeze => {
+                nodes[node].resume();
+                mono_ns()
+            }
+            NodeFault::LateReplies => {
+                proxies[node].delay_replies(Duration::ZERO);
+                // What was held back still arrives a lease after it was sent.
+                mono_ns() + ttl.as_nanos() as u64
+            }
+        };
+        faults.outages.push(Outage {
+            port: nodes[node].port(),
+            how: how.name(),
+            from,
+            to,
+        });
+    }
+}
+
+/// One round of the restart scenarios, on three masters A, B and C (roles drawn at
+/// random). Right after a grant, C is killed: the hold now lives on A and B only, as if C
+/// had been unreachable when it was granted. Then B is `kill -9`ed and restarted, and C
+/// restarted. Without persistence both come back empty: the holder is left on A alone
+/// while it still believes, B and C make a majority for the waiter (the documented hole),
+/// and their fence counters start again at 1. With AOF and appendfsync always, B still
+/// has the hold, and C alone cannot outvote A and B.
+///
+/// The hold is taken with all three up because two contenders on two masters (A and B
+/// with C down) can split them, and a split can repeat for seconds (each give-back wakes
+/// the other at once).
+fn amnesia(nodes: &mut [RedisServer], run: &Run, faults: &mut Faults) {
+    let ttl = run.ttl;
+    let mut roles: Vec<usize> = (0..nodes.len()).collect();
+    rand::seq::SliceRandom::shuffle(roles.as_mut_slice(), &mut rand::rng());
+    let (b, c) = (roles[1], roles[2]);
+    let how = if run.durable {
+        "kill -9, restarted on its AOF"
+    } else {
+        "kill -9, restarted empty"
+    };
+    // A hold granted from now on: its holding file is written after the grant. A fresh
+    // one has at least three quarters of a lease of work ahead.
+    let since = SystemTime::now();
+    let until = mono_ns() + (ttl * 3).as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() {
+        let fresh = run.holders(Primitive::Redlock).iter().any(|(name, _)| {
+            std::fs::metadata(run.holding_dir().join(name))
+                .and_then(|m| m.modified())
+                .is_ok_and(|at| at > since)
+        });
+        if fresh {
+            break;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    if interrupted().is_some() {
+        return;
+    }
+    let down = mono_ns();
+    nodes[c].kill9();
+    let restart = mono_ns();
+    nodes[b].restart();
+    faults.outages.push(Outage {
+        port: nodes[b].port(),
+        how,
+        from: restart,
+        to: mono_ns(),
+    });
+    nodes[c].restart();
+    faults.outages.push(Outage {
+        port: nodes[c].port(),
+        how,
+        from: down,
+        to: mono_ns(),
+    });
 }
 
 /// The lease of the failover scenarios' locks (at least): longer than a failover takes.
@@ -643,6 +874,12 @@ enum LockServers {
         group: MasterWithReplicas,
         sentinels: SentinelGroup,
     },
+    /// A Redlock's independent masters, each behind a proxy when its replies are to be
+    /// held back.
+    Redlock {
+        nodes: Vec<RedisServer>,
+        proxies: Vec<Proxy>,
+    },
 }
 
 impl LockServers {
@@ -652,11 +889,28 @@ impl LockServers {
             let sentinels = SentinelGroup::start(group.master(), SERVICE, 3);
             return LockServers::Failover { group, sentinels };
         }
-        let server = RedisServer::start_with(if scenario.durable {
-            ServerOptions::durable()
-        } else {
-            ServerOptions::default()
-        });
+        let options = || {
+            if scenario.durable {
+                ServerOptions::durable()
+            } else {
+                ServerOptions::default()
+            }
+        };
+        if scenario.fault.redlock() {
+            let count = match scenario.fault {
+                Fault::MinorityDown => MINORITY_DOWN_NODES,
+                _ => AMNESIA_NODES,
+            };
+            let nodes: Vec<_> = (0..count)
+                .map(|_| RedisServer::start_with(options()))
+                .collect();
+            let proxies = match scenario.fault {
+                Fault::MinorityDown => nodes.iter().map(|n| Proxy::start(n.port())).collect(),
+                _ => Vec::new(),
+            };
+            return LockServers::Redlock { nodes, proxies };
+        }
+        let server = RedisServer::start_with(options());
         let proxy = (scenario.fault == Fault::NetworkDelay).then(|| Proxy::start(server.port()));
         LockServers::Single { server, proxy }
     }
@@ -677,6 +931,14 @@ impl LockServers {
                 args.extend(["--service".to_string(), SERVICE.to_string()]);
                 args
             }
+            LockServers::Redlock { nodes, proxies } => nodes
+                .iter()
+                .enumerate()
+                .flat_map(|(index, node)| {
+                    let url = proxies.get(index).map_or_else(|| node.url(), |p| p.url());
+                    ["--redis".to_string(), url]
+                })
+                .collect(),
         }
     }
 }
@@ -858,10 +1120,11 @@ pub fn judge(
     if total.acquisitions == 0 {
         problems.push("no acquisitions: nothing was tested".to_string());
     }
-    // Every lock must have been held, and every kind of client must have held some lock:
-    // a client kind that never gets in (a `dlock run` that cannot start, a writer without
-    // its fence) would make its half of the proof vacuous. Per lock *and* kind is too
-    // strict: with a few holds per lock, an unfair lock may pass one client by.
+    // Every lock must have been held, and every kind of client that wanted one must have
+    // held some lock: a client kind that never gets in (a `dlock run` that cannot start, a
+    // writer without its fence) would make its part of the proof vacuous. Per lock *and*
+    // kind is too strict: with a few holds per lock, an unfair lock may pass one client
+    // by. (A Redlock has async library clients only.)
     for &primitive in &config.primitives {
         let prefix = format!("{}/", primitive.name());
         if !holds.iter().any(|h| h.client.starts_with(&prefix)) {
@@ -871,7 +1134,15 @@ pub fn judge(
             ));
         }
     }
-    for kind in ["lib-async", "lib-blocking", "cli"] {
+    let mut kinds: Vec<&str> = config
+        .primitives
+        .iter()
+        .flat_map(|&p| clients_of(scenario.fault, p))
+        .map(|(kind, _)| kind)
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
         let infix = format!("/{kind}-");
         if !holds.iter().any(|h| h.client.contains(&infix)) {
             problems.push(format!("no {kind} client ever held any lock"));
@@ -927,6 +1198,21 @@ pub fn judge(
                 Some(_) => {}
             }
         }
+        Fault::MinorityDown => {
+            // The point of a majority: grants go on while a minority is out.
+            let during = holds.iter().any(|h| {
+                faults
+                    .outages
+                    .iter()
+                    .any(|o| h.start >= o.from && h.start < o.to)
+            });
+            if !during {
+                problems.push(
+                    "no grant while a minority of the masters was out: the faults proved nothing"
+                        .into(),
+                );
+            }
+        }
         _ => {}
     }
     Outcome {
@@ -938,6 +1224,107 @@ pub fn judge(
         rounds: config.rounds,
         seconds: 0.0,
         pending: None,
+        skipped: None,
         problems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(name: &str) -> &'static Scenario {
+        SCENARIOS.iter().find(|s| s.name == name).unwrap()
+    }
+
+    fn redlock_config() -> Config {
+        Config {
+            rounds: 1,
+            ttl: Duration::from_secs(1),
+            dlock: PathBuf::new(),
+            me: PathBuf::new(),
+            primitives: vec![Primitive::Redlock],
+            keep: false,
+        }
+    }
+
+    fn one_hold(at: u64) -> Vec<Event> {
+        let client = "redlock/lib-async-0.1".to_string();
+        vec![
+            Event::Begin {
+                client: client.clone(),
+                hold: 1,
+                at,
+                fence: 1,
+                pid: 7,
+            },
+            Event::End {
+                client,
+                hold: 1,
+                at: at + 100,
+                lost: false,
+            },
+        ]
+    }
+
+    /// `--primitive` applies per scenario: Redlock only on its masters, the other kinds
+    /// only on theirs; a filter that leaves a scenario nothing skips it.
+    #[test]
+    fn each_scenario_runs_only_the_kinds_it_can() {
+        let all = Primitive::ALL;
+        assert_eq!(
+            scenario("redlock-minority-down").kinds_of(&all),
+            vec![Primitive::Redlock]
+        );
+        assert_eq!(
+            scenario("client-pause").kinds_of(&all),
+            Primitive::SINGLE.to_vec()
+        );
+        assert!(scenario("redlock-restart-nopersist")
+            .kinds_of(&[Primitive::Mutex])
+            .is_empty());
+        assert!(scenario("holder-crash")
+            .kinds_of(&[Primitive::Redlock])
+            .is_empty());
+    }
+
+    /// A Redlock run has async library clients only: it is not failed for the kinds it
+    /// does not have.
+    #[test]
+    fn a_redlock_run_asks_only_for_its_own_client_kinds() {
+        let outcome = judge(
+            scenario("redlock-restart-durable"),
+            &redlock_config(),
+            &one_hold(1_000),
+            &Faults::default(),
+            &HashMap::new(),
+        );
+        assert_eq!(outcome.problems, Vec::<String>::new());
+    }
+
+    /// Minority down proves something only if a grant came while the minority was out.
+    #[test]
+    fn minority_down_needs_a_grant_during_an_outage() {
+        let faults = Faults {
+            outages: vec![Outage {
+                port: 1,
+                how: "test",
+                from: 5_000,
+                to: 9_000,
+            }],
+            ..Faults::default()
+        };
+        let judged = |at| {
+            judge(
+                scenario("redlock-minority-down"),
+                &redlock_config(),
+                &one_hold(at),
+                &faults,
+                &HashMap::new(),
+            )
+            .problems
+        };
+        assert_eq!(judged(6_000), Vec::<String>::new());
+        assert_eq!(judged(1_000).len(), 1);
     }
 }
