@@ -91,7 +91,7 @@ impl Primitive {
             Primitive::Write => &["--write"],
             Primitive::Sem1 => &["--permits", "1"],
             Primitive::Sem3 => &["--permits", "3"],
-            // No `dlock run` client takes a Redlock here (see `scenario::clients_of`).
+            // The mutex over every `--redis` master: no flag.
             Primitive::Redlock => &[],
         }
     }

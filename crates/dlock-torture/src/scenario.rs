@@ -252,15 +252,16 @@ impl Outcome {
 
 /// The client processes of one primitive: two through the library (async and blocking)
 /// and two through `dlock run`; the semaphore of three gets six, so that more than three
-/// want it. Redlock has only the async API (and the harness no `dlock run` client of it):
-/// four async processes, or for the restart scenarios two, a holder and a waiter. With
-/// more waiters, two of them can split the restarted masters between them and keep
-/// colliding (each one's give-back wakes the others at once), so whether anyone gets
-/// both before the holder's belief ends would be a race.
+/// want it. Redlock has only the async API: two async processes and two through `dlock
+/// run`, or for the restart scenarios two async ones, a holder and a waiter. With more
+/// waiters, two of them can split the restarted masters between them and keep colliding
+/// (each one's give-back wakes the others at once), so whether anyone gets both before
+/// the holder's belief ends would be a race.
 fn clients_of(fault: Fault, primitive: Primitive) -> Vec<(&'static str, usize)> {
-    if primitive == Primitive::Redlock {
-        let count = if fault == Fault::Amnesia { 2 } else { 4 };
-        (0..count).map(|slot| ("lib-async", slot)).collect()
+    if primitive == Primitive::Redlock && fault == Fault::Amnesia {
+        vec![("lib-async", 0), ("lib-async", 1)]
+    } else if primitive == Primitive::Redlock {
+        vec![("lib-async", 0), ("lib-async", 1), ("cli", 0), ("cli", 1)]
     } else if primitive == Primitive::Sem3 {
         vec![
             ("lib-async", 0),
@@ -1246,13 +1247,17 @@ mod tests {
     }
 
     fn one_hold(at: u64) -> Vec<Event> {
-        let client = "redlock/lib-async-0.1".to_string();
+        hold_of("redlock/lib-async-0.1", at, 1)
+    }
+
+    fn hold_of(client: &str, at: u64, fence: u64) -> Vec<Event> {
+        let client = client.to_string();
         vec![
             Event::Begin {
                 client: client.clone(),
                 hold: 1,
                 at,
-                fence: 1,
+                fence,
                 pid: 7,
             },
             Event::End {
@@ -1312,11 +1317,14 @@ mod tests {
             }],
             ..Faults::default()
         };
+        // Both client kinds held the lock; the `dlock run` client away from the outage.
         let judged = |at| {
+            let mut events = one_hold(at);
+            events.extend(hold_of("redlock/cli-0.1", 20_000, 2));
             judge(
                 scenario("redlock-minority-down"),
                 &redlock_config(),
-                &one_hold(at),
+                &events,
                 &faults,
                 &HashMap::new(),
             )
