@@ -43,8 +43,8 @@ EXIT CODES:
 struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
-    /// A small configuration of every scenario: 2 fault rounds each (about 5½ minutes in
-    /// all on 2 cores, most of it the failover scenarios' 6 s leases)
+    /// A small configuration of every scenario: 2 fault rounds each (5½ to 6 minutes in
+    /// all on 2 busy cores, most of it the failover scenarios' 6 s leases)
     #[arg(long)]
     quick: bool,
     /// Fault rounds per scenario (default 2 with --quick, else 15)
