@@ -8,11 +8,15 @@ use serde::Serialize;
 use crate::client::Primitive;
 use crate::record::Event;
 
-/// A client process frozen by the harness (SIGSTOP) from `from` to `to`.
+/// A client process frozen by the harness (SIGSTOP) from `from`.
 #[derive(Debug, Clone)]
 pub struct Pause {
     pub pids: Vec<u32>,
     pub from: u64,
+    /// When renewals stopped succeeding, if that was before the freeze: a failover with
+    /// replica acknowledgement pauses the replica first, and from then on no renewal is
+    /// acknowledged.
+    pub renewals_failing_from: Option<u64>,
 }
 
 /// A holder the harness killed (`kill -9`) at `at`: its process, or for `dlock run` the
@@ -115,7 +119,8 @@ pub fn primitive_of(client: &str) -> &str {
 /// its last sign of life, a write or the start of a step.
 ///
 /// A `dlock run` hold (client `.../cli-...`) frozen by a pause is cut at the pause's start
-/// plus half the lease. Its command cannot know when `dlock run`'s deadline is, and
+/// (or, when renewals were failing before it, at when they began to fail) plus half the
+/// lease. Its command cannot know when `dlock run`'s deadline is, and
 /// `dlock run` is frozen too and keeps no record. Renewing every third of a lease, its
 /// deadline lay about two thirds of a lease to a lease after the pause's start. Half a
 /// lease leaves a sixth for a renewal running late on a loaded machine; a renewal later
@@ -207,7 +212,13 @@ pub fn holds(events: &[Event], faults: &Faults, ttl_ns: u64) -> Vec<Hold> {
                         && pause.from >= hold.start
                         && pause.from < hold.end
                     {
-                        hold.end = hold.end.min(pause.from + ttl_ns / 2);
+                        // Renewals that failed before the freeze moved the deadline up
+                        // to the last one that succeeded: cut from there.
+                        let renewed_until = pause
+                            .renewals_failing_from
+                            .map_or(pause.from, |failing| failing.min(pause.from))
+                            .max(hold.start);
+                        hold.end = hold.end.min(renewed_until + ttl_ns / 2);
                     }
                 }
             }
@@ -407,6 +418,7 @@ mod tests {
             pauses: vec![Pause {
                 pids: vec![6, 7],
                 from: 200,
+                renewals_failing_from: None,
             }],
             kills: vec![],
             outages: vec![],
@@ -416,6 +428,16 @@ mod tests {
         // Unpaused, the same hold would have lasted until its last write.
         let unpaused = holds(&events, &Faults::default(), 1_000);
         assert_eq!(unpaused[0].end, 5_000);
+        // Renewals that failed from 100 on (a failover's paused replica acknowledged none
+        // of them) leave a deadline from the last one before: cut from there.
+        let unrenewed = Faults {
+            pauses: vec![Pause {
+                renewals_failing_from: Some(100),
+                ..faults.pauses[0].clone()
+            }],
+            ..Faults::default()
+        };
+        assert_eq!(holds(&events, &unrenewed, 1_000)[0].end, 600);
     }
 
     #[test]

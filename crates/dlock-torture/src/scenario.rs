@@ -644,6 +644,7 @@ fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults
                 faults.pauses.push(Pause {
                     pids: pids.clone(),
                     from,
+                    renewals_failing_from: None,
                 });
             }
             sleep(ttl * 2);
@@ -976,6 +977,8 @@ fn fail_over(
             .query(&mut sentinel.connection());
     }
     server(group, replica_port).pause();
+    // With acknowledgement, no renewal succeeds from here on.
+    let unacknowledged_from = run.acknowledged.then(mono_ns);
     let mut conn = server(group, master_port).connection();
     let _: redis::RedisResult<()> = redis::cmd("CLIENT")
         .arg("KILL")
@@ -996,6 +999,7 @@ fn fail_over(
         faults.pauses.push(Pause {
             pids: pids.clone(),
             from,
+            renewals_failing_from: unacknowledged_from,
         });
     }
     server(group, master_port).kill9();
