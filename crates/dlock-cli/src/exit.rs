@@ -33,7 +33,7 @@ EXIT CODES:
          128+N when signal N ended it, 126 when it could not be executed, 127
          when it was not found; 128+N also when signal N interrupted a wait)
     64   invalid arguments (also: a kind other than the plain mutex, or
-         --cluster, --sentinel, --replicas, --tls-*, release --force, with
+         --cluster, --sentinel, --replicas, release --force, with
          several --redis masters)
     65   the key holds another kind of lock or data dlock did not write (wrong type)
     69   Redis unreachable (with --cluster: no node answers; with --sentinel: no

@@ -142,11 +142,15 @@ impl<R: RawLock> Guard<R> {
         let paused = self.held.pause_renewal().await;
         let sent = Instant::now();
         let extended = extend_hold(&self.raw, &self.token, ttl).await;
-        if let Err(Error::NotReplicated { .. }) = &extended {
+        if matches!(extended, Err(Error::NotReplicated { .. })) {
             // extend_hold gave the hold back.
             if lease::declare_lost(&self.held.cell, LostReason::Released) {
                 crate::observe::lost(self.raw.hold_key().0, LostReason::Released);
             }
+        } else if extended.as_ref().is_err_and(Error::is_transient) {
+            // A request whose reply was lost may have run, and set a lease shorter than
+            // the old one: assume the shorter of the two.
+            lease::shortened(&self.held.cell, lease::valid_until(sent, ttl));
         }
         extended?;
         self.held.extended(sent, ttl);

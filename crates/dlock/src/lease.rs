@@ -224,6 +224,19 @@ pub(crate) fn renewed(cell: &LeaseCell, valid_until: Instant) {
     });
 }
 
+/// Moves the deadline earlier, never later: a request that may have shortened the lease
+/// in Redis failed, so the holder must assume the shorter of the two.
+pub(crate) fn shortened(cell: &LeaseCell, valid_until: Instant) {
+    cell.update(|state| {
+        if state.lost.is_none() && valid_until < state.valid_until {
+            state.valid_until = valid_until;
+            true
+        } else {
+            false
+        }
+    });
+}
+
 /// Declares the lease lost (the first reason sticks); true if this declared it.
 pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) -> bool {
     cell.update(|state| {

@@ -203,8 +203,9 @@ async fn a_slow_node_does_not_slow_the_grant_and_a_lease_long_delay_fails_cleanl
         .connect()
         .await
         .unwrap();
+    // A lease far longer than the check below: only the give-back can clear the keys.
     let mutex = short
-        .mutex_with("late", LockOptions::default().ttl(Duration::from_secs(1)))
+        .mutex_with("late", LockOptions::default().ttl(Duration::from_secs(60)))
         .unwrap();
     for i in 0..3 {
         masters.proxy(i).delay_replies(Duration::from_secs(2));
@@ -273,6 +274,9 @@ async fn a_cancelled_acquire_gives_back_what_any_node_granted() {
             LockOptions::default().ttl(Duration::from_secs(60)),
         )
         .unwrap();
+    // Scripts loaded first: on fresh servers the first EVALSHA answers NOSCRIPT, and the
+    // cancelled round would never have granted anything to give back.
+    mutex.try_lock().await.unwrap().unlock().await.unwrap();
     for i in 0..3 {
         masters.proxy(i).delay_replies(Duration::from_millis(500));
     }
@@ -291,8 +295,13 @@ async fn a_cancelled_acquire_gives_back_what_any_node_granted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_the_lock_through_a_lost_node_and_fires_the_signal_without_a_majority() {
     let mut masters = IndependentMasters::start(5);
-    let redlock = redlock(&masters).await;
-    let ttl = Duration::from_millis(900);
+    // Three of three nodes must answer each renewal: room for a loaded machine.
+    let redlock = Client::redlock_builder(masters.urls())
+        .node_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(1500);
     let mutex = redlock
         .mutex_with("renewed", LockOptions::default().renewed(ttl))
         .unwrap();
@@ -418,19 +427,30 @@ async fn concurrent_holders_exclude_each_other_and_waiters_are_notified() {
     assert_eq!(grants.load(Ordering::Relaxed), (TASKS * ROUNDS) as u32);
     assert_eq!(overlaps.load(Ordering::Relaxed), 0);
 
-    // Negative control: the same check without the lock sees the overlap.
-    let unlocked = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(AtomicU32::new(0));
+    // Negative control: the same tasks, each on a lock of its own name, overlap.
+    let (inside, overlaps) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
     let racers: Vec<_> = (0..TASKS)
-        .map(|_| {
-            let (unlocked, seen) = (unlocked.clone(), seen.clone());
+        .map(|task| {
+            let redlock = handles[task % 2].clone();
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
             tokio::spawn(async move {
+                let mutex = redlock
+                    .mutex_with(
+                        &format!("own-{task}"),
+                        LockOptions::default().ttl(Duration::from_secs(20)),
+                    )
+                    .unwrap();
                 for _ in 0..ROUNDS {
-                    if unlocked.swap(true, Ordering::AcqRel) {
-                        seen.fetch_add(1, Ordering::Relaxed);
+                    let guard = mutex.lock().await.unwrap();
+                    if inside.swap(true, Ordering::AcqRel) {
+                        overlaps.fetch_add(1, Ordering::Relaxed);
                     }
                     tokio::time::sleep(Duration::from_millis(2)).await;
-                    unlocked.store(false, Ordering::Release);
+                    inside.store(false, Ordering::Release);
+                    guard.unlock().await.unwrap();
                 }
             })
         })
@@ -438,7 +458,7 @@ async fn concurrent_holders_exclude_each_other_and_waiters_are_notified() {
     for racer in racers {
         racer.await.unwrap();
     }
-    assert!(seen.load(Ordering::Relaxed) > 0);
+    assert!(overlaps.load(Ordering::Relaxed) > 0);
 
     // Hand-off: the holder's lease is 30 s and the waiter would only poll at its end.
     let lease = Duration::from_secs(30);
@@ -463,6 +483,54 @@ async fn concurrent_holders_exclude_each_other_and_waiters_are_notified() {
         woke.duration_since(released) < Duration::from_secs(10),
         "the waiter was not woken by the release"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_extend_to_a_shorter_lease_shortens_the_validity_and_renewal_follows_an_extend() {
+    let masters = IndependentMasters::start(3);
+    let redlock = Client::redlock_builder(masters.urls())
+        .node_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let mutex = redlock
+        .mutex_with(
+            "shorter",
+            LockOptions::default().ttl(Duration::from_secs(20)),
+        )
+        .unwrap();
+    let mut guard = mutex.try_lock().await.unwrap();
+    // Two nodes answer too late: the extend fails, but they do shorten the lease to 1.5 s.
+    masters.proxy(1).delay_replies(Duration::from_secs(1));
+    masters.proxy(2).delay_replies(Duration::from_secs(1));
+    assert!(matches!(
+        guard.extend(Duration::from_millis(1500)).await,
+        Err(Error::NoQuorum { .. })
+    ));
+    assert!(
+        guard.remaining() <= Duration::from_millis(1500),
+        "the holder must assume the shorter lease: {:?}",
+        guard.remaining()
+    );
+    masters.proxy(1).delay_replies(Duration::ZERO);
+    masters.proxy(2).delay_replies(Duration::ZERO);
+    drop(guard);
+    // The replies already held back arrive first.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    // A renewed lock extended to a short lease is renewed at that lease's pace (a third
+    // of it), not at the old one's: it outlives several short leases.
+    let renewed = redlock
+        .mutex_with(
+            "paced",
+            LockOptions::default().renewed(Duration::from_secs(30)),
+        )
+        .unwrap();
+    let mut guard = renewed.try_lock().await.unwrap();
+    guard.extend(Duration::from_millis(1500)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(guard.lost_signal().lost(), None);
+    guard.unlock().await.unwrap();
 }
 
 /// The schedule of the fence test: per grant, which nodes are "down" (they already hold

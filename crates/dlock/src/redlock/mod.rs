@@ -143,17 +143,28 @@ impl RedlockBuilder {
         self
     }
 
-    /// Connects to the masters. Succeeds when a majority answer; the others are connected
-    /// on first use (so a node that is down now rejoins when it is back). Fails with
-    /// [`Error::NoQuorum`] when fewer than a majority can be reached, and with the node's
-    /// own error for a configuration problem on any node (wrong credentials, a server too
-    /// old, a cluster node or sentinel given as a master).
+    /// Connects to the masters. Returns as soon as a majority is connected; the others go
+    /// on connecting in the background, and are connected on first use otherwise (so a
+    /// node that is down now rejoins when it is back). Fails with [`Error::NoQuorum`] when
+    /// fewer than a majority can be reached, and with the node's own error for a
+    /// configuration problem (wrong credentials, a server too old, a cluster node or
+    /// sentinel given as a master) on a node that answered before the majority did; one
+    /// found later is logged, and that node votes against.
     pub async fn connect(self) -> Result<Redlock> {
         let count = self.urls.len();
         if count == 0 || count > MAX_NODES {
             return Err(Error::InvalidArgument(format!(
                 "Redlock needs between 1 and {MAX_NODES} independent masters, got {count}; an odd number (3 or 5) tolerates the most failures for its size"
             )));
+        }
+        if let Some(timeout) = self.node_timeout {
+            if timeout.is_zero() || timeout > crate::client::MAX_TIMEOUT {
+                return Err(Error::InvalidArgument(format!(
+                    "the Redlock node timeout {} is out of range; use more than zero and at most {} (and under half of every lease)",
+                    crate::humane(timeout),
+                    crate::humane(crate::client::MAX_TIMEOUT)
+                )));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for url in &self.urls {
@@ -174,31 +185,9 @@ impl RedlockBuilder {
             })
             .collect();
         let quorum = count / 2 + 1;
-        let results = futures_util::future::join_all(nodes.iter().map(|node| node.client())).await;
-        let mut failures = Vec::new();
-        for (node, result) in nodes.iter().zip(results) {
-            match result {
-                Ok(_) => {}
-                Err(err) if err.is_transient() => failures.push(format!("{}: {err}", node.label)),
-                // Misconfiguration is never a vote: say so at once.
-                Err(err) => return Err(err),
-            }
-        }
-        if count - failures.len() < quorum {
-            return Err(Error::NoQuorum {
-                name: None,
-                needed: quorum,
-                reached: count - failures.len(),
-                nodes: count,
-                failures,
-            });
-        }
-        for failure in &failures {
-            tracing::warn!(node = %failure, "Redlock master unreachable at connect; it joins when it answers");
-        }
         // A clone of the template tells the prefix and label every node was given.
         let probe = self.template.clone();
-        Ok(Redlock {
+        let redlock = Redlock {
             inner: Arc::new(Inner {
                 nodes,
                 quorum,
@@ -212,7 +201,52 @@ impl RedlockBuilder {
                 runtime: tokio::runtime::Handle::current(),
                 background: Arc::default(),
             }),
-        })
+        };
+        // Ready once a majority is connected: a frozen or black-holed master would
+        // otherwise hold every start up for the whole connect timeout. The others go on
+        // connecting in the background (or on first use).
+        let mut connecting: FuturesUnordered<_> = (0..count)
+            .map(|index| {
+                let this = redlock.clone();
+                async move { (index, this.inner.nodes[index].client().await.map(|_| ())) }
+            })
+            .collect();
+        let (mut connected, mut failures) = (0, Vec::new());
+        while let Some((index, result)) = connecting.next().await {
+            let label = &redlock.inner.nodes[index].label;
+            match result {
+                Ok(()) => connected += 1,
+                Err(err) if err.is_transient() => failures.push(format!("{label}: {err}")),
+                // Misconfiguration is never a vote: say so at once.
+                Err(err) => return Err(err),
+            }
+            if connected >= quorum {
+                break;
+            }
+        }
+        if connected < quorum {
+            return Err(Error::NoQuorum {
+                name: None,
+                needed: quorum,
+                reached: connected,
+                nodes: count,
+                failures,
+            });
+        }
+        for failure in &failures {
+            tracing::warn!(node = %failure, "Redlock master unreachable at connect; it joins when it answers");
+        }
+        if !connecting.is_empty() {
+            let labels: Vec<String> = redlock.node_labels();
+            redlock.spawn_tracked(async move {
+                while let Some((index, result)) = connecting.next().await {
+                    if let Err(err) = result {
+                        tracing::warn!(node = %labels[index], error = %err, "Redlock master not connected at start; it votes against until it answers");
+                    }
+                }
+            });
+        }
+        Ok(redlock)
     }
 }
 
@@ -409,6 +443,23 @@ impl Redlock {
         timeout: Duration,
         rest: Rest,
         request: F,
+        tally: impl FnMut(Vote<T>) -> bool,
+    ) where
+        T: Send + 'static,
+        F: Fn(Client) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.fan_out_to(0..self.inner.nodes.len(), timeout, rest, request, tally)
+            .await
+    }
+
+    /// [`Redlock::fan_out`] to the nodes `targets` only.
+    pub(crate) async fn fan_out_to<T, F, Fut>(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        timeout: Duration,
+        rest: Rest,
+        request: F,
         mut tally: impl FnMut(Vote<T>) -> bool,
     ) where
         T: Send + 'static,
@@ -416,7 +467,8 @@ impl Redlock {
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
         let request = Arc::new(request);
-        let mut pending: FuturesUnordered<_> = (0..self.inner.nodes.len())
+        let mut pending: FuturesUnordered<_> = targets
+            .into_iter()
             .map(|index| {
                 let (this, request) = (self.clone(), request.clone());
                 async move {
@@ -450,9 +502,22 @@ impl Redlock {
         token: &str,
         timeout: Duration,
     ) -> Releases {
+        self.release_on(0..self.inner.nodes.len(), keys, token, timeout)
+            .await
+    }
+
+    /// Gives a hold back on the nodes `targets`.
+    async fn release_on(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        keys: &crate::keys::LockKeys,
+        token: &str,
+        timeout: Duration,
+    ) -> Releases {
         let mut outcome = Releases::default();
         let (keys, token) = (Arc::new(keys.clone()), Arc::<str>::from(token));
-        self.fan_out(
+        self.fan_out_to(
+            targets,
             timeout,
             Rest::Finish,
             move |client| {
@@ -463,9 +528,12 @@ impl Redlock {
                 match vote {
                     Ok(true) => outcome.released += 1,
                     Ok(false) => outcome.not_held += 1,
-                    Err(err) => outcome
-                        .failures
-                        .push(format!("{}: {err}", self.inner.nodes[index].label)),
+                    Err(err) => {
+                        outcome.failed.push(index);
+                        outcome
+                            .failures
+                            .push(format!("{}: {err}", self.inner.nodes[index].label));
+                    }
                 }
                 // Every node is heard (within the timeout): once this returns, no node
                 // that answers still holds it, even if the process exits right after.
@@ -476,17 +544,34 @@ impl Redlock {
         outcome
     }
 
-    /// Gives a hold back in the background, retrying nodes that do not answer until its
-    /// lease is over (after that there is nothing left to give back).
-    pub(crate) fn give_back(&self, keys: Arc<crate::keys::LockKeys>, token: String, ttl: Duration) {
+    /// Gives a hold back in the background on `targets` (the nodes that may have granted
+    /// it), retrying those that do not answer until its lease is over (after that there
+    /// is nothing left to give back), or, once the handle is shut down, no more.
+    pub(crate) fn give_back(
+        &self,
+        keys: Arc<crate::keys::LockKeys>,
+        token: String,
+        ttl: Duration,
+        targets: Vec<usize>,
+    ) {
+        if targets.is_empty() {
+            return;
+        }
         let this = self.clone();
         self.spawn_tracked(async move {
             let until = std::time::Instant::now() + ttl;
             let timeout = this.node_timeout(ttl).max(Duration::from_millis(200));
             let mut pause = Duration::from_millis(50);
+            let mut targets = targets;
             loop {
-                let outcome = this.release_everywhere(&keys, &token, timeout).await;
-                if outcome.failures.is_empty() || std::time::Instant::now() + pause >= until {
+                targets = this
+                    .release_on(targets, &keys, &token, timeout)
+                    .await
+                    .failed;
+                if targets.is_empty()
+                    || this.is_closed()
+                    || std::time::Instant::now() + pause >= until
+                {
                     return;
                 }
                 tokio::time::sleep(crate::wait::jitter(pause)).await;
@@ -549,6 +634,8 @@ pub(crate) enum Rest {
 pub(crate) struct Releases {
     pub released: usize,
     pub not_held: usize,
+    /// The nodes that did not answer, and each one's error.
+    pub failed: Vec<usize>,
     pub failures: Vec<String>,
 }
 

@@ -33,6 +33,11 @@ use crate::wait::{jitter, Wait};
 static RAISE: LazyLock<LuaScript> =
     lua_script!(bare "redlock fence raise", "mutex/bare.lua", "redlock/raise.lua");
 
+/// The bounds of the random delay after a split vote: it starts at the first and doubles
+/// up to the second while contenders keep colliding.
+const SPLIT_DELAY: std::ops::Range<Duration> =
+    Duration::from_millis(10)..Duration::from_millis(200);
+
 /// The kind name in logs and metrics.
 const KIND: &str = "redlock";
 
@@ -85,6 +90,9 @@ struct Tally {
     granted: Vec<(usize, u64)>,
     busy: Vec<Option<Duration>>,
     failures: Vec<(usize, Error)>,
+    /// Nodes that answered without granting (held by another, another kind): nothing
+    /// of the round is there to give back.
+    refused: Vec<usize>,
 }
 
 impl RedlockMutex {
@@ -223,7 +231,9 @@ impl RedlockMutex {
     /// One round on every node with `token`: a grant by a majority within the lease's
     /// validity (fence raised where needed), or why not. Whatever was granted to a round
     /// that does not count is given back by the caller's [`Attempt`].
-    async fn attempt(&self, token: &str) -> Result<Outcome> {
+    async fn attempt(&self, claim: &mut Attempt<'_>) -> Result<Outcome> {
+        let token = claim.token.clone();
+        let token = token.as_str();
         let ttl = self.options.ttl;
         let ttl_ms = ttl.as_millis() as u64;
         let (nodes, quorum) = (self.redlock.nodes(), self.quorum());
@@ -247,8 +257,13 @@ impl RedlockMutex {
                 |(index, vote): Vote<Vec<i64>>| {
                     match vote.and_then(|reply| read_acquire(&reply)) {
                         Ok(NodeReply::Granted(fence)) => tally.granted.push((index, fence)),
-                        Ok(NodeReply::Busy(remaining)) => tally.busy.push(remaining),
-                        Ok(NodeReply::WrongType(what)) => tally.failures.push((
+                        Ok(NodeReply::Busy(remaining)) => {
+                            tally.busy.push(remaining);
+                            tally.refused.push(index);
+                        }
+                        Ok(NodeReply::WrongType(what)) => {
+                            tally.refused.push(index);
+                            tally.failures.push((
                             index,
                             Error::WrongType {
                                 key: match what {
@@ -257,16 +272,27 @@ impl RedlockMutex {
                                 },
                                 what: format!("another kind of value; this Redlock mutex needs a {what} there"),
                             },
-                        )),
+                        ));
+                        }
                         Err(err) => tally.failures.push((index, err)),
                     }
-                    // Decided: a quorum granted, or another holder has too many nodes.
-                    // A round that fails otherwise hears every node (within the node
-                    // timeout), to tell a busy lock from unreachable nodes.
-                    tally.granted.len() >= quorum || tally.busy.len() > nodes - quorum
+                    // Decided: a quorum granted; or it cannot be, and why is certain:
+                    // another holder has too many nodes, too many nodes failed, or the
+                    // votes split between contenders. Otherwise every node is heard
+                    // (within the node timeout), to tell a busy lock from unreachable
+                    // nodes.
+                    let (granted, busy, failed) =
+                        (tally.granted.len(), tally.busy.len(), tally.failures.len());
+                    let pending = nodes - granted - busy - failed;
+                    granted >= quorum
+                        || (granted + pending < quorum
+                            && (busy > nodes - quorum
+                                || failed > nodes - quorum
+                                || (granted > 0 && busy > 0)))
                 },
             )
             .await;
+        claim.refused = std::mem::take(&mut tally.refused);
         if tally.granted.len() >= quorum {
             let fence = self.settle_fence(token, &tally.granted).await;
             let valid = Instant::now() < lease::valid_until(sent, ttl);
@@ -291,8 +317,10 @@ impl RedlockMutex {
         // node answered (a split vote); otherwise the nodes that failed are the problem:
         // with them the round could have been granted.
         let failed = tally.failures.len();
-        let busy = tally.busy.len() > nodes - quorum || failed == 0;
-        if !busy && tally.granted.len() + failed >= quorum {
+        let split = !tally.granted.is_empty() && !tally.busy.is_empty();
+        let busy =
+            tally.busy.len() > nodes - quorum || failed == 0 || (split && failed <= nodes - quorum);
+        if !busy {
             let configuration = tally
                 .failures
                 .iter()
@@ -308,7 +336,7 @@ impl RedlockMutex {
                     .expect("counted above");
                 return Err(err);
             }
-            let failures = tally
+            let mut failures: Vec<String> = tally
                 .failures
                 .into_iter()
                 .map(|(index, err)| match self.redlock.inner.nodes.get(index) {
@@ -316,12 +344,18 @@ impl RedlockMutex {
                     None => err.to_string(),
                 })
                 .collect();
-            return Err(self.no_quorum(tally.granted.len(), failures));
+            let held_elsewhere = tally.busy.len();
+            if held_elsewhere > 0 {
+                failures.push(format!("{held_elsewhere} held by another owner"));
+            }
+            // A majority that granted too late, or could not be fenced, granted nothing.
+            let reached = tally.granted.len().min(quorum - 1);
+            return Err(self.no_quorum(reached, failures));
         }
         Ok(Outcome::Busy {
             remaining: tally.busy.iter().flatten().min().copied(),
             split: !tally.granted.is_empty(),
-            clean: tally.busy.len() == nodes,
+            clean: claim.refused.len() == nodes,
         })
     }
 
@@ -372,6 +406,7 @@ impl RedlockMutex {
         };
         let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
         let mut poll = self.options.backoff.min;
+        let mut split_delay = SPLIT_DELAY.start;
         let mut watches: Option<Vec<Watch>> = None;
         let mut attempts: u32 = 0;
         loop {
@@ -385,11 +420,11 @@ impl RedlockMutex {
             // A fresh token per round: a failed round's give-back runs in the background
             // and must not delete a later round's grant.
             let mut claim = Attempt::new(self, self.redlock.new_token());
-            let outcome = self.attempt(&claim.token).await;
+            let outcome = self.attempt(&mut claim).await;
             for watch in watches.iter_mut().flatten() {
                 watch.wake_used();
             }
-            let (remaining, retry_soon) = match outcome {
+            let (remaining, retry_soon, split) = match outcome {
                 Ok(Outcome::Granted { fence, sent }) => {
                     let token = claim.keep();
                     return match RedlockGuard::start(self.clone(), token.clone(), fence, sent) {
@@ -398,8 +433,13 @@ impl RedlockMutex {
                             Ok(guard)
                         }
                         None => {
-                            self.redlock
-                                .give_back(self.keys.clone(), token, self.options.ttl);
+                            let every = (0..self.redlock.nodes()).collect();
+                            self.redlock.give_back(
+                                self.keys.clone(),
+                                token,
+                                self.options.ttl,
+                                every,
+                            );
                             Err(Error::Closed)
                         }
                     };
@@ -412,14 +452,14 @@ impl RedlockMutex {
                     if clean {
                         claim.keep();
                     }
-                    (remaining, split)
+                    (remaining, false, split)
                 }
                 Err(err) if err.is_transient() => {
                     if wait == Wait::NoWait || past_deadline() {
                         return Err(err);
                     }
                     observe::retrying(KIND, self.name(), &err, attempts == 1);
-                    (None, true)
+                    (None, true, false)
                 }
                 Err(err) => return Err(err),
             };
@@ -441,23 +481,47 @@ impl RedlockMutex {
             let Some(active) = watches.as_mut() else {
                 // Subscribe on every connected node, then re-check at once: a release in
                 // between would otherwise go unnoticed.
-                let mut subscribed = Vec::new();
-                for node in &self.redlock.inner.nodes {
-                    if let Some(client) = node.connected() {
-                        subscribed.push(client.notifier().watch(&self.keys.channel).await);
-                    }
-                }
-                watches = Some(subscribed);
+                // All at once, within what is left of the budget.
+                let budget = deadline.map_or(Duration::MAX, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                let subscribing = self
+                    .redlock
+                    .inner
+                    .nodes
+                    .iter()
+                    .filter_map(|node| node.connected())
+                    .map(|client| {
+                        tokio::time::timeout(budget, client.notifier().watch(&self.keys.channel))
+                    });
+                let subscribed = futures_util::future::join_all(subscribing).await;
+                watches = Some(subscribed.into_iter().flatten().collect());
                 continue;
             };
+            let budget_left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if split {
+                // Contenders split the votes: retry after a random delay (Redlock's rule,
+                // growing while they keep colliding), deaf to releases meanwhile: the
+                // give-backs of the split round announce releases, and woken by those the
+                // contenders would collide again at once, round after round.
+                let delay = rand::rng().random_range(Duration::ZERO..=split_delay);
+                split_delay = (split_delay * 2).min(SPLIT_DELAY.end);
+                tokio::time::sleep(delay.min(budget_left)).await;
+                continue;
+            }
             let live = active.iter().any(Watch::is_live);
-            // Contention split the votes, or nodes failed: retry after a random delay
-            // (Redlock's rule, so contenders do not collide again). Otherwise sleep until
-            // a release is announced or the holder's lease ends.
+            // Nodes failed: retry after a random, growing delay. Otherwise sleep until a
+            // release is announced or the holder's lease ends.
             let mut sleep = match (retry_soon || !live, remaining) {
                 (true, Some(remaining)) => jitter(poll).min(remaining + slack()),
                 (true, None) => jitter(poll),
-                (false, Some(remaining)) => remaining + slack(),
+                // Notified, but never longer than the backoff's bound: a wake goes to one
+                // waiter per client and node, and one that then loses a split vote does
+                // not pass it on (the others' give-backs announce again, but a waiter
+                // must not depend on that).
+                (false, Some(remaining)) => (remaining + slack()).min(self.options.backoff.max),
                 (false, None) => self.options.backoff.max,
             };
             if retry_soon || !live {
@@ -465,6 +529,10 @@ impl RedlockMutex {
             }
             if let Some(deadline) = deadline {
                 sleep = sleep.min(deadline.saturating_duration_since(Instant::now()));
+            }
+            if retry_soon {
+                tokio::time::sleep(sleep).await;
+                continue;
             }
             let mut woken: Vec<
                 std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>,
@@ -495,6 +563,8 @@ fn slack() -> Duration {
 struct Attempt<'a> {
     mutex: &'a RedlockMutex,
     token: String,
+    /// Nodes that answered without granting: nothing to give back there.
+    refused: Vec<usize>,
     armed: bool,
 }
 
@@ -503,6 +573,7 @@ impl<'a> Attempt<'a> {
         Attempt {
             mutex,
             token,
+            refused: Vec::new(),
             armed: true,
         }
     }
@@ -517,10 +588,14 @@ impl<'a> Attempt<'a> {
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if self.armed {
+            let targets = (0..self.mutex.redlock.nodes())
+                .filter(|node| !self.refused.contains(node))
+                .collect();
             self.mutex.redlock.give_back(
                 self.mutex.keys.clone(),
                 std::mem::take(&mut self.token),
                 self.mutex.options.ttl,
+                targets,
             );
         }
     }
@@ -643,6 +718,10 @@ struct HoldShared {
     cell: LeaseCell,
     /// The lease renewals and extends ask for, in milliseconds (an extend changes it).
     ttl_ms: std::sync::atomic::AtomicU64,
+    /// When the last successful round (grant, renewal or extend) started.
+    last_round: std::sync::Mutex<Instant>,
+    /// Wakes the renewal task after a manual extend, to plan from the new lease.
+    extended: tokio::sync::Notify,
     /// Held by a renewal round or a manual extend: they never interleave, so the last
     /// reply is the lease the nodes have.
     round: tokio::sync::Mutex<()>,
@@ -680,6 +759,8 @@ impl RedlockGuard {
         let shared = Arc::new(HoldShared {
             cell: lease::new_cell(lease::valid_until(sent, ttl)),
             ttl_ms: std::sync::atomic::AtomicU64::new(ttl.as_millis() as u64),
+            last_round: std::sync::Mutex::new(sent),
+            extended: tokio::sync::Notify::new(),
             round: tokio::sync::Mutex::new(()),
         });
         let renewal = match mutex.options.renewal {
@@ -763,12 +844,17 @@ impl RedlockGuard {
         lease::validate_ttl(ttl)?;
         self.mutex.redlock.validate_node_timeout(ttl)?;
         let _round = self.shared.round.lock().await;
-        match extend_on_quorum(&self.mutex.redlock, &self.mutex.keys, &self.token, ttl).await {
+        let sent = Instant::now();
+        let extended =
+            extend_on_quorum(&self.mutex.redlock, &self.mutex.keys, &self.token, ttl).await;
+        match extended {
             Ok(sent) => {
                 lease::renewed(&self.shared.cell, lease::valid_until(sent, ttl));
                 self.shared
                     .ttl_ms
                     .store(ttl.as_millis() as u64, std::sync::atomic::Ordering::Release);
+                *self.shared.last_round.lock().unwrap() = sent;
+                self.shared.extended.notify_one();
                 Ok(())
             }
             Err(err @ Error::Lost { .. }) => {
@@ -777,7 +863,12 @@ impl RedlockGuard {
                 }
                 Err(err)
             }
-            Err(err) => Err(err),
+            Err(err) => {
+                // Nodes that answered (or answer late) did set the new lease, which may be
+                // shorter than the old one: assume the shorter of the two.
+                lease::shortened(&self.shared.cell, lease::valid_until(sent, ttl));
+                Err(err)
+            }
         }
     }
 
@@ -807,10 +898,13 @@ impl RedlockGuard {
     }
 
     async fn stop_renewal(&mut self) {
-        if let Some(task) = self.renewal.take() {
-            // Taken so no round is on the wire when the task ends.
+        if self.renewal.is_some() {
+            // Taken so no round is on the wire when the task ends. The task is taken only
+            // then: if this future is dropped while waiting, the drop aborts it.
             let _round = self.shared.round.lock().await;
-            task.abort();
+            if let Some(task) = self.renewal.take() {
+                task.abort();
+            }
         }
     }
 }
@@ -832,6 +926,7 @@ impl Drop for RedlockGuard {
                         .ttl_ms
                         .load(std::sync::atomic::Ordering::Acquire),
                 ),
+                (0..self.mutex.redlock.nodes()).collect(),
             );
         }
     }
@@ -847,16 +942,24 @@ async fn renew(
     granted_at: Instant,
     hold_until: Option<Instant>,
 ) {
-    let mut last = granted_at;
+    let _ = granted_at;
     let mut failing = false;
     loop {
         let ttl = Duration::from_millis(shared.ttl_ms.load(std::sync::atomic::Ordering::Acquire));
+        let last = *shared.last_round.lock().unwrap();
         let due = if failing {
             Instant::now() + (ttl / 10).max(Duration::from_millis(5))
         } else {
             last + ttl / 3
         };
-        tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+            // A manual extend set a new lease: plan again from it.
+            _ = shared.extended.notified() => {
+                failing = false;
+                continue;
+            }
+        }
         let state = shared.cell.state();
         let now = Instant::now();
         if state.lost.is_some() || now >= state.valid_until {
@@ -870,7 +973,7 @@ async fn renew(
         match extend_on_quorum(&mutex.redlock, &mutex.keys, &token, ttl).await {
             Ok(sent) => {
                 lease::renewed(&shared.cell, lease::valid_until(sent, ttl));
-                last = sent;
+                *shared.last_round.lock().unwrap() = sent;
                 failing = false;
             }
             Err(Error::Lost { .. }) => {
