@@ -577,6 +577,16 @@ async fn one_deployment(
     Ok(rows)
 }
 
+/// Removes what an interrupted redlock scenario left on `masters` (fence counters never
+/// expire); best effort: a master that does not answer keeps them.
+pub async fn remove_redlock_keys(masters: &[String], client_prefix: &str) {
+    for master in masters {
+        if let Ok(raw) = Raw::single(master).await {
+            let _ = remove_keys(&raw, &own_keys(client_prefix)).await;
+        }
+    }
+}
+
 /// The patterns of every key a run of this process writes, under the client's prefix.
 fn own_keys(client_prefix: &str) -> [String; 2] {
     let own = format!("{client_prefix}dlock-bench:{}:", std::process::id());

@@ -1018,9 +1018,17 @@ async fn dispatch(
             json,
         } => acquire(locks, name, lease, kind, *json, cli.replication()).await,
         Command::Bench(args) => {
+            let redlock_masters = masters.clone();
             let work = bench::bench(locks, target, masters, args.clone());
             match interrupts {
-                Some(interrupts) => bench::until_signal(work, interrupts).await,
+                Some(interrupts) => {
+                    let outcome = bench::until_signal(work, interrupts).await;
+                    if matches!(outcome, Ok(code) if code > 128) {
+                        // Interrupted mid-scenario: its own clean-up did not run.
+                        bench::remove_redlock_keys(&redlock_masters, locks.prefix()).await;
+                    }
+                    outcome
+                }
                 None => work.await,
             }
         }

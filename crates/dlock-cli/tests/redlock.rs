@@ -552,3 +552,34 @@ fn bench_over_the_named_masters_runs_the_redlock_scenario_alone_and_cleans_up() 
         assert!(left.is_empty(), "left behind: {left:?}");
     }
 }
+
+#[test]
+fn a_bench_interrupted_mid_scenario_leaves_no_keys_on_the_masters() {
+    let servers = three_masters();
+    let urls = urls(&servers);
+    let mut bench = over(&urls)
+        .args(["bench", "--duration", "5s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the scenario has written its counters (fence keys never expire).
+    let mut written = false;
+    for _ in 0..300 {
+        let keys: Vec<String> = servers[0].cmd(&["KEYS", "*dlock-bench*"]);
+        if !keys.is_empty() {
+            written = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(written, "the scenario never wrote its keys");
+    // SAFETY: kill has no memory effects; the pid is the child this test started.
+    unsafe { libc::kill(bench.id() as i32, libc::SIGINT) };
+    let status = bench.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    for server in &servers {
+        let left: Vec<String> = server.cmd(&["KEYS", "*dlock-bench*"]);
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+}

@@ -155,6 +155,31 @@ async fn connecting_needs_a_majority_and_late_nodes_join_on_first_use() {
         Client::redlock(twice).await,
         Err(Error::InvalidArgument(_))
     ));
+    // One server under two names would vote twice.
+    let direct = masters.direct_urls();
+    let aliased = vec![
+        direct[0].clone(),
+        direct[0].replace("127.0.0.1", "localhost"),
+        direct[1].clone(),
+    ];
+    match Client::redlock(aliased).await {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("same Redis server"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    // A replica refuses every write: not a master.
+    let replica = dlock_testkit::RedisServer::start_with(ServerOptions {
+        extra_args: vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            masters.server(0).port().to_string(),
+        ],
+        ..ServerOptions::default()
+    });
+    let with_replica = vec![direct[1].clone(), direct[2].clone(), replica.url()];
+    match Client::redlock(with_replica).await {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("is a replica"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
     let replicas = LockOptions::default().replicas(1, Duration::from_millis(100));
     assert!(matches!(
         redlock.mutex_with("x", replicas),

@@ -30,6 +30,9 @@ use crate::options::LockOptions;
 
 pub use mutex::{RedlockGuard, RedlockMutex};
 
+/// How long connecting waits for the other masters once a majority is connected.
+const CONNECT_GRACE: Duration = Duration::from_millis(250);
+
 /// Most masters one Redlock spans (a larger majority only adds round trips).
 pub const MAX_NODES: usize = 15;
 
@@ -40,15 +43,58 @@ pub(crate) struct Node {
     pub(crate) label: String,
     builder: ClientBuilder,
     client: tokio::sync::OnceCell<Client>,
+    /// Every node's server (`run_id`) so far, shared by the nodes of one Redlock.
+    servers: Arc<StdMutex<HashMap<String, String>>>,
 }
 
 impl Node {
     /// The node's client, connecting it now if it was not connected yet.
     pub(crate) async fn client(&self) -> Result<Client> {
         self.client
-            .get_or_try_init(|| self.builder.clone().connect())
+            .get_or_try_init(|| async {
+                let client = self.builder.clone().connect().await?;
+                self.check_independent(&client).await?;
+                Ok(client)
+            })
             .await
             .cloned()
+    }
+
+    /// Refuses a server that another node already reaches (it would vote twice:
+    /// `localhost` and `127.0.0.1`, or two databases of one server) and a replica (it
+    /// refuses every write: a silent vote against). Such a node is never connected, so
+    /// it votes against every lock.
+    async fn check_independent(&self, client: &Client) -> Result<()> {
+        let info: String = match redis::cmd("INFO").query_async(&mut client.conn()).await {
+            Ok(info) => info,
+            Err(err) => return Err(Error::from_redis("INFO", err)),
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        if field("role") == Some("slave") {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a replica: it refuses writes, so it would vote against every lock; Redlock needs independent masters",
+                self.label
+            )));
+        }
+        if let Some(run_id) = field("run_id") {
+            let mut servers = self.servers.lock().unwrap();
+            match servers.get(run_id) {
+                Some(other) if *other != self.label => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{other} and {} are the same Redis server: it would vote twice; Redlock's masters must be independent servers",
+                        self.label
+                    )));
+                }
+                _ => {
+                    servers.insert(run_id.to_string(), self.label.clone());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The node's client if it is connected.
@@ -143,9 +189,11 @@ impl RedlockBuilder {
         self
     }
 
-    /// Connects to the masters. Returns as soon as a majority is connected; the others go
-    /// on connecting in the background, and are connected on first use otherwise (so a
-    /// node that is down now rejoins when it is back). Fails with [`Error::NoQuorum`] when
+    /// Connects to the masters. Returns once a majority is connected and the others had a
+    /// quarter of a second more; those still connecting go on in the background, and a
+    /// node that is down is connected on first use (so it rejoins when it is back). Two
+    /// URLs that reach one server, or a replica, are refused (a node found so only later
+    /// never votes for a lock). Fails with [`Error::NoQuorum`] when
     /// fewer than a majority can be reached, and with the node's own error for a
     /// configuration problem (wrong credentials, a server too old, a cluster node or
     /// sentinel given as a master) on a node that answered before the majority did; one
@@ -175,6 +223,7 @@ impl RedlockBuilder {
                 )));
             }
         }
+        let servers = Arc::new(StdMutex::new(HashMap::new()));
         let nodes: Vec<Node> = self
             .urls
             .iter()
@@ -182,6 +231,7 @@ impl RedlockBuilder {
                 label: crate::redact_url(url),
                 builder: self.template.clone().url(url),
                 client: tokio::sync::OnceCell::new(),
+                servers: servers.clone(),
             })
             .collect();
         let quorum = count / 2 + 1;
@@ -212,7 +262,18 @@ impl RedlockBuilder {
             })
             .collect();
         let (mut connected, mut failures) = (0, Vec::new());
-        while let Some((index, result)) = connecting.next().await {
+        // Past the majority, the others get a moment more: on a healthy network they
+        // answer within it, and a misconfigured one is said at once.
+        let mut grace: Option<tokio::time::Instant> = None;
+        loop {
+            let next = match grace {
+                None => connecting.next().await,
+                Some(until) => match tokio::time::timeout_at(until, connecting.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some((index, result)) = next else { break };
             let label = &redlock.inner.nodes[index].label;
             match result {
                 Ok(()) => connected += 1,
@@ -220,8 +281,8 @@ impl RedlockBuilder {
                 // Misconfiguration is never a vote: say so at once.
                 Err(err) => return Err(err),
             }
-            if connected >= quorum {
-                break;
+            if connected >= quorum && grace.is_none() {
+                grace = Some(tokio::time::Instant::now() + CONNECT_GRACE);
             }
         }
         if connected < quorum {
