@@ -43,8 +43,11 @@ pub(crate) struct Node {
     pub(crate) label: String,
     builder: ClientBuilder,
     client: tokio::sync::OnceCell<Client>,
-    /// Every node's server (`run_id`) so far, shared by the nodes of one Redlock.
-    servers: Arc<StdMutex<HashMap<String, String>>>,
+    /// This node's place among the Redlock's nodes.
+    index: usize,
+    /// Every node's server (`run_id`) so far, and which node reaches it; shared by the
+    /// nodes of one Redlock.
+    servers: Arc<StdMutex<HashMap<String, usize>>>,
 }
 
 impl Node {
@@ -67,7 +70,15 @@ impl Node {
     async fn check_independent(&self, client: &Client) -> Result<()> {
         let info: String = match redis::cmd("INFO").query_async(&mut client.conn()).await {
             Ok(info) => info,
-            Err(err) => return Err(Error::from_redis("INFO", err)),
+            Err(err) => match Error::from_redis("INFO", err) {
+                err @ (Error::Connection(_) | Error::Authentication(_)) => return Err(err),
+                // INFO not permitted (an ACL without @dangerous) or renamed: not checked,
+                // as at connect.
+                other => {
+                    tracing::debug!(node = %self.label, error = %other, "INFO refused; whether the Redlock node is an independent master is not checked");
+                    return Ok(());
+                }
+            },
         };
         let field = |name: &str| {
             info.lines()
@@ -83,14 +94,16 @@ impl Node {
         if let Some(run_id) = field("run_id") {
             let mut servers = self.servers.lock().unwrap();
             match servers.get(run_id) {
-                Some(other) if *other != self.label => {
+                Some(&other) if other != self.index => {
                     return Err(Error::InvalidArgument(format!(
-                        "{other} and {} are the same Redis server: it would vote twice; Redlock's masters must be independent servers",
+                        "Redlock nodes {} and {} ({}) are the same Redis server: it would vote twice; Redlock's masters must be independent servers",
+                        other + 1,
+                        self.index + 1,
                         self.label
                     )));
                 }
                 _ => {
-                    servers.insert(run_id.to_string(), self.label.clone());
+                    servers.insert(run_id.to_string(), self.index);
                 }
             }
         }
@@ -227,7 +240,9 @@ impl RedlockBuilder {
         let nodes: Vec<Node> = self
             .urls
             .iter()
-            .map(|url| Node {
+            .enumerate()
+            .map(|(index, url)| Node {
+                index,
                 label: crate::redact_url(url),
                 builder: self.template.clone().url(url),
                 client: tokio::sync::OnceCell::new(),

@@ -262,7 +262,11 @@ impl RedlockMutex {
                             tally.refused.push(index);
                         }
                         Ok(NodeReply::WrongType(what)) => {
-                            tally.refused.push(index);
+                            // Another kind at the lock key: nothing of ours there. (A bad
+                            // counter, "counter", can come with our own resent grant.)
+                            if what == "string" {
+                                tally.refused.push(index);
+                            }
                             tally.failures.push((
                             index,
                             Error::WrongType {
@@ -318,8 +322,11 @@ impl RedlockMutex {
         // with them the round could have been granted.
         let failed = tally.failures.len();
         let split = !tally.granted.is_empty() && !tally.busy.is_empty();
-        let busy =
-            tally.busy.len() > nodes - quorum || failed == 0 || (split && failed <= nodes - quorum);
+        // A majority that granted too late, or could not be fenced, is never "busy".
+        let busy = tally.granted.len() < quorum
+            && (tally.busy.len() > nodes - quorum
+                || failed == 0
+                || (split && failed <= nodes - quorum));
         if !busy {
             let configuration = tally
                 .failures
@@ -865,8 +872,10 @@ impl RedlockGuard {
             }
             Err(err) => {
                 // Nodes that answered (or answer late) did set the new lease, which may be
-                // shorter than the old one: assume the shorter of the two.
+                // shorter than the old one: assume the shorter of the two, and have the
+                // renewal plan from it.
                 lease::shortened(&self.shared.cell, lease::valid_until(sent, ttl));
+                self.shared.extended.notify_one();
                 Err(err)
             }
         }
@@ -947,10 +956,18 @@ async fn renew(
     loop {
         let ttl = Duration::from_millis(shared.ttl_ms.load(std::sync::atomic::Ordering::Acquire));
         let last = *shared.last_round.lock().unwrap();
+        let now = Instant::now();
+        // A third of the lease after the last round, and no later than a third of the
+        // way to the validity's end (which a failed shorter extend may have moved up).
+        let left = shared
+            .cell
+            .state()
+            .valid_until
+            .saturating_duration_since(now);
         let due = if failing {
-            Instant::now() + (ttl / 10).max(Duration::from_millis(5))
+            now + (ttl / 10).max(Duration::from_millis(5))
         } else {
-            last + ttl / 3
+            (last + ttl / 3).min(now + left / 3)
         };
         tokio::select! {
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
