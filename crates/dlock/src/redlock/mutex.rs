@@ -78,8 +78,6 @@ enum Outcome {
     Busy {
         remaining: Option<Duration>,
         split: bool,
-        /// Every node answered busy: nothing to give back.
-        clean: bool,
     },
 }
 
@@ -232,8 +230,7 @@ impl RedlockMutex {
     /// validity (fence raised where needed), or why not. Whatever was granted to a round
     /// that does not count is given back by the caller's [`Attempt`].
     async fn attempt(&self, claim: &mut Attempt<'_>) -> Result<Outcome> {
-        let token = claim.token.clone();
-        let token = token.as_str();
+        let token = claim.token.as_str();
         let ttl = self.options.ttl;
         let ttl_ms = ttl.as_millis() as u64;
         let (nodes, quorum) = (self.redlock.nodes(), self.quorum());
@@ -362,7 +359,6 @@ impl RedlockMutex {
         Ok(Outcome::Busy {
             remaining: tally.busy.iter().flatten().min().copied(),
             split: !tally.granted.is_empty(),
-            clean: claim.refused.len() == nodes,
         })
     }
 
@@ -451,16 +447,9 @@ impl RedlockMutex {
                         }
                     };
                 }
-                Ok(Outcome::Busy {
-                    remaining,
-                    split,
-                    clean,
-                }) => {
-                    if clean {
-                        claim.keep();
-                    }
-                    (remaining, false, split)
-                }
+                // Nodes that answered busy are skipped by the give-back: a round every
+                // node refused gives nothing back.
+                Ok(Outcome::Busy { remaining, split }) => (remaining, false, split),
                 Err(err) if err.is_transient() => {
                     if wait == Wait::NoWait || past_deadline() {
                         return Err(err);
@@ -776,7 +765,6 @@ impl RedlockGuard {
                 mutex.clone(),
                 token.clone(),
                 shared.clone(),
-                sent,
                 max_hold.and_then(|cap| sent.checked_add(cap)),
             ))),
         };
@@ -948,10 +936,8 @@ async fn renew(
     mutex: RedlockMutex,
     token: String,
     shared: Arc<HoldShared>,
-    granted_at: Instant,
     hold_until: Option<Instant>,
 ) {
-    let _ = granted_at;
     let mut failing = false;
     loop {
         let ttl = Duration::from_millis(shared.ttl_ms.load(std::sync::atomic::Ordering::Acquire));
