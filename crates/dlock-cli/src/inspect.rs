@@ -292,22 +292,10 @@ fn render_masters(locks: &[Across], nodes: usize, args: &InspectArgs, watching: 
                 })
             })
             .collect();
-        if watching {
-            let _ = writeln!(out, "{}", serde_json::Value::Array(objects));
-        } else {
-            for object in objects {
-                let _ = writeln!(out, "{object}");
-            }
-        }
-        return out;
+        return json_lines(objects, watching);
     }
     if watching {
-        let _ = write!(out, "\x1b[2J\x1b[H");
-        let _ = writeln!(
-            out,
-            "dlock inspect — {} (Ctrl-C to quit)\n",
-            utc(SystemTime::now())
-        );
+        watch_header(&mut out);
     }
     if locks.is_empty() {
         let _ = writeln!(out, "(no locks)");
@@ -397,28 +385,35 @@ fn holder_line(holder: &dlock::Holder) -> String {
 }
 
 /// The view of `locks`: a table, or JSON.
+/// JSON output: one object per line, or under `--watch` one array per refresh.
+fn json_lines(objects: Vec<serde_json::Value>, watching: bool) -> String {
+    if watching {
+        format!("{}\n", serde_json::Value::Array(objects))
+    } else {
+        objects.iter().map(|object| format!("{object}\n")).collect()
+    }
+}
+
+/// A live view's top: clear the screen, go home, say when.
+fn watch_header(out: &mut String) {
+    use std::fmt::Write;
+    let _ = write!(out, "\x1b[2J\x1b[H");
+    let _ = writeln!(
+        out,
+        "dlock inspect — {} (Ctrl-C to quit)\n",
+        utc(SystemTime::now())
+    );
+}
+
 fn render(locks: &[LockInfo], args: &InspectArgs, watching: bool) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     if args.json {
         let objects: Vec<serde_json::Value> = locks.iter().map(to_json).collect();
-        if watching {
-            let _ = writeln!(out, "{}", serde_json::Value::Array(objects));
-        } else {
-            for object in objects {
-                let _ = writeln!(out, "{object}");
-            }
-        }
-        return out;
+        return json_lines(objects, watching);
     }
     if watching {
-        // Clear the screen and go home: a live view.
-        let _ = write!(out, "\x1b[2J\x1b[H");
-        let _ = writeln!(
-            out,
-            "dlock inspect — {} (Ctrl-C to quit)\n",
-            utc(SystemTime::now())
-        );
+        watch_header(&mut out);
     }
     let _ = writeln!(
         out,
