@@ -812,6 +812,7 @@ impl Client {
         let found: String = DESCRIBE
             .call()
             .key(key)
+            .arg(wanted)
             .run(self)
             .await
             .unwrap_or_else(|_| "another type".to_string());

@@ -9,6 +9,9 @@ local function entry_parse(value)
 end
 
 local function entry_put(key, token, ends, data)
+  if type(data) == 'number' then
+    data = fmt(data) -- a fence: `..` would print it in 14 digits
+  end
   redis.call('HSET', key, 'h:' .. token, fmt(ends) .. '|' .. data)
 end
 

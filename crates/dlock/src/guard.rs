@@ -13,7 +13,8 @@ use crate::script::{lua_script, LuaScript};
 
 static HELD: LazyLock<LuaScript> =
     lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
-static FENCE: LazyLock<LuaScript> = lua_script!(bare "fence", "mutex/bare.lua", "mutex/fence.lua");
+static FENCE: LazyLock<LuaScript> =
+    lua_script!(bare "fence", "mutex/bare.lua", "fencing.lua", "mutex/fence.lua");
 
 /// Proof of holding a lock: a [`MutexGuard`](crate::MutexGuard), a
 /// [`ReentrantGuard`](crate::ReentrantGuard), a [`ReadGuard`](crate::ReadGuard) or
@@ -147,6 +148,11 @@ impl<R: RawLock> Guard<R> {
             if lease::declare_lost(&self.held.cell, LostReason::Released) {
                 crate::observe::lost(self.raw.hold_key().0, LostReason::Released);
             }
+        } else if matches!(extended, Err(Error::Lost { .. })) {
+            // The token is gone from Redis: the lost signal says so, as a renewal would.
+            if lease::declare_lost(&self.held.cell, LostReason::Taken) {
+                crate::observe::lost(self.raw.hold_key().0, LostReason::Taken);
+            }
         } else if extended.as_ref().is_err_and(Error::is_transient) {
             // A request whose reply was lost may have run, and set a lease shorter than
             // the old one: assume the shorter of the two.
@@ -218,6 +224,7 @@ async fn draw_fence<R: RawLock>(raw: &R, token: &str, held: &Held) -> Result<u64
         .call()
         .key(key)
         .key(fence_key)
+        .key(raw.core().keys.companion("fenced"))
         .arg(token)
         .run(raw.client())
         .await?;

@@ -237,11 +237,13 @@ pub(crate) fn shortened(cell: &LeaseCell, valid_until: Instant) {
     });
 }
 
-/// Declares the lease lost (the first reason sticks); true if this declared it.
+/// Declares the lease lost (the first reason sticks); true if this declared it. The
+/// validity ends now too, so `valid_until` and `remaining` agree with the signal.
 pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) -> bool {
     cell.update(|state| {
         if state.lost.is_none() {
             state.lost = Some(reason);
+            state.valid_until = state.valid_until.min(Instant::now());
             true
         } else {
             false

@@ -56,6 +56,7 @@ mod raw;
 pub mod redlock;
 pub mod reentrant;
 mod renew;
+mod resend_check;
 pub mod rwlock;
 mod script;
 pub mod semaphore;
@@ -80,6 +81,14 @@ pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use wait::{Backoff, Wait};
+
+/// A test hook, not part of the API: runs every script twice and checks the second run
+/// changes nothing (see `tests/resend.rs`).
+#[doc(hidden)]
+pub mod __resend_check {
+    pub use crate::resend_check::{enable, report, Report};
+    pub use crate::script::probe;
+}
 
 /// The README's Rust snippets, compiled as doc tests so they stay true.
 #[cfg(doctest)]

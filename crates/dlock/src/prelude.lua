@@ -17,10 +17,8 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+-- (fencing.lua comes first in every script with the prelude.)
+local now_us = clock_us
 
 local function now_ms()
   return math.floor(now_us() / 1000)
@@ -71,26 +69,31 @@ local function token_at(key)
   return call_on('string', 'GET', key)
 end
 
--- Draws the next fencing token. Counting comes first: if the counter is not a number,
--- nothing is granted.
+-- Draws the next fencing token (see fencing.lua). Counting comes first: if the counter
+-- cannot count, nothing is granted.
 local function next_fence(key)
-  local fence = redis.pcall('INCR', key)
-  if type(fence) == 'table' and fence.err then
-    if string.find(fence.err, 'not an integer', 1, true) or string.sub(fence.err, 1, 9) == 'WRONGTYPE' then
-      error(type_error(key, 'counter'))
-    end
-    error(fence)
+  local fence, problem = draw_fence(key)
+  if fence then
+    return fence
+  elseif problem == 'huge' then
+    error({err = 'DLOCKTYPE huge counter ' .. key})
+  elseif problem == 'counter' then
+    error(type_error(key, 'counter'))
   end
-  return fence
+  error(problem)
 end
 
 -- The last fencing token drawn (for a resent acquire of a string lock).
 local function last_fence(key)
-  local fence = tonumber(call_on('counter', 'GET', key))
-  if fence == nil then
+  local fence, problem = fence_counter(key)
+  if fence then
+    return fence
+  elseif problem == 'huge' then
+    error({err = 'DLOCKTYPE huge counter ' .. key})
+  elseif problem == 'counter' then
     error(type_error(key, 'counter'))
   end
-  return fence
+  error(problem)
 end
 
 -- The kind of dlock hash at `key` (false when the key does not exist); anything else that

@@ -5,6 +5,7 @@
 use crate::backend::Backend;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::resend_check;
 
 /// A script with the name its errors are reported under, in two forms: announcing
 /// releases with `PUBLISH`, and with `SPUBLISH` for a cluster's sharded pub/sub (the
@@ -21,8 +22,9 @@ pub(crate) struct LuaScript {
     grants: bool,
 }
 
-/// Builds a `LazyLock<LuaScript>` from the shared prelude and the given files (paths
-/// relative to `src/`), concatenated in order. `bare` leaves the prelude out, for a hot
+/// Builds a `LazyLock<LuaScript>` from the shared prelude (`fencing.lua`, `prelude.lua`)
+/// and the given files (paths relative to `src/`), concatenated in order. `bare` leaves
+/// the prelude out (a bare script that draws fences names `fencing.lua` itself), for a hot
 /// path whose script needs none of it (the prelude's helpers are defined on every call,
 /// about 0.5 µs of the server's time).
 macro_rules! lua_script {
@@ -30,13 +32,13 @@ macro_rules! lua_script {
         $crate::script::lua_script!(@lazy true, $name, concat!($($crate::script::lua_script!(@src $file)),+))
     };
     (grant $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@lazy true, $name, concat!($crate::script::lua_script!(@src "prelude.lua"), $($crate::script::lua_script!(@src $file)),+))
+        $crate::script::lua_script!(@lazy true, $name, concat!($crate::script::lua_script!(@src "fencing.lua"), $crate::script::lua_script!(@src "prelude.lua"), $($crate::script::lua_script!(@src $file)),+))
     };
     (bare $name:literal, $($file:literal),+ $(,)?) => {
         $crate::script::lua_script!(@lazy false, $name, concat!($($crate::script::lua_script!(@src $file)),+))
     };
     ($name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@lazy false, $name, concat!($crate::script::lua_script!(@src "prelude.lua"), $($crate::script::lua_script!(@src $file)),+))
+        $crate::script::lua_script!(@lazy false, $name, concat!($crate::script::lua_script!(@src "fencing.lua"), $crate::script::lua_script!(@src "prelude.lua"), $($crate::script::lua_script!(@src $file)),+))
     };
     (@src $file:literal) => {
         include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))
@@ -126,18 +128,34 @@ impl Call<'_> {
     /// Sends `request(by_hash)` on `conn`, and with the source when the server does not
     /// have the script yet (NOSCRIPT).
     async fn send<T: redis::FromRedisValue>(
+        &self,
         conn: &mut crate::backend::Connection,
         request: impl Fn(bool) -> redis::Pipeline,
     ) -> redis::RedisResult<T> {
-        let reply = match request(true).query_async(conn).await {
+        let reply = Self::send_once(conn, &request).await;
+        if reply.is_ok() && resend_check::enabled() {
+            // As a resend after a lost reply would: the same request again, which must
+            // change nothing.
+            let once = resend_check::snapshot(conn, &self.keys).await;
+            let _ = Self::send_once::<redis::Value>(conn, &request).await;
+            let twice = resend_check::snapshot(conn, &self.keys).await;
+            resend_check::compare(self.script.name, &once, &twice);
+        }
+        reply.map_err(one_server_error)
+    }
+
+    async fn send_once<T: redis::FromRedisValue>(
+        conn: &mut crate::backend::Connection,
+        request: &impl Fn(bool) -> redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        match request(true).query_async(conn).await {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
                 request(false).query_async(conn).await
             }
             reply => reply,
-        };
-        reply.map_err(one_server_error)
+        }
     }
 
     /// Runs the script on `backend`'s connection, as is (no `WAIT`): the renewer's batches.
@@ -145,12 +163,13 @@ impl Call<'_> {
         &self,
         backend: &Backend,
     ) -> redis::RedisResult<T> {
-        let (reply,): (T,) = Self::send(&mut backend.connection(), |by_hash| {
-            let mut pipeline = redis::pipe();
-            pipeline.add_command(self.eval(backend, by_hash));
-            pipeline
-        })
-        .await?;
+        let (reply,): (T,) = self
+            .send(&mut backend.connection(), |by_hash| {
+                let mut pipeline = redis::pipe();
+                pipeline.add_command(self.eval(backend, by_hash));
+                pipeline
+            })
+            .await?;
         Ok(reply)
     }
 
@@ -201,7 +220,7 @@ impl Call<'_> {
         backend: &Backend,
         replicas: crate::options::Replicas,
     ) -> redis::RedisResult<(redis::Value, u32)> {
-        Self::send(&mut backend.acknowledged().await?, |by_hash| {
+        self.send(&mut backend.acknowledged().await?, |by_hash| {
             let mut pipeline = redis::pipe();
             pipeline.add_command(self.eval(backend, by_hash));
             pipeline
@@ -212,6 +231,32 @@ impl Call<'_> {
         })
         .await
     }
+}
+
+/// Runs a script of the caller's (`source`, with the prelude) the way dlock runs its own,
+/// under the [resend check](crate::__resend_check) when it is enabled: the check's
+/// negative control, which shows it catches a script that is not safe to run twice.
+#[doc(hidden)]
+pub async fn probe(
+    client: &Client,
+    source: &str,
+    keys: &[&str],
+    args: &[&str],
+) -> Result<redis::Value> {
+    let source = format!(
+        "{}{}{source}",
+        include_str!("fencing.lua"),
+        include_str!("prelude.lua")
+    );
+    let script = LuaScript::new("probe", &source, false);
+    let mut call = script.call();
+    for key in keys {
+        call = call.key(*key);
+    }
+    for arg in args {
+        call = call.arg(*arg);
+    }
+    call.run(client).await
 }
 
 /// A pipeline's error wraps the failing command's own; with the script the only command
@@ -286,6 +331,7 @@ pub(crate) fn describe(kind: &str) -> String {
         }
         "counter" => "an integer fencing counter".into(),
         "text" => "a string that is not a number".into(),
+        "huge" => "a fencing counter at or beyond 2^53 (fences stay below it to stay exact)".into(),
         "queue" => "a dlock waiter queue (a sorted set)".into(),
         "reentrant" => "a dlock reentrant mutex".into(),
         "read" => "the read holds of a dlock read-write lock".into(),

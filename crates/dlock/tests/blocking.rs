@@ -70,7 +70,7 @@ fn timeouts_busy_and_release_on_drop() {
     let held: Option<String> = server.cmd(&["GET", "job"]);
     assert_eq!(held, None, "drop released before returning");
     let value = waiter.with_lock(|guard| guard.fence().unwrap()).unwrap();
-    assert_eq!(value, holder_fence + 1);
+    assert!(value > holder_fence);
 }
 
 #[test]

@@ -314,7 +314,10 @@ async fn a_resent_acquire_restarts_the_whole_lease_for_every_kind() {
             "{kind:?}: {left} ms left after the resend, not the full lease"
         );
         let fence: Option<i64> = server.cmd(&["GET", "{k}:fence"]);
-        let expected = if kind == Kind::Mutex { None } else { Some(1) };
+        let expected = match kind {
+            Kind::Mutex => None,
+            _ => first.get(1).copied(),
+        };
         assert_eq!(fence, expected, "{kind:?}: the resend drew no second fence");
     }
 }
@@ -691,4 +694,82 @@ async fn a_tls_handshake_against_a_plain_port_fails_fast_and_says_tls() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+/// A reentrant owner's `release_as` whose reply is lost: the resend on the new connection
+/// must not give back a second hold (before the fix it did, and the owner, with two
+/// guards, held nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_release_as_reply_gives_back_one_hold_only() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let mutex = client
+        .reentrant_mutex_with("twice", waiting(Duration::from_secs(1)))
+        .unwrap();
+    let owner = Owner::new();
+    let (outer, inner) = (
+        mutex.lock(&owner).await.unwrap(),
+        mutex.lock(&owner).await.unwrap(),
+    );
+    assert_eq!(mutex.release_as(&owner).await.unwrap(), 1); // warms the script up
+    let again = mutex.lock(&owner).await.unwrap();
+    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 2);
+    // The release script's reply (`:1`, the holds left) is lost with its connection.
+    proxy.drop_next_replies_where(1, |reply| reply == b":1\r\n");
+    let left = mutex.release_as(&owner).await;
+    assert_eq!(proxy.dropped(), 1, "the reply was not lost: {left:?}");
+    assert_eq!(
+        mutex.hold_count(&owner).await.unwrap(),
+        1,
+        "one release_as gave back two holds"
+    );
+    for guard in [outer, inner, again] {
+        let _ = guard.unlock().await;
+    }
+    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 0);
+}
+
+/// An operator's forced release whose reply is lost: the first run evicted the holder
+/// and woke the waiter, who got the lock; the resend must not evict the waiter too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_forced_release_reply_evicts_nobody_else() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let operator = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let users = Client::connect(&server.url()).await.unwrap();
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::Timeout(Duration::from_secs(20)));
+    let mutex = users.mutex_with("forced", options).unwrap();
+    let evicted = mutex.try_lock().await.unwrap();
+    assert_eq!(operator.force_release("nothing-here").await.unwrap(), None); // warm-up
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await; // the waiter is subscribed
+                                                          // The reply is lost with its connection, and the reconnection's replies are slow:
+                                                          // the woken waiter takes the lock before the resend runs.
+    proxy.delay_replies(Duration::from_millis(400));
+    proxy.drop_next_replies(1);
+    let fence = operator.force_release("forced").await.unwrap();
+    assert_eq!(proxy.dropped(), 1);
+    proxy.delay_replies(Duration::ZERO);
+    assert!(fence.is_some());
+    let granted = waiter.await.unwrap().unwrap();
+    assert!(
+        granted.is_held().await.unwrap(),
+        "the resent forced release evicted the waiter it let in"
+    );
+    assert!(matches!(evicted.unlock().await, Err(Error::Lost { .. })));
+    granted.unlock().await.unwrap();
 }

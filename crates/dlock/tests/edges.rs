@@ -540,3 +540,141 @@ async fn a_cancelled_wait_gives_back_even_before_its_script_is_loaded() {
         "cancelled wait left the lock held for {pttl} ms more"
     );
 }
+
+/// A release by token that does not say which kind took the lock (`dlock release NAME
+/// TOKEN`) wakes the waiters of the kind that did: the next fair waiter, the next queued
+/// writer, or the readers. Waiters here would otherwise sleep for a third of a 30 s waiter
+/// lease (fair, writers) or the old writer's 30 s lease (readers), past the 5 s the test
+/// gives them: they are granted within it only if the release woke them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_by_token_wakes_the_waiters_of_whatever_kind_took_the_lock() {
+    let server = RedisServer::start();
+    let holders = Client::connect(&server.url()).await.unwrap();
+    let waiters = Client::connect(&server.url()).await.unwrap();
+    let operator = Client::connect(&server.url()).await.unwrap();
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(30))
+        .waiter_lease(Duration::from_secs(30))
+        .backoff(Duration::from_secs(20), Duration::from_secs(20))
+        .wait(Wait::Timeout(Duration::from_secs(25)));
+    for case in ["fair", "writer", "reader"] {
+        let name = format!("by-token-{case}");
+        let token = match case {
+            "fair" => {
+                let mutex = holders.fair_mutex_with(&name, options).unwrap();
+                mutex.try_lock().await.unwrap().into_token()
+            }
+            _ => {
+                let lock = holders.rwlock_with(&name, options).unwrap();
+                lock.try_write().await.unwrap().into_token()
+            }
+        };
+        let waiting = {
+            let (waiters, name) = (waiters.clone(), name.clone());
+            tokio::spawn(async move {
+                match case {
+                    "fair" => {
+                        let mutex = waiters.fair_mutex_with(&name, options).unwrap();
+                        mutex.lock().await.map(|g| g.into_token())
+                    }
+                    "writer" => {
+                        let lock = waiters.rwlock_with(&name, options).unwrap();
+                        lock.write().await.map(|g| g.into_token())
+                    }
+                    _ => {
+                        // Two readers on one client: both must be let in.
+                        let lock = waiters.rwlock_with(&name, options).unwrap();
+                        let (me, you) = (Owner::new(), Owner::new());
+                        let (a, b) = tokio::join!(lock.read(&me), lock.read(&you));
+                        a.and(b).map(|g| g.into_token())
+                    }
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await; // queued and subscribed
+                                                              // The plain mutex's handle, as `dlock release` without --fair or --write uses.
+        let plain = operator.mutex(&name).unwrap();
+        plain.release_token(&token).await.unwrap();
+        let woken = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert!(
+            matches!(woken, Ok(Ok(Ok(_)))),
+            "{case}: the release did not wake the waiter: {woken:?}"
+        );
+    }
+    // A token of another kind is refused with the kind it found, not released.
+    let semaphore = holders
+        .semaphore_with("by-token-permit", 2, options)
+        .unwrap();
+    let permit = semaphore.try_acquire().await.unwrap();
+    let refused = operator
+        .mutex("by-token-permit")
+        .unwrap()
+        .release_token(permit.token())
+        .await;
+    assert!(
+        matches!(&refused, Err(dlock::Error::WrongType { what, .. }) if what.contains("semaphore")),
+        "{refused:?}"
+    );
+    assert!(permit.is_held().await.unwrap());
+}
+
+/// Once a hold is known lost, every view of the guard agrees: `remaining` is zero and
+/// `valid_until` has passed, whether a renewal, a fence draw or an extend found it gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_found_lost_reports_no_time_left_and_its_signal_fires() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client
+        .mutex_with("lost-views", fixed(Duration::from_secs(30)))
+        .unwrap();
+
+    // An extend that finds the token gone fires the lost signal.
+    let mut guard = mutex.try_lock().await.unwrap();
+    let _: i64 = server.cmd(&["DEL", "lost-views"]);
+    assert!(matches!(
+        guard.extend(Duration::from_secs(30)).await,
+        Err(dlock::Error::Lost { .. })
+    ));
+    assert_eq!(guard.lost_signal().lost(), Some(dlock::LostReason::Taken));
+    assert_eq!(guard.remaining(), Duration::ZERO);
+    assert!(guard.valid_until() <= Instant::now());
+    drop(guard);
+
+    // A fence draw that finds the token gone: the same.
+    let guard = mutex.try_lock().await.unwrap();
+    let _: () = server.cmd(&["SET", "lost-views", "someone-else"]);
+    assert!(matches!(
+        guard.fence().await,
+        Err(dlock::Error::Lost { .. })
+    ));
+    assert_eq!(guard.lost_signal().lost(), Some(dlock::LostReason::Taken));
+    assert_eq!(guard.remaining(), Duration::ZERO);
+}
+
+/// Fences stay below 2^53, where the scripts' numbers are exact: a counter at or past it
+/// is refused by name, and nothing is granted.
+#[tokio::test]
+async fn a_fencing_counter_past_2_pow_53_is_refused_and_grants_nothing() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let _: () = server.cmd(&["SET", "{huge}:fence", "9007199254740993"]);
+    let eager = client
+        .mutex_with("huge", fixed(Duration::from_secs(30)).fence_at_grant())
+        .unwrap();
+    let refused = eager.try_lock().await;
+    assert!(
+        matches!(&refused, Err(dlock::Error::WrongType { what, .. }) if what.contains("2^53")),
+        "{refused:?}"
+    );
+    let fair = client
+        .fair_mutex_with("huge", fixed(Duration::from_secs(30)))
+        .unwrap();
+    let refused = fair.try_lock().await;
+    assert!(
+        matches!(&refused, Err(dlock::Error::WrongType { what, .. }) if what.contains("2^53")),
+        "{refused:?}"
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "huge"]), 0, "nothing granted");
+    let counter: String = server.cmd(&["GET", "{huge}:fence"]);
+    assert_eq!(counter, "9007199254740993", "nothing drawn");
+}

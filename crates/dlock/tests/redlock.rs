@@ -578,8 +578,10 @@ fn schedule(seed: u64, grants: usize, nodes: usize) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// Runs `schedule` on `redlock` from counters set out of step; returns the first fence
-/// that did not exceed the one before it, as (grant, previous, fence).
+/// Runs `schedule` on `redlock` from counters set out of step, and ahead of the masters'
+/// clocks (so every fence is a counter's, not the clock floor's, and the raise round is
+/// what keeps them growing); returns the first fence that did not exceed the one before
+/// it, as (grant, previous, fence).
 async fn first_regression(
     masters: &IndependentMasters,
     redlock: &Redlock,
@@ -591,7 +593,7 @@ async fn first_regression(
         .unwrap();
     let fence_key = format!("{{{name}}}:fence");
     for i in 0..masters.len() {
-        let start = (i as u64 * 7919) % 5000;
+        let start = 4_000_000_000_000_000 + (i as u64 * 7919) % 5000;
         let _: () = masters
             .server(i)
             .cmd(&["SET", &fence_key, &start.to_string()]);
@@ -676,4 +678,49 @@ async fn a_node_restarted_without_persistence_is_the_documented_hole_and_aof_alw
     assert!(double_grant_after_restart(ServerOptions::default()).await);
     // With every write fsynced before it is acknowledged, the node comes back holding it.
     assert!(!double_grant_after_restart(ServerOptions::durable()).await);
+}
+
+/// A failed round's give-back must not overtake the round's own request on a node: here
+/// node 2 has lost its acquire script (SCRIPT FLUSH), so the round's acquire there is answered
+/// NOSCRIPT and sent again with the source; its replies are slow, so the round is decided
+/// (busy: nodes 0 and 1 are held by someone else) while that request is still out. A
+/// give-back sent meanwhile would find nothing, and the resent acquire would then hold
+/// node 2 for a whole lease under a token nobody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_waits_for_the_rounds_own_request_on_each_node() {
+    let masters = IndependentMasters::start(3);
+    let handle = redlock(&masters).await;
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::NoWait);
+    let mutex = handle.mutex_with("overtaken", options).unwrap();
+    // Warm up every node's scripts, then take them from node 2 only.
+    mutex.try_lock().await.unwrap().unlock().await.unwrap();
+    let _: () = masters.server(2).cmd(&["SCRIPT", "FLUSH"]);
+    // The release script is loaded again (a release by a token nobody holds), so only the
+    // acquire meets NOSCRIPT there.
+    assert!(matches!(
+        mutex.release_token("nobody").await,
+        Err(Error::Lost { .. })
+    ));
+    for node in [0, 1] {
+        let _: () = masters
+            .server(node)
+            .cmd(&["SET", mutex.key(), "someone-else", "PX", "30000"]);
+    }
+    masters.proxy(2).delay_replies(Duration::from_millis(300));
+    assert!(matches!(mutex.try_lock().await, Err(Error::Busy { .. })));
+    masters.proxy(2).delay_replies(Duration::ZERO);
+    // The round's request on node 2 ends after two delayed replies (NOSCRIPT, then the
+    // grant); its give-back follows it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let until = Instant::now() + Duration::from_secs(5);
+    while has_key(&masters, 2, mutex.key()) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !has_key(&masters, 2, mutex.key()),
+        "node 2 is held for a whole lease by a round that was given back"
+    );
+    handle.shutdown().await;
 }

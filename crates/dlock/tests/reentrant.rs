@@ -80,7 +80,7 @@ async fn other_owners_are_excluded_and_wrong_owner_releases_refused() {
     let fence = held.fence().await.unwrap();
     held.unlock().await.unwrap();
     let bobs = waiting.await.unwrap().unwrap();
-    assert_eq!(bobs.fence().await.unwrap(), fence + 1);
+    assert!(bobs.fence().await.unwrap() > fence);
     bobs.unlock().await.unwrap();
 }
 
@@ -97,7 +97,7 @@ async fn fencing_is_drawn_once_per_outermost_grant() {
     inner.unlock().await.unwrap();
     outer.unlock().await.unwrap();
     let again = mutex.try_lock(&owner).await.unwrap();
-    assert_eq!(again.fence().await.unwrap(), first_fence + 1);
+    assert!(again.fence().await.unwrap() > first_fence);
     let counter: u64 = server.cmd(&["GET", "{ledger}:fence"]);
     assert_eq!(counter, again.fence().await.unwrap());
 }
@@ -127,15 +127,17 @@ async fn a_resent_acquire_request_counts_once() {
                 .unwrap()
         }
     };
-    assert_eq!(call("req-1").await, vec![1, 1, 1]);
+    let first = call("req-1").await;
+    let fence = first[1];
+    assert_eq!(first, vec![1, fence, 1]);
     assert_eq!(
         call("req-1").await,
-        vec![1, 1, 1],
+        vec![1, fence, 1],
         "the resend is not a second hold"
     );
     assert_eq!(
         call("req-2").await,
-        vec![1, 1, 2],
+        vec![1, fence, 2],
         "a new request re-enters"
     );
 }

@@ -169,7 +169,7 @@ async fn with_lock_returns_the_value_and_releases() {
         })
         .await
         .unwrap();
-    assert_eq!(value, 10);
+    assert_eq!(value, mutex.last_fence().await.unwrap() * 10);
     let held: Option<String> = server.cmd(&["GET", "job"]);
     assert_eq!(held, None);
 }

@@ -26,16 +26,15 @@ async fn several_readers_hold_at_once_and_exclude_writers() {
     assert_eq!(lock.readers().await.unwrap(), 3, "three readers overlap");
     assert!(matches!(lock.try_write().await, Err(Error::Busy { .. })));
     let fences: Vec<u64> = guards.iter().map(|g| g.drawn_fence().unwrap()).collect();
-    assert_eq!(
-        fences,
-        vec![1, 2, 3],
-        "read grants draw from the fencing counter"
+    assert!(
+        fences.windows(2).all(|pair| pair[0] < pair[1]),
+        "read grants draw from the fencing counter: {fences:?}"
     );
     for guard in guards {
         guard.unlock().await.unwrap();
     }
     let writer = lock.try_write().await.unwrap();
-    assert_eq!(writer.fence().await.unwrap(), 4);
+    assert!(writer.fence().await.unwrap() > fences[2]);
     assert!(matches!(
         lock.try_read(&Owner::new()).await,
         Err(Error::Busy { .. })

@@ -102,7 +102,7 @@ async fn every_permit_has_its_own_token_fence_and_lost_signal() {
     let a = semaphore.try_acquire().await.unwrap();
     let b = semaphore.try_acquire().await.unwrap();
     assert_ne!(a.token(), b.token());
-    assert_eq!(b.fence().await.unwrap(), a.fence().await.unwrap() + 1);
+    assert!(b.fence().await.unwrap() > a.fence().await.unwrap());
     let _: i64 = server.cmd(&["HDEL", "pool", &format!("h:{}", a.token())]);
     let reason = tokio::time::timeout(Duration::from_secs(5), a.lost())
         .await

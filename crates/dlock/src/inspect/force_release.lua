@@ -1,12 +1,27 @@
 -- An operator's forced release: deletes whatever dlock lock (or another client's string
 -- lock) holds the name, whoever holds it, and draws a fencing token, so storage that
 -- checks fences refuses the evicted holder's writes from now on. Waiters are woken.
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases
--- ARGV[1] release channel, ARGV[2] wake channel prefix
+-- Each call carries a request id, and its outcome is kept for a minute under it: a resend
+-- whose first reply was lost answers that outcome and evicts nobody (the first run may
+-- have let a waiter in, who must not be evicted by the same operator call).
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases,
+-- KEYS[5] the record of the last forced release ('<request id>|<fence>')
+-- ARGV[1] release channel, ARGV[2] wake channel prefix, ARGV[3] request id
 -- Returns the new fencing token, or 0 when nothing held the name.
+local record = redis.pcall('GET', KEYS[5])
+if type(record) == 'string' then
+  local request, fence = string.match(record, '^(.*)|(%d+)$')
+  if request == ARGV[3] then
+    return tonumber(fence)
+  end
+end
+local function done(fence)
+  redis.call('SET', KEYS[5], ARGV[3] .. '|' .. fmt(fence), 'PX', 60000)
+  return fence
+end
 local found = redis.call('TYPE', KEYS[1]).ok
 if found == 'none' then
-  return 0
+  return done(0)
 end
 if found ~= 'string' and not (found == 'hash' and redis.call('HGET', KEYS[1], KIND)) then
   error(type_error(KEYS[1], 'lock'))
@@ -16,4 +31,4 @@ redis.call('DEL', KEYS[1])
 notify(ARGV[1], 'all')
 queue_purge(KEYS[3], KEYS[4], now_ms())
 wake(ARGV[2], queue_head(KEYS[3]))
-return fence
+return done(fence)

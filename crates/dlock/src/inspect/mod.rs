@@ -237,8 +237,11 @@ impl Client {
             .key(&keys.fence)
             .key(&queue.queue)
             .key(&queue.leases)
+            .key(keys.companion("forced"))
             .arg(&keys.channel)
             .arg(&queue.wake_prefix)
+            // The request id that makes a resend of this call a no-op.
+            .arg(crate::lease::new_token())
             .run(self)
             .await?;
         if fence > 0 {
@@ -250,11 +253,13 @@ impl Client {
 
 /// True for the companion keys dlock keeps beside a lock key (`{K}:fence`, queues).
 fn is_companion(key: &str) -> bool {
-    ["fence", "queue", "queue-leases"].iter().any(|suffix| {
-        key.strip_suffix(suffix)
-            .and_then(|base| base.strip_suffix(':'))
-            .is_some_and(|base| base.starts_with('{') && base.contains('}'))
-    })
+    ["fence", "fenced", "forced", "queue", "queue-leases"]
+        .iter()
+        .any(|suffix| {
+            key.strip_suffix(suffix)
+                .and_then(|base| base.strip_suffix(':'))
+                .is_some_and(|base| base.starts_with('{') && base.contains('}'))
+        })
 }
 
 #[cfg(test)]

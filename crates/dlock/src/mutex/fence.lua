@@ -2,19 +2,33 @@
 -- path is a bare SET NX), and only while that hold is still held: so it is larger than
 -- every fence an earlier holder drew (while it held) and smaller than every later
 -- holder's. Bare (no prelude): a caller that reads every fence runs this once per hold.
--- KEYS[1] lock key; KEYS[2] fencing counter; ARGV[1] token
+-- The drawn fence is recorded with the token (for the rest of the lease), so a resend
+-- whose first reply was lost answers the same fence and draws none.
+-- KEYS[1] lock key; KEYS[2] fencing counter; KEYS[3] the record of the last lazily drawn
+-- fence ('<token>|<fence>'); ARGV[1] token
 -- Returns the fence; 0 when the hold is no longer held (nothing drawn; also when another
--- kind holds the key now); -2 when the counter is not an integer (named by the caller).
+-- kind holds the key now); -2 when the counter cannot count (named by the caller).
 local current = redis.pcall('GET', KEYS[1])
 if refused(current) and not wrong_type(current) then
   return redis.error_reply(current.err)
 elseif current ~= ARGV[1] then
   return 0 -- expired, taken, or another kind holds the key now: not us
 end
-local fence = redis.pcall('INCR', KEYS[2])
-if counter_error(fence) then
+local record = redis.pcall('GET', KEYS[3])
+if type(record) == 'string' then
+  local holder, drawn = string.match(record, '^(.*)|(%d+)$')
+  if holder == ARGV[1] then
+    return tonumber(drawn)
+  end
+end
+local fence, outcome = draw_fence(KEYS[2])
+if refused(outcome) then
+  return redis.error_reply(outcome.err)
+elseif not fence then
   return -2
-elseif refused(fence) then
-  return redis.error_reply(fence.err)
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  redis.call('SET', KEYS[3], ARGV[1] .. '|' .. string.format('%.0f', fence), 'PX', pttl)
 end
 return fence

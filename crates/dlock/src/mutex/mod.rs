@@ -23,14 +23,23 @@ use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
-pub(crate) static ACQUIRE: LazyLock<LuaScript> =
-    lua_script!(grant bare "mutex acquire", "mutex/bare.lua", "mutex/acquire.lua");
+pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
+    grant bare "mutex acquire",
+    "mutex/bare.lua",
+    "fencing.lua",
+    "mutex/acquire.lua"
+);
 pub(crate) static RELEASE: LazyLock<LuaScript> =
     lua_script!(bare "mutex release", "mutex/bare.lua", "mutex/release.lua");
 static FAIR_ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
 static FAIR_RELEASE: LazyLock<LuaScript> =
     lua_script!("fair mutex release", "queue/queue.lua", "fair/release.lua");
+static RELEASE_TOKEN: LazyLock<LuaScript> = lua_script!(
+    "release by token",
+    "queue/queue.lua",
+    "mutex/release_token.lua"
+);
 
 /// Proof of holding a [`Mutex`] (plain or fair). See [`Guard`] for what every guard does.
 pub type MutexGuard = Guard<Mutex>;
@@ -162,7 +171,29 @@ impl Mutex {
     /// Releases the lock held with `token` (e.g. a token printed by `dlock acquire`).
     /// Fails with [`Error::Lost`] when that token no longer holds it; the current holder,
     /// if any, is untouched.
+    ///
+    /// The token may have been taken as a plain mutex, a fair mutex or a write lock (they
+    /// share the format): whoever waits for the name is woken the way they wait, the next
+    /// in the queue or the waiters on the release channel. A token of another kind
+    /// (a read hold, a permit, a reentrant hold) fails with [`Error::WrongType`].
     pub async fn release_token(&self, token: &str) -> Result<()> {
+        let queue = QueueKeys::new(&self.core.keys);
+        let released: i64 = RELEASE_TOKEN
+            .call()
+            .key(&self.core.keys.key)
+            .key(&queue.queue)
+            .key(&queue.leases)
+            .arg(token)
+            .arg(&self.core.keys.channel)
+            .arg(&queue.wake_prefix)
+            .run(&self.core.client)
+            .await?;
+        self.released(released).await
+    }
+
+    /// A guard's own release: its kind's script (the plain one is the raw
+    /// compare-and-delete; the fair one wakes only the next in line).
+    async fn release_hold(&self, token: &str) -> Result<()> {
         let released: i64 = match &self.queue {
             None => {
                 RELEASE
@@ -185,6 +216,11 @@ impl Mutex {
                     .await?
             }
         };
+        self.released(released).await
+    }
+
+    /// Reads a release script's reply.
+    async fn released(&self, released: i64) -> Result<()> {
         match released {
             1 => Ok(()),
             0 => Err(Error::Lost {
@@ -353,6 +389,6 @@ impl RawProtocol for Mutex {
     }
 
     async fn release(&self, token: &str) -> Result<()> {
-        self.release_token(token).await
+        self.release_hold(token).await
     }
 }

@@ -514,13 +514,16 @@ impl Redlock {
     /// [`Rest::Finish`] (an acquire, release or extend should reach every node that
     /// answers: a hold kept on all of them survives losing part of its quorum), or
     /// dropped with [`Rest::Drop`] (reads).
+    ///
+    /// Returns when each node's request ends (see [`RequestsEnd`]).
     pub(crate) async fn fan_out<T, F, Fut>(
         &self,
         timeout: Duration,
         rest: Rest,
         request: F,
         tally: impl FnMut(Vote<T>) -> bool,
-    ) where
+    ) -> RequestsEnd
+    where
         T: Send + 'static,
         F: Fn(Client) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
@@ -537,17 +540,23 @@ impl Redlock {
         rest: Rest,
         request: F,
         mut tally: impl FnMut(Vote<T>) -> bool,
-    ) where
+    ) -> RequestsEnd
+    where
         T: Send + 'static,
         F: Fn(Client) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
         let request = Arc::new(request);
+        let mut ends = Vec::new();
         let mut pending: FuturesUnordered<_> = targets
             .into_iter()
             .map(|index| {
                 let (this, request) = (self.clone(), request.clone());
+                let (ended, end) = tokio::sync::oneshot::channel::<()>();
+                ends.push((index, end));
                 async move {
+                    // Dropped when this node's request ends, however it ends.
+                    let _ended = ended;
                     let node = &this.inner.nodes[index];
                     let answer = tokio::time::timeout(timeout, async {
                         let client = node.client().await?;
@@ -564,9 +573,10 @@ impl Redlock {
                 if rest == Rest::Finish && !pending.is_empty() {
                     self.spawn_tracked(async move { while pending.next().await.is_some() {} });
                 }
-                return;
+                break;
             }
         }
+        RequestsEnd(ends)
     }
 
     /// Gives a hold back on every node (also those that seemed to fail: a lost reply may
@@ -623,18 +633,25 @@ impl Redlock {
     /// Gives a hold back in the background on `targets` (the nodes that may have granted
     /// it), retrying those that do not answer until its lease is over (after that there
     /// is nothing left to give back), or, once the handle is shut down, no more.
+    ///
+    /// A node's give-back waits until the round's own request there ended (`requests`):
+    /// sent before it, a give-back could overtake a request still connecting, or one
+    /// resent after NOSCRIPT, and the late grant would then hold that node for a whole
+    /// lease under a token nobody holds.
     pub(crate) fn give_back(
         &self,
         keys: Arc<crate::keys::LockKeys>,
         token: String,
         ttl: Duration,
         targets: Vec<usize>,
+        requests: RequestsEnd,
     ) {
         if targets.is_empty() {
             return;
         }
         let this = self.clone();
         self.spawn_tracked(async move {
+            requests.wait_for(&targets).await;
             let until = std::time::Instant::now() + ttl;
             let timeout = this.node_timeout(ttl).max(Duration::from_millis(200));
             let mut pause = Duration::from_millis(50);
@@ -703,6 +720,28 @@ pub(crate) enum Rest {
     Finish,
     /// Dropped.
     Drop,
+}
+
+/// When each node's request of a fan-out ends (answered, failed, or timed out and
+/// dropped): after that, nothing more of it is sent to that node.
+#[derive(Default)]
+pub(crate) struct RequestsEnd(Vec<(usize, tokio::sync::oneshot::Receiver<()>)>);
+
+impl RequestsEnd {
+    /// Waits until every request ended (each is bounded by its node timeout).
+    pub(crate) async fn wait_for_all(self) {
+        futures_util::future::join_all(self.0.into_iter().map(|(_, end)| end)).await;
+    }
+
+    /// Waits until the requests to `nodes` ended (each is bounded by its node timeout).
+    pub(crate) async fn wait_for(self, nodes: &[usize]) {
+        let ends = self
+            .0
+            .into_iter()
+            .filter(|(index, _)| nodes.contains(index))
+            .map(|(_, end)| end);
+        futures_util::future::join_all(ends).await;
+    }
 }
 
 /// What a release on every node found.

@@ -13,6 +13,12 @@
 //! later grant's majority meets that majority in a node where it could only be granted
 //! after our hold there ended, so after the raise: its increment there exceeds `m`, and
 //! so does its maximum. The common case (counters in step) costs no extra round trip.
+//!
+//! Fences have a clock floor (see `fencing.lua`): a node draws `max(counter + 1, its clock
+//! in µs)`. When `m` is a node's clock, no raise is needed: every later grant draws at
+//! least its node's clock at a later time, which exceeds `m` as long as the masters'
+//! clocks agree within the time between two grants (the floor's own assumption, in
+//! docs/decisions.md). So with counters behind the clocks, as they are, no grant raises.
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -30,8 +36,12 @@ use crate::options::{LockOptions, Renewal};
 use crate::script::{lua_script, LuaScript};
 use crate::wait::{jitter, Wait};
 
-static RAISE: LazyLock<LuaScript> =
-    lua_script!(bare "redlock fence raise", "mutex/bare.lua", "redlock/raise.lua");
+static RAISE: LazyLock<LuaScript> = lua_script!(
+    bare "redlock fence raise",
+    "mutex/bare.lua",
+    "fencing.lua",
+    "redlock/raise.lua"
+);
 
 /// The bounds of the random delay after a split vote: it starts at the first and doubles
 /// up to the second while contenders keep colliding.
@@ -86,6 +96,8 @@ enum Outcome {
 struct Tally {
     /// (node, counter) of every node that granted.
     granted: Vec<(usize, u64)>,
+    /// The largest fence that a node drew from its clock (the floor), if any.
+    clock_fence: Option<u64>,
     busy: Vec<Option<Duration>>,
     failures: Vec<(usize, Error)>,
     /// Nodes that answered without granting (held by another, another kind): nothing
@@ -238,7 +250,8 @@ impl RedlockMutex {
         let keys = &self.keys;
         let sent = Instant::now();
         let mut tally = Tally::default();
-        self.redlock
+        claim.requests = self
+            .redlock
             .fan_out(
                 timeout,
                 // The slower nodes' grants still land: the hold then lives on every node
@@ -253,7 +266,12 @@ impl RedlockMutex {
                 },
                 |(index, vote): Vote<Vec<i64>>| {
                     match vote.and_then(|reply| read_acquire(&reply)) {
-                        Ok(NodeReply::Granted(fence)) => tally.granted.push((index, fence)),
+                        Ok(NodeReply::Granted { fence, clock }) => {
+                            tally.granted.push((index, fence));
+                            if clock {
+                                tally.clock_fence = tally.clock_fence.max(Some(fence));
+                            }
+                        }
                         Ok(NodeReply::Busy(remaining)) => {
                             tally.busy.push(remaining);
                             tally.refused.push(index);
@@ -295,7 +313,9 @@ impl RedlockMutex {
             .await;
         claim.refused = std::mem::take(&mut tally.refused);
         if tally.granted.len() >= quorum {
-            let fence = self.settle_fence(token, &tally.granted).await;
+            let fence = self
+                .settle_fence(token, &tally.granted, tally.clock_fence)
+                .await;
             let valid = Instant::now() < lease::valid_until(sent, ttl);
             match fence {
                 Some(fence) if valid => return Ok(Outcome::Granted { fence, sent }),
@@ -363,11 +383,20 @@ impl RedlockMutex {
     }
 
     /// The grant's fence: the largest counter of the granting nodes, raised on enough of
-    /// them that a majority holds it. `None` when that majority cannot be made.
-    async fn settle_fence(&self, token: &str, granted: &[(usize, u64)]) -> Option<u64> {
+    /// them that a majority holds it, unless it is a node's clock (see the module docs).
+    /// `None` when that majority cannot be made.
+    async fn settle_fence(
+        &self,
+        token: &str,
+        granted: &[(usize, u64)],
+        clock_fence: Option<u64>,
+    ) -> Option<u64> {
         let fence = granted.iter().map(|&(_, fence)| fence).max()?;
         let in_step = granted.iter().filter(|&&(_, f)| f == fence).count();
-        if in_step >= self.quorum() || !self.redlock.inner.raise_fences {
+        if in_step >= self.quorum()
+            || clock_fence == Some(fence)
+            || !self.redlock.inner.raise_fences
+        {
             return Some(fence);
         }
         let behind: Vec<usize> = granted
@@ -430,8 +459,11 @@ impl RedlockMutex {
             let (remaining, retry_soon, split) = match outcome {
                 Ok(Outcome::Granted { fence, sent }) => {
                     let token = claim.keep();
-                    return match RedlockGuard::start(self.clone(), token.clone(), fence, sent) {
-                        Some(guard) => {
+                    let requests = std::mem::take(&mut claim.requests);
+                    let guard = RedlockGuard::start(self.clone(), token.clone(), fence, sent);
+                    return match guard {
+                        Some(mut guard) => {
+                            guard.requests = requests;
                             observe::acquired(KIND, self.name(), attempts, started.elapsed());
                             Ok(guard)
                         }
@@ -442,6 +474,7 @@ impl RedlockMutex {
                                 token,
                                 self.options.ttl,
                                 every,
+                                requests,
                             );
                             Err(Error::Closed)
                         }
@@ -561,6 +594,8 @@ struct Attempt<'a> {
     token: String,
     /// Nodes that answered without granting: nothing to give back there.
     refused: Vec<usize>,
+    /// When the round's requests end: a node's give-back waits for its request.
+    requests: super::RequestsEnd,
     armed: bool,
 }
 
@@ -570,6 +605,7 @@ impl<'a> Attempt<'a> {
             mutex,
             token,
             refused: Vec::new(),
+            requests: super::RequestsEnd::default(),
             armed: true,
         }
     }
@@ -592,13 +628,18 @@ impl Drop for Attempt<'_> {
                 std::mem::take(&mut self.token),
                 self.mutex.options.ttl,
                 targets,
+                std::mem::take(&mut self.requests),
             );
         }
     }
 }
 
 enum NodeReply {
-    Granted(u64),
+    /// Granted with `fence`; `clock`: the fence is the node's clock (the floor).
+    Granted {
+        fence: u64,
+        clock: bool,
+    },
     Busy(Option<Duration>),
     /// The lock key (`"string"`) or the counter (`"counter"`) holds another kind.
     WrongType(&'static str),
@@ -606,7 +647,10 @@ enum NodeReply {
 
 fn read_acquire(reply: &[i64]) -> Result<NodeReply> {
     match reply {
-        [1, fence] if *fence > 0 => Ok(NodeReply::Granted(*fence as u64)),
+        [1, fence, clock] if *fence > 0 => Ok(NodeReply::Granted {
+            fence: *fence as u64,
+            clock: *clock == 1,
+        }),
         [0, pttl] => Ok(NodeReply::Busy(
             (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64)),
         )),
@@ -624,6 +668,7 @@ async fn acquire_on(client: Client, keys: &LockKeys, token: &str, ttl_ms: u64) -
         .key(&keys.fence)
         .arg(token)
         .arg(ttl_ms)
+        .arg("1")
         .arg("1")
         .run(&client)
         .await
@@ -734,6 +779,9 @@ pub struct RedlockGuard {
     fence: u64,
     shared: Arc<HoldShared>,
     renewal: Option<tokio::task::JoinHandle<()>>,
+    /// When the granting round's requests end: a release waits for them, or a late
+    /// grant of that round on a slow node could land after it.
+    requests: super::RequestsEnd,
     hold_id: u64,
     done: bool,
 }
@@ -785,6 +833,7 @@ impl RedlockGuard {
             fence,
             shared,
             renewal,
+            requests: super::RequestsEnd::default(),
             hold_id,
             done: false,
         })
@@ -874,6 +923,7 @@ impl RedlockGuard {
     /// not answer (their copies end with the lease).
     pub async fn unlock(mut self) -> Result<()> {
         self.stop_renewal().await;
+        std::mem::take(&mut self.requests).wait_for_all().await;
         let released = self.mutex.release_token(&self.token).await;
         self.done = true;
         self.mutex.redlock.untrack_hold(self.hold_id);
@@ -924,6 +974,7 @@ impl Drop for RedlockGuard {
                         .load(std::sync::atomic::Ordering::Acquire),
                 ),
                 (0..self.mutex.redlock.nodes()).collect(),
+                std::mem::take(&mut self.requests),
             );
         }
     }

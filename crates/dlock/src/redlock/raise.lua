@@ -2,25 +2,28 @@
 -- grant chose (the largest counter among the granting nodes), only upward, and only
 -- while the hold is still ours here. A later grant's quorum meets every majority, so it
 -- meets a node raised here while we held it, and its own fence comes out larger.
--- Bare (no prelude): the common case (counters in step) never runs it.
+-- Bare (no prelude): the common case (the largest fence is a node's clock) never runs it.
+-- Counters and fences stay below 2^53 (fencing.lua), where Lua compares them exactly.
 -- KEYS[1] lock key; KEYS[2] fencing counter; ARGV[1] token; ARGV[2] the fence
 -- Returns 1 raised (or already that high), 0 the hold is not ours here (nothing touched),
--- -2 the counter is not an integer (named by the caller).
+-- -2 the counter cannot count, or the fence is out of range (named by the caller).
 local current = redis.pcall('GET', KEYS[1])
 if refused(current) and not wrong_type(current) then
   return redis.error_reply(current.err)
 elseif current ~= ARGV[1] then
   return 0
 end
-local last = redis.pcall('GET', KEYS[2])
-if refused(last) and not counter_error(last) then
-  return redis.error_reply(last.err)
-end
-last = not refused(last) and (last == false and 0 or tonumber(last))
-if not last then
+local last, problem = fence_counter(KEYS[2])
+if refused(problem) then
+  return redis.error_reply(problem.err)
+elseif not last then
   return -2
 end
-if last < tonumber(ARGV[2]) then
+local fence = string.match(ARGV[2], '^%d+$') and string.len(ARGV[2]) <= 16 and tonumber(ARGV[2])
+if not fence or fence >= FENCE_LIMIT then
+  return -2
+end
+if last < fence then
   redis.call('SET', KEYS[2], ARGV[2])
 end
 return 1

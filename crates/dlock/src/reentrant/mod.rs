@@ -104,9 +104,44 @@ impl ReentrantMutex {
     }
 
     /// Gives back one (any) hold of `owner` and returns the holds left. Fails with
-    /// [`Error::Lost`] when `owner` does not hold the lock (nothing is touched).
+    /// [`Error::Lost`] when `owner` does not hold the lock (nothing is touched), or when
+    /// the hold it picked was given back by its guard meanwhile.
+    ///
+    /// It reads which holds the owner has, then gives back exactly one of them by its
+    /// token: a release resent after a lost reply then finds that hold gone and gives back
+    /// no second one.
     pub async fn release_as(&self, owner: &Owner) -> Result<u32> {
-        self.release_hold(owner, "").await
+        let key = &self.core.keys.key;
+        let fields: redis::RedisResult<Vec<(String, String)>> = redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(&mut self.core.client.conn())
+            .await;
+        let fields = match fields {
+            Ok(fields) => fields,
+            Err(err) if err.code() == Some("WRONGTYPE") => {
+                return Err(self.core.client.wrong_type(key, "reentrant").await)
+            }
+            Err(err) => return Err(Error::from_redis("HGETALL", err)),
+        };
+        let field = |name: &str| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v);
+        match field("~kind").map(String::as_str) {
+            Some("reentrant") => {}
+            None if fields.is_empty() => {
+                return Err(Error::Lost {
+                    name: self.core.keys.name.clone(),
+                })
+            }
+            _ => return Err(self.core.client.wrong_type(key, "reentrant").await),
+        }
+        let hold = fields.iter().find_map(|(f, _)| f.strip_prefix("h:"));
+        match (field("owner").map(String::as_str), hold) {
+            (Some(holder), Some(hold)) if holder == owner.id() => {
+                self.release_hold(owner, hold).await
+            }
+            _ => Err(Error::Lost {
+                name: self.core.keys.name.clone(),
+            }),
+        }
     }
 
     async fn release_hold(&self, owner: &Owner, hold: &str) -> Result<u32> {

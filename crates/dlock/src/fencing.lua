@@ -1,0 +1,59 @@
+-- Drawing fencing tokens, for every kind (self-contained: bare scripts include it too).
+--
+-- A fence is max(counter + 1, the server's clock in microseconds): the counter keeps fences
+-- growing while Redis keeps its data, and the clock floor keeps them growing when it does
+-- not (a restart without persistence, a failover to a replica that missed the last
+-- increments, a Redlock majority of restarted nodes), as long as the servers' clocks move
+-- forward and agree within the time between two grants (docs/decisions.md). With the data
+-- kept, the floor never makes a fence smaller than the counter alone would.
+--
+-- Fences stay below 2^53: Lua's numbers are doubles, exact only up to there (the clock
+-- floor is about 2^51 until the year 2255).
+local FENCE_LIMIT = 9007199254740992
+
+-- The server's clock in microseconds.
+local function clock_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The counter at `key` as a number: 0 when it does not exist; nil and 'counter' when it is
+-- not an integer (or not a string), nil and 'huge' when it is at or beyond 2^53; nil and
+-- the error reply when the server refused the read.
+local function fence_counter(key)
+  local last = redis.pcall('GET', key)
+  if type(last) == 'table' and last.err then
+    if string.sub(last.err, 1, 9) == 'WRONGTYPE' then
+      return nil, 'counter'
+    end
+    return nil, last
+  end
+  if not last then
+    return 0
+  end
+  if not string.match(last, '^-?%d+$') then
+    return nil, 'counter'
+  end
+  local n = tonumber(last)
+  if string.len(last) > 16 or n >= FENCE_LIMIT - 1 then
+    return nil, 'huge'
+  end
+  return n
+end
+
+-- Draws the next fence at `key`: returns it and whether it is the clock (not the counter
+-- + 1), or nil and the reason (see fence_counter). Nothing is written unless a fence is
+-- drawn.
+local function draw_fence(key)
+  local last, problem = fence_counter(key)
+  if not last then
+    return nil, problem
+  end
+  local fence, clock = last + 1, clock_us()
+  local from_clock = clock > fence
+  if from_clock then
+    fence = clock
+  end
+  redis.call('SET', key, string.format('%.0f', fence))
+  return fence, from_clock
+end
