@@ -238,7 +238,11 @@ fn acquire_release_and_extend_from_a_shell() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["name"], "job");
     assert_eq!(json["ttl_ms"], 10_000);
-    assert_eq!(json["fence"], 1);
+    // The fence has the clock floor: at least the server's clock in µs (after 2020).
+    assert!(
+        json["fence"].as_u64().unwrap() > 1_577_836_800_000_000,
+        "{json}"
+    );
     let token = json["token"].as_str().unwrap().to_string();
     let stored: String = server.cmd(&["GET", "job"]);
     assert_eq!(stored, token, "left held after dlock exited");
@@ -276,7 +280,8 @@ fn acquire_release_and_extend_from_a_shell() {
     let text = String::from_utf8(plain.stdout).unwrap();
     let parts: Vec<&str> = text.split_whitespace().collect();
     assert_eq!(parts.len(), 2, "TOKEN FENCE");
-    assert_eq!(parts[1], "2");
+    let (first, second): (u64, u64) = (json["fence"].as_u64().unwrap(), parts[1].parse().unwrap());
+    assert!(second > first, "the fence grows: {first} then {second}");
 }
 
 #[test]

@@ -98,7 +98,13 @@ fn run_acquire_extend_release_and_inspect_over_three_masters() {
         "-c",
         &format!("n=0; {count}test $n -ge 2 && echo \"fence $DLOCK_FENCE\""),
     ]));
-    assert_eq!((code, stdout.as_str()), (0, "fence 1\n"), "{stderr}");
+    assert_eq!(code, 0, "{stderr}");
+    let first: u64 = stdout
+        .trim()
+        .strip_prefix("fence ")
+        .unwrap()
+        .parse()
+        .unwrap();
     for server in &servers {
         assert_eq!(holder(server, "job"), None, "released on every master");
     }
@@ -109,7 +115,8 @@ fn run_acquire_extend_release_and_inspect_over_three_masters() {
         .args(["acquire", "job", "--ttl", "20s"]));
     assert_eq!(code, 0, "{stderr}");
     let (token, fence) = stdout.trim().split_once(' ').unwrap();
-    assert_eq!(fence, "2", "the fence grows from grant to grant");
+    let fence: u64 = fence.parse().unwrap();
+    assert!(fence > first, "the fence grows from grant to grant");
     let holding: Vec<&RedisServer> = servers
         .iter()
         .filter(|server| holder(server, "job").as_deref() == Some(token))
@@ -127,7 +134,7 @@ fn run_acquire_extend_release_and_inspect_over_three_masters() {
     let short: String = token.rsplit('/').next().unwrap().chars().take(8).collect();
     assert_eq!(lock["holder"]["token_prefix"], short.as_str(), "{lock}");
     assert_eq!(lock["redlock"]["quorum"], 2, "{lock}");
-    assert_eq!(lock["last_fence"], 2, "{lock}");
+    assert_eq!(lock["last_fence"], fence, "{lock}");
     assert_eq!(lock["holder"]["masters"], holding.len(), "{lock}");
     let masters = lock["masters"].as_array().unwrap();
     assert_eq!(masters.len(), 3);
@@ -173,11 +180,8 @@ fn one_master_down_still_grants_renews_and_is_shown_unreachable() {
         "-c",
         "echo \"ran with fence $DLOCK_FENCE\"",
     ]));
-    assert_eq!(
-        (code, stdout.as_str()),
-        (0, "ran with fence 1\n"),
-        "{stderr}"
-    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("ran with fence "), "{stdout}");
 
     let (code, stdout, stderr) = run(over(&urls).args(["acquire", "job", "--ttl", "20s"]));
     assert_eq!(code, 0, "{stderr}");

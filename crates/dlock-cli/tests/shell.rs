@@ -391,7 +391,7 @@ fn every_kind_from_the_shell_and_inspect_as_json() {
             holder["remaining_ms"].as_u64().unwrap() > 50_000,
             "extended: {info}"
         );
-        assert_eq!(info["last_fence"], 1);
+        assert!(info["last_fence"].as_u64().unwrap() > 1, "{info}");
         let mut release = vec!["release", name, &token];
         release.extend_from_slice(kind);
         assert_eq!(code(dlock(&server).args(&release)), 0, "{name}");

@@ -24,7 +24,7 @@ EXPECTATIONS:
     safe       no two holds believed at once beyond the lock's limit (one; three for the
                semaphore of three), and fences only increase in grant order
     violation  a negative control: the checker must see the double grant, or the harness
-               itself would be blind
+               itself would be blind; fences must still only increase (the clock floor)
     pending    needs a feature that is not built yet (ok: null in --json)
     skipped    none of the --primitive kinds runs in it: redlock runs only in the
                redlock-* scenarios, every other kind only in the others (ok: null)

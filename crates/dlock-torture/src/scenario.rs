@@ -107,7 +107,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "server-restart-nopersist",
         expect: Expect::Violation,
-        about: "the same restart without persistence: the lock is forgotten while held (negative control)",
+        about: "the same restart without persistence: the lock is forgotten while held (negative control); fences keep growing by the clock floor",
         fault: Fault::ServerRestart,
         durable: false,
         acknowledged: false,
@@ -134,7 +134,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "redlock-restart-nopersist",
         expect: Expect::Violation,
-        about: "Redlock on 3 masters without persistence: right after a grant, C killed (the hold now on A and B only), B kill -9ed and restarted empty, C back empty: the waiter gets B and C while the holder believes (negative control)",
+        about: "Redlock on 3 masters without persistence: right after a grant, C killed (the hold now on A and B only), B kill -9ed and restarted empty, C back empty: the waiter gets B and C while the holder believes (negative control); fences keep growing by the clock floor",
         fault: Fault::Amnesia,
         durable: false,
         acknowledged: false,
@@ -152,7 +152,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "failover-no-ack",
         expect: Expect::Violation,
-        about: "Sentinel: the replica frozen while grants go on, the master killed, the replica promoted without the grants (negative control)",
+        about: "Sentinel: the replica frozen while grants go on, the master killed, the replica promoted without the grants (negative control); fences keep growing by the clock floor",
         fault: Fault::Failover,
         durable: false,
         acknowledged: false,
@@ -1147,28 +1147,21 @@ pub fn judge(
             problems.push(format!("no {kind} client ever held any lock"));
         }
     }
-    match scenario.expect {
-        Expect::Safe => {
-            if total.overlaps > 0 {
-                problems.push(format!("{} overlapping holds", total.overlaps));
-            }
-            if total.fence_regressions > 0 {
-                problems.push(format!("{} fences went backwards", total.fence_regressions));
-            }
-        }
-        Expect::Violation => {
-            // Each detector must fire on its own, or one of them could be blind unnoticed.
-            if total.overlaps == 0 {
-                problems.push(
-                    "the expected double grant was not seen: the overlap check would be blind"
-                        .into(),
-                );
-            }
-            let exclusive = config.primitives.iter().any(|p| p.exclusive());
-            if exclusive && total.fence_regressions == 0 {
-                problems.push("no fence went backwards: the fence check would be blind".into());
-            }
-        }
+    // Fences never go backwards, whatever the fault: where the lock itself is forgotten
+    // (the negative controls below), the clock floor keeps them growing. The fence
+    // check's own negative control is in check.rs's tests.
+    if total.fence_regressions > 0 {
+        problems.push(format!("{} fences went backwards", total.fence_regressions));
+    }
+    if scenario.expect == Expect::Safe && total.overlaps > 0 {
+        problems.push(format!("{} overlapping holds", total.overlaps));
+    }
+    // A negative control must show its double grant, or the overlap check could be blind
+    // unnoticed.
+    if scenario.expect == Expect::Violation && total.overlaps == 0 {
+        problems.push(
+            "the expected double grant was not seen: the overlap check would be blind".into(),
+        );
     }
     match scenario.fault {
         // Only exclusive kinds write (three permit holders legitimately interleave).
@@ -1338,5 +1331,32 @@ mod tests {
         // Begun before the outage, held into it.
         assert_eq!(judged(4_950), Vec::<String>::new());
         assert_eq!(judged(1_000).len(), 1);
+    }
+
+    /// A negative control must show its double grant, and no fence may go backwards in
+    /// it: the clock floor keeps fences growing where the lock itself was forgotten.
+    #[test]
+    fn a_negative_control_needs_its_overlap_and_no_fence_going_back() {
+        let judged = |second_fence, second_at| {
+            let mut events = one_hold(1_000);
+            events.extend(hold_of("redlock/lib-async-0.2", second_at, second_fence));
+            judge(
+                scenario("redlock-restart-nopersist"),
+                &redlock_config(),
+                &events,
+                &Faults::default(),
+                &HashMap::new(),
+            )
+            .problems
+        };
+        // Overlapping, fences growing: what the scenario expects.
+        assert_eq!(judged(2, 1_050), Vec::<String>::new());
+        // Overlapping, a fence going back: flagged.
+        assert_eq!(
+            judged(0, 1_050),
+            vec!["1 fences went backwards".to_string()]
+        );
+        // No overlap: the overlap check would be blind.
+        assert!(judged(2, 5_000)[0].contains("double grant was not seen"));
     }
 }
