@@ -83,9 +83,14 @@ impl<R: RawLock> Guard<R> {
     /// same lock. Pass it to storage that rejects writes with a smaller one than it has
     /// seen. (A reentrant or read hold reports its owner's outermost grant.)
     ///
+    /// It is `max(counter + 1, the server's clock in µs)`: the counter keeps fences
+    /// growing while Redis keeps its data, the clock floor when it does not (a restart
+    /// without persistence, a failover), as long as the servers' clocks move forward and
+    /// agree within the time between two grants. Always below 2^53.
+    ///
     /// Every kind but the plain mutex draws it with the grant, and this returns at once.
     /// A plain mutex draws it on the first call, by a script that checks the hold is
-    /// still ours and increments the lock's counter in one step: so the fence is drawn
+    /// still ours and draws from the lock's counter in one step: so the fence is drawn
     /// while held, and still orders grants (every earlier holder drew its own while it
     /// held, before this grant; every later one after). That costs one round trip, once
     /// per hold, and spares every acquire that never reads it the counter (see

@@ -6,12 +6,12 @@
 //! mutex's own: a Redlock mutex and a single-node mutex on the same name exclude each
 //! other on each node.
 //!
-//! **The fence.** Each granting node increments its own counter and returns it; the grant
+//! **The fence.** Each granting node draws from its own counter and returns it; the grant
 //! takes the largest, `m`. When fewer than a majority of nodes returned exactly `m`, a
 //! second round raises the counter to `m` (only upward, only where the hold is still
 //! ours) on enough granting nodes that a majority holds `m` before the grant counts. Any
 //! later grant's majority meets that majority in a node where it could only be granted
-//! after our hold there ended, so after the raise: its increment there exceeds `m`, and
+//! after our hold there ended, so after the raise: its draw there exceeds `m`, and
 //! so does its maximum. The common case (counters in step) costs no extra round trip.
 //!
 //! Fences have a clock floor (see `fencing.lua`): a node draws `max(counter + 1, its clock
