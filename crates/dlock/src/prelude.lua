@@ -69,10 +69,8 @@ local function token_at(key)
   return call_on('string', 'GET', key)
 end
 
--- Draws the next fencing token (see fencing.lua). Counting comes first: if the counter
--- cannot count, nothing is granted.
-local function next_fence(key)
-  local fence, problem = draw_fence(key)
+-- A fence, or the error for why the counter at `key` gave none (see fencing.lua).
+local function fence_or_raise(key, fence, problem)
   if fence then
     return fence
   elseif problem == 'huge' then
@@ -83,17 +81,15 @@ local function next_fence(key)
   error(problem)
 end
 
+-- Draws the next fencing token (see fencing.lua). Counting comes first: if the counter
+-- cannot count, nothing is granted.
+local function next_fence(key)
+  return fence_or_raise(key, draw_fence(key))
+end
+
 -- The last fencing token drawn (for a resent acquire of a string lock).
 local function last_fence(key)
-  local fence, problem = fence_counter(key)
-  if fence then
-    return fence
-  elseif problem == 'huge' then
-    error({err = 'DLOCKTYPE huge counter ' .. key})
-  elseif problem == 'counter' then
-    error(type_error(key, 'counter'))
-  end
-  error(problem)
+  return fence_or_raise(key, fence_counter(key))
 end
 
 -- The kind of dlock hash at `key` (false when the key does not exist); anything else that

@@ -143,18 +143,24 @@ async fn single_node(client: &Client, server: &RedisServer) {
     let _ = server;
 }
 
-/// Redlock over three masters, with one counter far ahead of the clock so that the
-/// largest fence is a counter's and the raise round runs.
+/// Redlock over three masters, with counters out of step and ahead of the clocks, so that
+/// whichever two nodes make the quorum, the largest fence is a counter's and the raise
+/// round runs.
 async fn redlock(masters: &IndependentMasters) {
     let redlock = Client::redlock(masters.urls()).await.unwrap();
-    let _: () = masters.cmd_on(0, &["SET", "{red}:fence", "5000000000000000"]);
+    const AHEAD: u64 = 5_000_000_000_000_000;
+    for node in 0..3 {
+        let counter = (AHEAD - 10 * node as u64).to_string();
+        let _: () = masters.cmd_on(node, &["SET", "{red}:fence", &counter]);
+    }
     let mutex = redlock.mutex_with("red", manual(20_000)).unwrap();
     let guard = mutex.try_lock().await.unwrap();
-    assert_eq!(guard.fence(), 5_000_000_000_000_001);
+    let fence = guard.fence();
+    assert!(fence > AHEAD - 20, "{fence}");
     // Raised where needed for a majority to hold it (a node answering late may not be).
     let raised = (0..3)
         .filter(|&node| {
-            masters.cmd_on::<String>(node, &["GET", "{red}:fence"]) == "5000000000000001"
+            masters.cmd_on::<String>(node, &["GET", "{red}:fence"]) == fence.to_string()
         })
         .count();
     assert!(raised >= 2, "{raised} nodes hold the fence");

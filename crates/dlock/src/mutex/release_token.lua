@@ -11,11 +11,5 @@ if token_at(KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-queue_purge(KEYS[2], KEYS[3], now_ms())
-local head = queue_head(KEYS[2])
-if head then
-  wake(ARGV[3], head)
-else
-  notify(ARGV[2], 'all')
-end
+wake_after_exclusive(KEYS[2], KEYS[3], ARGV[3], ARGV[2])
 return 1

@@ -53,6 +53,18 @@ local function queue_head(queue)
   return call_on('queue', 'ZRANGE', queue, 0, 0)[1]
 end
 
+-- After an exclusive hold ended: wakes the next in the queue (a fair waiter or a writer)
+-- if there is one, else every waiter on `channel` (mutex waiters, readers).
+local function wake_after_exclusive(queue, leases, prefix, channel)
+  queue_purge(queue, leases, now_ms())
+  local head = queue_head(queue)
+  if head then
+    notify(prefix .. head, 'one')
+  else
+    notify(channel, 'all')
+  end
+end
+
 -- Wakes exactly one waiter on its own channel.
 local function wake(prefix, waiter)
   if waiter then

@@ -6,11 +6,5 @@ if rw_state(KEYS[1]) ~= 'write' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-queue_purge(KEYS[3], KEYS[4], now_ms())
-local head = queue_head(KEYS[3])
-if head then
-  wake(ARGV[2], head)
-else
-  notify(ARGV[3], 'all')
-end
+wake_after_exclusive(KEYS[3], KEYS[4], ARGV[2], ARGV[3])
 return 1
