@@ -134,7 +134,9 @@ fn run_acquire_extend_release_and_inspect_over_three_masters() {
     let short: String = token.rsplit('/').next().unwrap().chars().take(8).collect();
     assert_eq!(lock["holder"]["token_prefix"], short.as_str(), "{lock}");
     assert_eq!(lock["redlock"]["quorum"], 2, "{lock}");
-    assert_eq!(lock["last_fence"], fence, "{lock}");
+    // At least the grant's fence: a master that granted after the quorum decided drew
+    // its own (its clock, a little later).
+    assert!(lock["last_fence"].as_u64().unwrap() >= fence, "{lock}");
     assert_eq!(lock["holder"]["masters"], holding.len(), "{lock}");
     let masters = lock["masters"].as_array().unwrap();
     assert_eq!(masters.len(), 3);

@@ -454,7 +454,12 @@ impl Redlock {
             let this = self.clone();
             async move {
                 let _ = this
-                    .release_everywhere(&hold.key, &hold.token, Duration::from_secs(1))
+                    .release_everywhere(
+                        &hold.key,
+                        &hold.token,
+                        Duration::from_secs(1),
+                        RequestsEnd::default(),
+                    )
                     .await;
             }
         });
@@ -528,14 +533,17 @@ impl Redlock {
         F: Fn(Client) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
-        self.fan_out_to(0..self.inner.nodes.len(), timeout, rest, request, tally)
+        let every = 0..self.inner.nodes.len();
+        self.fan_out_to(every, RequestsEnd::default(), timeout, rest, request, tally)
             .await
     }
 
-    /// [`Redlock::fan_out`] to the nodes `targets` only.
+    /// [`Redlock::fan_out`] to the nodes `targets` only, each request sent only once the
+    /// earlier request to its node in `after` ended (see [`Redlock::give_back`]).
     pub(crate) async fn fan_out_to<T, F, Fut>(
         &self,
         targets: impl IntoIterator<Item = usize>,
+        after: RequestsEnd,
         timeout: Duration,
         rest: Rest,
         request: F,
@@ -547,6 +555,7 @@ impl Redlock {
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
         let request = Arc::new(request);
+        let mut after = after.0;
         let mut ends = Vec::new();
         let mut pending: FuturesUnordered<_> = targets
             .into_iter()
@@ -554,9 +563,17 @@ impl Redlock {
                 let (this, request) = (self.clone(), request.clone());
                 let (ended, end) = tokio::sync::oneshot::channel::<()>();
                 ends.push((index, end));
+                let earlier = after
+                    .iter()
+                    .position(|(node, _)| *node == index)
+                    .map(|at| after.swap_remove(at).1);
                 async move {
                     // Dropped when this node's request ends, however it ends.
                     let _ended = ended;
+                    if let Some(earlier) = earlier {
+                        // Bounded by the earlier request's own node timeout.
+                        let _ = earlier.await;
+                    }
                     let node = &this.inner.nodes[index];
                     let answer = tokio::time::timeout(timeout, async {
                         let client = node.client().await?;
@@ -582,13 +599,16 @@ impl Redlock {
     /// Gives a hold back on every node (also those that seemed to fail: a lost reply may
     /// hide a grant). Returns how many released it and the nodes that did not answer, once
     /// every node answered or timed out.
+    ///
+    /// On each node, the release is sent once the request of `after` there ended.
     pub(crate) async fn release_everywhere(
         &self,
         keys: &crate::keys::LockKeys,
         token: &str,
         timeout: Duration,
+        after: RequestsEnd,
     ) -> Releases {
-        self.release_on(0..self.inner.nodes.len(), keys, token, timeout)
+        self.release_on(0..self.inner.nodes.len(), after, keys, token, timeout)
             .await
     }
 
@@ -596,6 +616,7 @@ impl Redlock {
     async fn release_on(
         &self,
         targets: impl IntoIterator<Item = usize>,
+        after: RequestsEnd,
         keys: &crate::keys::LockKeys,
         token: &str,
         timeout: Duration,
@@ -604,6 +625,7 @@ impl Redlock {
         let (keys, token) = (Arc::new(keys.clone()), Arc::<str>::from(token));
         self.fan_out_to(
             targets,
+            after,
             timeout,
             Rest::Finish,
             move |client| {
@@ -651,14 +673,14 @@ impl Redlock {
         }
         let this = self.clone();
         self.spawn_tracked(async move {
-            requests.wait_for(&targets).await;
+            let mut after = requests;
             let until = std::time::Instant::now() + ttl;
             let timeout = this.node_timeout(ttl).max(Duration::from_millis(200));
             let mut pause = Duration::from_millis(50);
             let mut targets = targets;
             loop {
                 targets = this
-                    .release_on(targets, &keys, &token, timeout)
+                    .release_on(targets, std::mem::take(&mut after), &keys, &token, timeout)
                     .await
                     .failed;
                 if targets.is_empty()
@@ -726,23 +748,6 @@ pub(crate) enum Rest {
 /// dropped): after that, nothing more of it is sent to that node.
 #[derive(Default)]
 pub(crate) struct RequestsEnd(Vec<(usize, tokio::sync::oneshot::Receiver<()>)>);
-
-impl RequestsEnd {
-    /// Waits until every request ended (each is bounded by its node timeout).
-    pub(crate) async fn wait_for_all(self) {
-        futures_util::future::join_all(self.0.into_iter().map(|(_, end)| end)).await;
-    }
-
-    /// Waits until the requests to `nodes` ended (each is bounded by its node timeout).
-    pub(crate) async fn wait_for(self, nodes: &[usize]) {
-        let ends = self
-            .0
-            .into_iter()
-            .filter(|(index, _)| nodes.contains(index))
-            .map(|(_, end)| end);
-        futures_util::future::join_all(ends).await;
-    }
-}
 
 /// What a release on every node found.
 #[derive(Debug, Default)]

@@ -157,10 +157,17 @@ impl RedlockMutex {
     /// node held it, and with [`Error::NoQuorum`] when it cannot be told (too many nodes
     /// did not answer; their copies end with the lease).
     pub async fn release_token(&self, token: &str) -> Result<()> {
+        self.release_after(token, super::RequestsEnd::default())
+            .await
+    }
+
+    /// [`release_token`](Self::release_token), each node's release sent once the
+    /// request of `after` there ended.
+    async fn release_after(&self, token: &str, after: super::RequestsEnd) -> Result<()> {
         let timeout = self.redlock.node_timeout(self.options.ttl);
         let outcome = self
             .redlock
-            .release_everywhere(&self.keys, token, timeout)
+            .release_everywhere(&self.keys, token, timeout, after)
             .await;
         let nodes = self.redlock.nodes();
         if outcome.released > 0 && outcome.released + outcome.failures.len() >= self.quorum() {
@@ -923,8 +930,8 @@ impl RedlockGuard {
     /// not answer (their copies end with the lease).
     pub async fn unlock(mut self) -> Result<()> {
         self.stop_renewal().await;
-        std::mem::take(&mut self.requests).wait_for_all().await;
-        let released = self.mutex.release_token(&self.token).await;
+        let after = std::mem::take(&mut self.requests);
+        let released = self.mutex.release_after(&self.token, after).await;
         self.done = true;
         self.mutex.redlock.untrack_hold(self.hold_id);
         if released.is_ok() {
