@@ -193,11 +193,12 @@ enum Command {
     /// several --redis masters (or --spawn's five), Redlock over them vs over the first
     Bench(bench::BenchArgs),
     /// Internal: the watchdog of `run` that kills the command's process group when dlock dies
+    /// or stops renewing (--terminal: dlock's process group, given the terminal back)
     #[command(name = "__watch-group", hide = true)]
     WatchGroup {
         pgid: i32,
         #[arg(long)]
-        terminal: bool,
+        terminal: Option<i32>,
     },
 }
 

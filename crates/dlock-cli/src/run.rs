@@ -61,6 +61,15 @@ HOW IT WORKS:
     back anything the wait may hold (a queue place, a grant racing the signal) and exits
     128+N.
 
+    Stops. A stop of CMD from outside (kill -STOP, a debugger, a freezer of CMD alone)
+    keeps the lock: dlock goes on renewing, and exits with CMD's code when CMD is
+    continued and ends. Ctrl-Z in a terminal suspends dlock with CMD (job control); on fg
+    CMD goes on if the lease is still valid, and is killed (exit 70) if it ended. If dlock
+    itself is stopped or frozen past the lease, its watchdog (a process of its own) kills
+    CMD's group before the lease can pass on, so CMD never runs a step without the lock,
+    whoever continues it; dlock exits 70 when it is continued. Only a freeze of everything
+    at once (dlock, its watchdog and CMD) leaves CMD a moment after the thaw.
+
     With several --redis URLs (Redlock), the lock is granted when a majority of the
     masters grant it within its lease, and every renewal needs a majority too: a renewal
     that finds the lock gone from a majority is a lost lock, one that cannot reach a
@@ -121,6 +130,19 @@ pub async fn run(
     };
     let outcome = supervise(&mut child, &group, &guard, &mut signals, &args, kill_after).await;
     match outcome {
+        Supervised::Exited(status)
+            if status.signal() == Some(libc::SIGKILL) && guard.lost_signal().lost().is_some() =>
+        {
+            // The watchdog killed it: dlock itself was stopped or frozen past the lease
+            // (or the command was killed as the lease ended).
+            group.finish();
+            drop(guard);
+            eprintln!(
+                "dlock: the lock {:?} was lost while dlock could not renew it (stopped or frozen past --ttl); the command was killed so it could not run without the lock\n  hint: do not stop dlock itself (stopping the command alone keeps the lock), or use a longer --ttl",
+                args.name
+            );
+            Ok(exit::LOST)
+        }
         Supervised::Exited(status) => {
             let had_terminal = group.had_terminal();
             group.finish();
@@ -153,6 +175,10 @@ pub async fn run(
             match why {
                 Why::Lost(reason) => eprintln!(
                     "dlock: lost the lock {:?} ({reason}); the command was stopped\n  hint: check Redis availability, use a longer --ttl, or see whether an operator released it (dlock release --force)",
+                    args.name
+                ),
+                Why::SuspendedPastLease => eprintln!(
+                    "dlock: the lock {:?} was lost while the job was suspended (Ctrl-Z) past its lease; the command was killed instead of continued\n  hint: resume (fg) within --ttl, or use a longer --ttl",
                     args.name
                 ),
                 Why::RenewalFailing => eprintln!(
@@ -230,6 +256,8 @@ pub fn check(args: &RunArgs) -> dlock::Result<()> {
 enum Why {
     Lost(LostReason),
     RenewalFailing,
+    /// dlock was suspended with the command (Ctrl-Z) past the lease.
+    SuspendedPastLease,
 }
 
 enum Supervised {
@@ -257,8 +285,15 @@ async fn supervise(
     if let Some(pid) = child.id() {
         tree::watch_stops(pid as libc::pid_t, stops_tx);
     }
+    let mut reported = None;
     loop {
         let valid_until = lost.valid_until();
+        if reported != Some(valid_until) {
+            // The watchdog kills the command if dlock itself cannot act by then (stopped,
+            // frozen): a little after dlock's own SIGKILL would have landed.
+            group.must_end_by(valid_until.checked_sub(slack / 2).unwrap_or(valid_until));
+            reported = Some(valid_until);
+        }
         let stop_at = valid_until
             .checked_sub(kill_after + slack)
             .unwrap_or_else(Instant::now);
@@ -277,7 +312,21 @@ async fn supervise(
                 }
             }
             signal = signals.next() => group.signal(signal),
-            Some(()) = stops.recv() => group.suspended(),
+            Some(stop) = stops.recv() => {
+                if !group.is_job_control(stop) {
+                    // Stopped from outside (SIGSTOP by an operator, a debugger, a
+                    // freezer): the paused command is still the holder; keep renewing.
+                    tracing::info!(signal = stop, "the command was stopped; the lock stays held while it is");
+                    continue;
+                }
+                // Ctrl-Z: the shell gets control until `fg` or `bg`.
+                group.suspended();
+                if lost.lost().is_some() {
+                    // Suspended past the lease: the command must not run another step.
+                    return Supervised::Stop { why: Why::SuspendedPastLease, kill_at: Instant::now() };
+                }
+                group.resume();
+            }
         }
     }
 }

@@ -4,16 +4,22 @@
 //! process it started (that stayed in the group), and a signal dlock forwards reaches each
 //! of them exactly once: the terminal's Ctrl-C goes to dlock's group (or, when dlock runs
 //! in the foreground of a terminal, the command's group gets the terminal instead), never
-//! to both. A small watchdog process (dlock itself, re-executed as `__watch-group`) holds
-//! the read end of a pipe whose write end only dlock has: when dlock dies, even by
-//! SIGKILL, the pipe closes and the watchdog gives the terminal back and kills the whole
-//! group.
+//! to both. A small watchdog process (dlock itself, re-executed as `__watch-group`, in a
+//! process group of its own) holds the read end of a pipe whose write end only dlock has:
+//! when dlock dies, even by SIGKILL, the pipe closes and the watchdog gives the terminal
+//! back and kills the whole group. Through the same pipe dlock tells it, after every
+//! renewal, by when the command must be gone if no renewal follows: if dlock itself is
+//! stopped (SIGSTOP, a debugger, a freezer) past that, the watchdog kills the command's
+//! group, so whatever continues the command later, it cannot run a step without the lock.
 //!
 //! Job control: when dlock runs in the foreground of a terminal it hands the terminal to
 //! the command's group (so the command can read it and Ctrl-C reaches it once). When the
-//! command is suspended (Ctrl-Z, or it stops itself), dlock takes the terminal back and
-//! suspends itself too, so the shell gets control; on `fg` it hands the terminal back and
-//! continues the command's group. A suspension longer than the lease loses the lock.
+//! command is suspended by the terminal (Ctrl-Z, or it stops itself for terminal I/O),
+//! dlock takes the terminal back and suspends itself too, so the shell gets control; on
+//! `fg` it hands the terminal back and continues the command's group, unless the lease
+//! ended meanwhile (then the command is killed, and dlock exits 70). Any other stop of the
+//! command (SIGSTOP from outside) is not followed: dlock goes on renewing, since a paused
+//! command is still the holder.
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -103,7 +109,9 @@ pub fn spawn(
         // SAFETY: getpgrp only queries.
         group.terminal = Some((tty, unsafe { libc::getpgrp() }));
     }
-    match start_watchdog(pgid, group.terminal.is_some()) {
+    // SAFETY: getpgrp only queries.
+    let ours = unsafe { libc::getpgrp() };
+    match start_watchdog(pgid, group.terminal.is_some().then_some(ours)) {
         Ok((lifeline, watchdog)) => {
             group.lifeline = Some(lifeline);
             group.watchdog = Some(watchdog);
@@ -115,9 +123,11 @@ pub fn spawn(
     Ok((child, group))
 }
 
+/// Starts the watchdog of the group `pgid`; `terminal`: dlock's own group, to which it
+/// gives the terminal back.
 fn start_watchdog(
     pgid: libc::pid_t,
-    terminal: bool,
+    terminal: Option<libc::pid_t>,
 ) -> std::io::Result<(OwnedFd, std::process::Child)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills two fresh descriptors; close-on-exec keeps the write end out of
@@ -129,8 +139,20 @@ fn start_watchdog(
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let mut command = std::process::Command::new(std::env::current_exe()?);
     command.arg("__watch-group").arg(pgid.to_string());
-    if terminal {
-        command.arg("--terminal");
+    if let Some(ours) = terminal {
+        command.arg("--terminal").arg(ours.to_string());
+    }
+    // SAFETY: setpgid is async-signal-safe. A group of its own: a stop or kill of dlock's
+    // group (`kill -STOP -PGID`, a supervisor's SIGKILL) leaves the watchdog running to
+    // protect and clean up the command's group.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        command.pre_exec(|| {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
     let watchdog = command
         .stdin(Stdio::from(read))
@@ -151,9 +173,32 @@ impl Group {
         }
     }
 
-    /// The command was suspended: take the terminal back and suspend dlock too, so the
-    /// shell gets control; when continued (`fg`), hand the terminal back and continue the
-    /// command's group.
+    /// Tells the watchdog that the command must be gone by `deadline` unless dlock tells
+    /// it a later one (after a renewal). Nothing if there is no watchdog.
+    pub fn must_end_by(&self, deadline: std::time::Instant) {
+        let Some(lifeline) = &self.lifeline else {
+            return;
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let at = monotonic_ns().saturating_add(left.as_nanos() as u64);
+        let bytes = at.to_le_bytes();
+        // SAFETY: writing 8 bytes to the pipe we own; a watchdog that is gone (EPIPE, with
+        // SIGPIPE ignored by Rust's runtime) changes nothing here.
+        unsafe {
+            libc::write(lifeline.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+        }
+    }
+
+    /// True when a stop of the command by `signal` is the terminal's job control (Ctrl-Z,
+    /// or terminal I/O from the background), which dlock follows; any other stop (SIGSTOP
+    /// from outside: an operator, a debugger, a checkpointing tool) it does not.
+    pub fn is_job_control(&self, signal: libc::c_int) -> bool {
+        self.terminal.is_some() && matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
+    }
+
+    /// The command was suspended by the terminal: take the terminal back and suspend
+    /// dlock too, so the shell gets control. Returns when dlock is continued; the caller
+    /// then decides whether the command may go on ([`Group::resume`]).
     pub fn suspended(&self) {
         if let Some((tty, ours)) = &self.terminal {
             give_terminal(tty, *ours);
@@ -162,8 +207,12 @@ impl Group {
         unsafe {
             libc::raise(libc::SIGSTOP);
         }
-        // Continued: by `fg` (the shell gave our group the terminal: pass it on) or by
-        // `bg` (the shell keeps the terminal: leave it alone).
+    }
+
+    /// After [`Group::suspended`]: continued by `fg` (the shell gave our group the
+    /// terminal: pass it on) or by `bg` (the shell keeps it: leave it alone), the command's
+    /// group goes on too.
+    pub fn resume(&self) {
         if let Some((tty, ours)) = &self.terminal {
             if foreground_of(tty) == *ours {
                 give_terminal(tty, self.pgid);
@@ -203,7 +252,7 @@ impl Drop for Group {
 
 /// Watches `pid` for being suspended (stopped by a signal); each suspension is sent on
 /// `stops`. Runs on a thread of its own until the child is gone.
-pub fn watch_stops(pid: libc::pid_t, stops: tokio::sync::mpsc::UnboundedSender<()>) {
+pub fn watch_stops(pid: libc::pid_t, stops: tokio::sync::mpsc::UnboundedSender<libc::c_int>) {
     std::thread::spawn(move || loop {
         // SAFETY: waitid on our own child for stop/continue events only: its exit is
         // left for tokio to reap.
@@ -222,17 +271,21 @@ pub fn watch_stops(pid: libc::pid_t, stops: tokio::sync::mpsc::UnboundedSender<(
             }
             return; // the child is gone
         }
-        if info.si_code == libc::CLD_STOPPED && stops.send(()).is_err() {
+        // SAFETY: si_status is the stop signal of a CLD_STOPPED report.
+        if info.si_code == libc::CLD_STOPPED && stops.send(unsafe { info.si_status() }).is_err() {
             return;
         }
     });
 }
 
 /// The watchdog: waits until its pipe closes (dlock exited, however it died), then gives
-/// the terminal back to dlock's group (with `terminal`) and kills the command's process
-/// group. Ignores the signals a terminal or a supervisor sends to dlock's group, so only
-/// dlock's end decides.
-pub fn watch_group(pgid: libc::pid_t, terminal: bool) -> i32 {
+/// the terminal back to dlock's group (`terminal`: its id) and kills the command's
+/// process group. Meanwhile it reads the deadlines dlock sends (8-byte CLOCK_MONOTONIC
+/// nanoseconds): when one passes before a later one arrives, dlock has not renewed in
+/// time (it is stopped, frozen or starved), and the command's group is killed at once.
+/// Ignores the signals a terminal or a supervisor sends to dlock's group, so only dlock's
+/// end or its silence decides.
+pub fn watch_group(pgid: libc::pid_t, terminal: Option<libc::pid_t>) -> i32 {
     // SAFETY: setting dispositions of this single-threaded process.
     unsafe {
         for signal in [
@@ -246,34 +299,80 @@ pub fn watch_group(pgid: libc::pid_t, terminal: bool) -> i32 {
         }
     }
     let mut stdin = std::io::stdin();
-    let mut buffer = [0u8; 64];
-    // Nothing is ever written: a read returns only when the pipe closes.
+    let mut pending = Vec::new();
+    let mut deadline: Option<u64> = None;
     loop {
+        let timeout_ms = match deadline {
+            None => -1,
+            Some(at) => {
+                let now = monotonic_ns();
+                if now >= at {
+                    // dlock did not renew in time: the lease may pass to another holder.
+                    kill_group(pgid);
+                    deadline = None;
+                    continue;
+                }
+                (at - now).div_ceil(1_000_000).min(i32::MAX as u64) as i32
+            }
+        };
+        let mut poll = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polling our own stdin.
+        if unsafe { libc::poll(&mut poll, 1, timeout_ms) } == 0 {
+            continue; // the deadline is checked at the top
+        }
+        let mut buffer = [0u8; 64];
         match stdin.read(&mut buffer) {
             Ok(0) => break,
-            Ok(_) => continue,
+            Ok(n) => {
+                pending.extend_from_slice(&buffer[..n]);
+                while pending.len() >= 8 {
+                    let mut bytes = [0u8; 8];
+                    bytes.copy_from_slice(&pending[..8]);
+                    pending.drain(..8);
+                    deadline = Some(u64::from_le_bytes(bytes));
+                }
+            }
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         }
     }
-    if terminal {
+    if let Some(ours) = terminal {
         // The shell that ran dlock gets its terminal back, not a group about to die (only
         // if that group has it: after `bg` the shell kept it).
-        // SAFETY: getpgrp only queries; the descriptor is ours.
-        let ours = unsafe { libc::getpgrp() };
         if let Some(tty) = open_terminal() {
             if foreground_of(&tty) == pgid {
                 give_terminal(&tty, ours);
             }
         }
     }
+    kill_group(pgid);
+    0
+}
+
+fn kill_group(pgid: libc::pid_t) {
     if pgid > 1 {
         // SAFETY: killpg of the group dlock created for its command.
         unsafe {
             libc::killpg(pgid, libc::SIGKILL);
         }
     }
-    0
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for dlock and its watchdog.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the struct we pass.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
+    }
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 fn open_terminal() -> Option<OwnedFd> {

@@ -1,0 +1,227 @@
+//! `dlock run` and stops from outside: which stops keep the lock, and that a command
+//! never runs a step after its lock could have passed to another holder.
+//!
+//! * The command stopped (SIGSTOP by an operator, a debugger, a freezer of the command
+//!   alone): dlock goes on renewing, the lock stays held, and when the command is
+//!   continued and ends dlock exits with its code.
+//! * dlock itself stopped past its lease (alone, or with the command, whoever is
+//!   continued first): the watchdog kills the command's group when the lease could pass,
+//!   so no line the command writes comes after another holder's grant.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{dlock, wait_for_pid};
+use dlock_testkit::RedisServer;
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: signalling a process this test started.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
+
+/// The state letter of `pid` in /proc (R, S, T, Z, ...).
+fn state(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .and_then(|rest| rest.trim_start().chars().next())
+        .unwrap_or('?')
+}
+
+/// Waits until `pid` is in state T (stopped).
+fn wait_stopped(pid: i32) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while state(pid) != 'T' {
+        assert!(Instant::now() < until, "{pid} never stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `dlock acquire NAME --no-wait` by another process, retried until granted (or
+/// `within` passes); returns the moment it was granted.
+fn take_over(server: &RedisServer, name: &str, within: Duration) -> Option<Instant> {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        let out = dlock(server)
+            .args(["acquire", name, "--no-wait", "--ttl", "30s"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        if out.status.code() == Some(0) {
+            return Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// A command that writes its pid, then appends a line to `lines` every 10 ms, forever.
+fn writer_loop(dir: &Path) -> String {
+    format!(
+        "echo $$ > {pid}; while :; do echo x >> {lines}; sleep 0.01; done",
+        pid = dir.join("pid").display(),
+        lines = dir.join("lines").display()
+    )
+}
+
+fn lines(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("lines"))
+        .map(|text| text.lines().count())
+        .unwrap_or(0)
+}
+
+/// The lines a command wrote after `granted` (another holder's grant): it is given a
+/// moment to go on, then counted twice, 600 ms apart.
+fn written_after(dir: &Path, at_grant: usize) -> usize {
+    std::thread::sleep(Duration::from_millis(300));
+    let soon = lines(dir);
+    std::thread::sleep(Duration::from_millis(600));
+    lines(dir).max(soon) - at_grant
+}
+
+fn run_writer(server: &RedisServer, name: &str, dir: &Path, ttl: &str) -> (Child, i32) {
+    let child = dlock(server)
+        .args([
+            "run",
+            name,
+            "--ttl",
+            ttl,
+            "--",
+            "sh",
+            "-c",
+            &writer_loop(dir),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let command = wait_for_pid(&dir.join("pid"));
+    (child, command)
+}
+
+#[test]
+fn a_command_stopped_from_outside_keeps_the_lock_and_its_exit_code() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "echo $$ > {}; sleep 0.2; exit 7",
+        dir.path().join("pid").display()
+    );
+    let mut run = dlock(&server)
+        .args(["run", "paused", "--ttl", "1s", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let command = wait_for_pid(&dir.path().join("pid"));
+    signal(command, libc::SIGSTOP);
+    wait_stopped(command);
+    // Three leases later the lock is still held, by a dlock that is not stopped.
+    std::thread::sleep(Duration::from_secs(3));
+    let dlock_pid = run.id() as i32;
+    assert_ne!(state(dlock_pid), 'T', "dlock followed the command's stop");
+    let busy = dlock(&server)
+        .args(["acquire", "paused", "--no-wait"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        busy.status.code(),
+        Some(75),
+        "the paused command lost the lock"
+    );
+    signal(command, libc::SIGCONT);
+    let status = run.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "dlock exits with the command's code"
+    );
+    let held: Option<String> = server.cmd(&["GET", "paused"]);
+    assert_eq!(held, None, "released after the command ended");
+}
+
+/// dlock stopped alone past its lease: the command is killed before the lock can pass.
+/// The negative control runs the same loop without dlock and shows the check sees lines
+/// written after the other grant.
+#[test]
+fn dlock_stopped_past_its_lease_never_lets_the_command_run_unprotected() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, command) = run_writer(&server, "frozen", dir.path(), "1s");
+    std::thread::sleep(Duration::from_millis(300));
+    let dlock_pid = run.id() as i32;
+    signal(dlock_pid, libc::SIGSTOP);
+    wait_stopped(dlock_pid);
+    let granted = take_over(&server, "frozen", Duration::from_secs(10));
+    assert!(granted.is_some(), "the lock never passed on");
+    let at_grant = lines(dir.path());
+    assert_eq!(
+        written_after(dir.path(), at_grant),
+        0,
+        "the command wrote after another holder was granted its lock"
+    );
+    assert!(!common::alive(command), "the command is still running");
+    signal(dlock_pid, libc::SIGCONT);
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(70),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Negative control: the same loop, unprotected, goes on writing past a grant.
+    let control = tempfile::tempdir().unwrap();
+    let mut unprotected = Command::new("sh")
+        .args(["-c", &writer_loop(control.path())])
+        .spawn()
+        .unwrap();
+    wait_for_pid(&control.path().join("pid"));
+    std::thread::sleep(Duration::from_millis(200));
+    let at_grant = lines(control.path());
+    assert!(
+        written_after(control.path(), at_grant) > 0,
+        "the check cannot see a command that writes on"
+    );
+    unprotected.kill().unwrap();
+    let _ = unprotected.wait();
+}
+
+/// dlock and the command both stopped; the command continued first, after the lease:
+/// it must not run a step.
+#[test]
+fn dlock_and_command_stopped_then_the_command_continued_first_stays_dead() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, command) = run_writer(&server, "both", dir.path(), "1s");
+    std::thread::sleep(Duration::from_millis(300));
+    let dlock_pid = run.id() as i32;
+    signal(dlock_pid, libc::SIGSTOP);
+    signal(command, libc::SIGSTOP);
+    wait_stopped(dlock_pid);
+    let granted = take_over(&server, "both", Duration::from_secs(10));
+    assert!(granted.is_some(), "the lock never passed on");
+    let at_grant = lines(dir.path());
+    // Continued first, after the lock passed on: whatever continues it, it must not run.
+    // SAFETY: signalling the command this test started (it may be gone already).
+    let _ = unsafe { libc::kill(command, libc::SIGCONT) };
+    assert_eq!(
+        written_after(dir.path(), at_grant),
+        0,
+        "the command ran on after another holder was granted its lock"
+    );
+    signal(dlock_pid, libc::SIGCONT);
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(70),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!common::alive(command));
+}
