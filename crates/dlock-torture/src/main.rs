@@ -46,7 +46,7 @@ struct Cli {
     role: Option<Role>,
     /// A small configuration of every scenario: 2 fault rounds each (about 7 minutes in
     /// all on 2 busy cores, most of it the failover scenarios' 6 s leases and the
-    /// partition scenarios' 8 s partitions)
+    /// partition scenarios' partitions of 7 s or more)
     #[arg(long)]
     quick: bool,
     /// Fault rounds per scenario (default 2 with --quick, else 15)

@@ -1133,22 +1133,24 @@ fn fail_over(
     }
 }
 
-/// How long a partition round waits, at most, for a cut-off client to hold a lock before
-/// it cuts (one usually does at once: the plain mutex is often free).
+/// How long a partition round waits, at most, for one of its cut-off clients to hold a
+/// lock before it cuts: usually about a second (the semaphore of three soon has a permit
+/// free, the plain mutex is often free).
 fn partition_lead(ttl: Duration) -> Duration {
-    ttl * 2
+    ttl * 3
 }
 
 /// How long a partition lasts at least. The other clients find the promoted replica only
 /// once a request to the old master has timed out (the library's response timeout), and
 /// a waiter whose attempt timed out first gives back what it may have been granted, on
-/// the old master too, which times out as well; then two leases for them to be granted
-/// the lock on the promoted replica while the cut-off clients hold it on the old master.
-/// (Not long enough for the queued kinds: the places the other clients held in the old
-/// master's queue when it was cut off stay at its head for a waiter lease, ten seconds by
-/// default, in front of the cut-off client's.)
+/// the old master too, which times out as well; then a lease for them to be granted the
+/// lock on the promoted replica while the cut-off clients hold it on the old master. (A
+/// new `dlock run` asks the sentinels at once: it is granted the lock there about a
+/// second after the cut.) Not long enough for the queued kinds: the places the other
+/// clients held in the old master's queue when it was cut off stay at its head for a
+/// waiter lease, ten seconds by default, in front of the cut-off client's.
 fn partition_length(ttl: Duration) -> Duration {
-    dlock::DEFAULT_RESPONSE_TIMEOUT * 2 + ttl * 2
+    dlock::DEFAULT_RESPONSE_TIMEOUT * 2 + ttl
 }
 
 /// The clients cut off with the old master: one per lock, through the library's async API
@@ -1193,13 +1195,15 @@ fn partition(
         );
     }
     // A cut-off client holding a lock as the partition begins shows its belief ending
-    // (or not) when its renewals stop counting.
+    // (or not) when its renewals stop counting. One of this round's: the last round's
+    // may still believe in a hold on what is now a replica.
+    let ours = format!("_{PARTITIONED}-{index}.");
     let until = mono_ns() + lead.as_nanos() as u64;
     while mono_ns() < until && interrupted().is_none() {
         let holding = run.config.primitives.iter().any(|&primitive| {
             run.holders(primitive)
                 .iter()
-                .any(|(name, _)| name.contains(&format!("_{PARTITIONED}-")))
+                .any(|(name, _)| name.contains(&ours))
         });
         if holding {
             break;
@@ -1467,22 +1471,22 @@ fn judge_partition(
     holds: &[check::Hold],
     faults: &Faults,
 ) -> Vec<String> {
-    let infix = format!("/{PARTITIONED}-");
-    let cut_off: Vec<&check::Hold> = holds.iter().filter(|h| h.client.contains(&infix)).collect();
-    let mut problems = Vec::new();
     if faults.outages.is_empty() {
-        problems.push("no partition took place".to_string());
-        return problems;
+        return vec!["no partition took place".to_string()];
     }
+    // Each cut-off hold with its own partition: the first to heal after the hold began.
+    // (A round's cut-off clients start after the last partition healed, and one of them
+    // may still believe in a hold on that old master as the next round cuts the new one.)
+    let infix = format!("/{PARTITIONED}-");
+    let cut_off: Vec<(&check::Hold, &Outage)> = holds
+        .iter()
+        .filter(|h| h.client.contains(&infix))
+        .filter_map(|h| Some((h, faults.outages.iter().find(|o| o.to > h.start)?)))
+        .collect();
+    let mut problems = Vec::new();
     match expect {
         Expect::Violation => {
-            let granted_after_cut = cut_off.iter().any(|h| {
-                faults
-                    .outages
-                    .iter()
-                    .any(|o| h.start > o.from && h.start < o.to)
-            });
-            if !granted_after_cut {
+            if !cut_off.iter().any(|(h, o)| h.start > o.from) {
                 problems.push(
                     "the old master granted the cut-off clients nothing after the cut: the hole was not shown"
                         .into(),
@@ -1490,28 +1494,23 @@ fn judge_partition(
             }
         }
         Expect::Safe => {
-            let held_at_cut = cut_off.iter().any(|h| {
-                faults
-                    .outages
-                    .iter()
-                    .any(|o| h.start < o.from && h.end > o.from)
-            });
-            if !held_at_cut {
+            if !cut_off
+                .iter()
+                .any(|(h, o)| h.start < o.from && h.end > o.from)
+            {
                 problems.push(
                     "no cut-off client held a lock when it was cut off: the partition proved nothing"
                         .into(),
                 );
             }
             let ttl_ns = ttl.as_nanos() as u64;
-            for hold in &cut_off {
-                for outage in &faults.outages {
-                    if hold.start < outage.to && hold.end > outage.from + ttl_ns {
-                        problems.push(format!(
-                            "{} believed its hold {} ms after it was cut off, more than a lease: a grant or renewal the replica never had was counted",
-                            hold.client,
-                            (hold.end - outage.from) / 1_000_000
-                        ));
-                    }
+            for (hold, outage) in &cut_off {
+                if hold.end > outage.from + ttl_ns {
+                    problems.push(format!(
+                        "{} believed its hold {} ms after it was cut off, more than a lease: a grant or renewal the replica never had was counted",
+                        hold.client,
+                        (hold.end - outage.from) / 1_000_000
+                    ));
                 }
             }
         }
