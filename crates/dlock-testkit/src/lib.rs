@@ -10,7 +10,8 @@
 //! dropped (also when a panic interrupts their start):
 //! - [`RedisCluster`]: a Redis Cluster of masters and replicas, with slot migration and
 //!   master failover;
-//! - [`MasterWithReplicas`]: one master and its replicas (for `WAIT`);
+//! - [`MasterWithReplicas`]: one master and its replicas (for `WAIT`), optionally each
+//!   behind its own [`Proxy`] so that one of them can be cut off from the others;
 //! - [`SentinelGroup`]: Redis Sentinels watching a master, with failover;
 //! - [`IndependentMasters`]: unrelated servers, each behind its own [`Proxy`] (for
 //!   Redlock), so that one node can be partitioned, stalled, refused or crashed.

@@ -122,6 +122,11 @@ impl Proxy {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The proxy's own port on 127.0.0.1 (e.g. for a server to announce itself by).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The next `n` replies the server sends (on any connection) are swallowed, and the
     /// connection each one was meant for is closed: the command ran, the client never
     /// hears of it.

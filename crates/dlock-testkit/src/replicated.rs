@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{info_value, poll, RedisServer, ServerMode, ServerOptions};
+use crate::{info_value, poll, Proxy, RedisServer, ServerMode, ServerOptions};
 
 /// How long replicas may take to complete their first sync (milliseconds, normally).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
@@ -14,7 +14,16 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// server in [`MasterWithReplicas::master`] may be a replica (or dead), so find the new
 /// master with [`MasterWithReplicas::by_port`]. A restarted replica is again told to follow
 /// the original master.
+///
+/// Started with [`MasterWithReplicas::start_behind_proxies`], each server sits behind a
+/// [`Proxy`] of its own and is known to its peers by the proxy's port, so that one server
+/// can be cut off from everything that found it through replication or Sentinel while a
+/// test still reaches it directly.
 pub struct MasterWithReplicas {
+    // Before the servers: dropped first, so no connection is forwarded to a server that is
+    // already gone. Empty unless started behind proxies; else the master's, then each
+    // replica's in order.
+    proxies: Vec<Proxy>,
     master: RedisServer,
     replicas: Vec<RedisServer>,
 }
@@ -35,6 +44,7 @@ impl MasterWithReplicas {
         );
         // Owned by the group before any replica starts: a panic below kills what started.
         let mut group = MasterWithReplicas {
+            proxies: Vec::new(),
             master: RedisServer::start_with(options.clone()),
             replicas: Vec::new(),
         };
@@ -48,6 +58,80 @@ impl MasterWithReplicas {
         }
         group.wait_for_replicas();
         group
+    }
+
+    /// [`MasterWithReplicas::start_with`], but each server behind a [`Proxy`] of its own
+    /// and known only by the proxy's port: it announces that port to its master
+    /// (`replica-announce-port`, so the master's `INFO` lists it there) and replicates
+    /// from its master's proxy. Sentinels started with [`SentinelGroup::start_at`] on the
+    /// master's proxy port ([`MasterWithReplicas::known_port`]) then reach every server,
+    /// and name it to their clients, through its proxy only, as do the replicas: a test can
+    /// black-hole one server's proxy ([`MasterWithReplicas::proxy`]) to cut it off from all
+    /// of them while a client given its own URL ([`RedisServer::url`]) still reaches it
+    /// (a partitioned old master). Both settings are start arguments too, so a restarted
+    /// server keeps them.
+    ///
+    /// [`SentinelGroup::start_at`]: crate::SentinelGroup::start_at
+    pub fn start_behind_proxies(options: ServerOptions, replicas: usize) -> MasterWithReplicas {
+        assert!(
+            options.mode == ServerMode::Standalone && !options.tls,
+            "replication is supported between standalone, plain-TCP servers"
+        );
+        let mut group = MasterWithReplicas {
+            proxies: Vec::new(),
+            master: RedisServer::start_with(options.clone()),
+            replicas: Vec::new(),
+        };
+        for _ in 0..replicas {
+            group
+                .replicas
+                .push(RedisServer::start_with(options.clone()));
+        }
+        // A proxy's port is known only once it runs, and it needs its server's port: so
+        // servers first, then proxies, then the settings that name them (at run time, and
+        // in the start arguments for a restart).
+        let ports: Vec<u16> = group.servers().map(RedisServer::port).collect();
+        group.proxies = ports.into_iter().map(Proxy::start).collect();
+        let master_proxy = group.proxies[0].port().to_string();
+        let announced: Vec<String> = group.proxies.iter().map(|p| p.port().to_string()).collect();
+        let servers = std::iter::once(&mut group.master).chain(group.replicas.iter_mut());
+        for (index, (server, port)) in servers.zip(&announced).enumerate() {
+            let _: () = server.cmd(&["CONFIG", "SET", "replica-announce-port", port]);
+            server
+                .options
+                .extra_args
+                .extend(["--replica-announce-port".to_string(), port.clone()]);
+            if index > 0 {
+                let _: () = server.cmd(&["REPLICAOF", "127.0.0.1", &master_proxy]);
+                server
+                    .options
+                    .extra_args
+                    .extend(["--replicaof", "127.0.0.1", master_proxy.as_str()].map(String::from));
+            }
+        }
+        group.wait_for_replicas();
+        group
+    }
+
+    /// The port by which the server listening on `port` is known to its master, its
+    /// replicas, sentinels and their clients: its proxy's when the group was started
+    /// behind proxies, else `port` itself.
+    pub fn known_port(&self, port: u16) -> u16 {
+        self.proxy(port).map_or(port, Proxy::port)
+    }
+
+    /// The proxy in front of the server that listens on, or is known by, `port` (`None`
+    /// unless the group was started behind proxies), e.g. to black-hole it.
+    pub fn proxy(&self, port: u16) -> Option<&Proxy> {
+        self.servers()
+            .zip(&self.proxies)
+            .find(|(server, proxy)| server.port() == port || proxy.port() == port)
+            .map(|(_, proxy)| proxy)
+    }
+
+    /// The master, then each replica.
+    fn servers(&self) -> impl Iterator<Item = &RedisServer> {
+        std::iter::once(&self.master).chain(&self.replicas)
     }
 
     /// The server started as master.
@@ -75,19 +159,20 @@ impl MasterWithReplicas {
         &self.replicas
     }
 
-    /// The server (master or replica) listening on `port`, e.g. the one a Sentinel
-    /// failover promoted.
+    /// The server (master or replica) listening on, or known by, `port` (see
+    /// [`MasterWithReplicas::known_port`]), e.g. the one a Sentinel failover promoted.
     pub fn by_port(&self, port: u16) -> Option<&RedisServer> {
-        std::iter::once(&self.master)
-            .chain(&self.replicas)
-            .find(|server| server.port() == port)
+        self.servers()
+            .find(|server| server.port() == port || self.known_port(server.port()) == port)
     }
 
     /// Waits until every running replica reports `master_link_status:up`, the master lists
     /// it `state=online`, and they acknowledge a write: from then on `WAIT` counts them. Useful after restarting a
     /// replica; meaningless after a failover (see the type's documentation).
     pub fn wait_for_replicas(&self) {
-        let master_port = self.master.port().to_string();
+        // As the replicas follow it and the master lists them: by their proxies' ports
+        // when behind proxies.
+        let master_port = self.known_port(self.master.port()).to_string();
         poll(
             &format!("every replica of port {master_port} is linked and online on the master"),
             SYNC_TIMEOUT,
@@ -103,7 +188,7 @@ impl MasterWithReplicas {
                             replica.port()
                         ));
                     }
-                    if !online_replicas(&on_master).contains(&replica.port()) {
+                    if !online_replicas(&on_master).contains(&self.known_port(replica.port())) {
                         return Err(format!(
                             "master does not list port {} online yet",
                             replica.port()

@@ -34,6 +34,21 @@ impl SentinelGroup {
     /// `parallel-syncs` 1. Returns once every sentinel sees the master up, every other
     /// sentinel, and each replica the master had online when called.
     pub fn start(master: &RedisServer, service_name: &str, sentinels: usize) -> SentinelGroup {
+        SentinelGroup::start_at(master, master.port(), service_name, sentinels)
+    }
+
+    /// [`SentinelGroup::start`], the sentinels monitoring `master` at `port` on 127.0.0.1
+    /// instead of its own port: the port of a proxy in front of it (see
+    /// [`MasterWithReplicas::start_behind_proxies`] and its `known_port`). They then
+    /// reach it, and name it to their clients, only through that proxy.
+    ///
+    /// [`MasterWithReplicas::start_behind_proxies`]: crate::MasterWithReplicas::start_behind_proxies
+    pub fn start_at(
+        master: &RedisServer,
+        port: u16,
+        service_name: &str,
+        sentinels: usize,
+    ) -> SentinelGroup {
         assert!(
             sentinels > 0,
             "a sentinel group needs at least one sentinel"
@@ -42,7 +57,7 @@ impl SentinelGroup {
         let replicas = online_replicas(&info).len();
         // A majority, so that no minority of sentinels can declare the master down alone.
         let quorum = (sentinels / 2 + 1).to_string();
-        let port = master.port().to_string();
+        let port = port.to_string();
 
         // Owned by the group from the first sentinel on: a panic below kills them all.
         let mut group = SentinelGroup {
@@ -259,6 +274,46 @@ mod tests {
             .by_port(new_port)
             .unwrap()
             .cmd(&["SET", "k", "after failover"]);
+
+        drop(sentinels);
+        drop(servers);
+        assert_all_gone(&all_pids);
+    }
+
+    /// Behind proxies the sentinels know every server by its proxy's port: black-holing
+    /// the master's proxy cuts it off from them and from its replica, which they promote,
+    /// while a client that reaches the old master directly can still write to it.
+    #[test]
+    fn a_master_cut_off_behind_its_proxy_is_replaced_but_still_takes_direct_writes() {
+        let servers = MasterWithReplicas::start_behind_proxies(ServerOptions::default(), 1);
+        let old = servers.master().port();
+        let old_known = servers.known_port(old);
+        let replica_known = servers.known_port(servers.replica(0).port());
+        assert_ne!(old_known, old, "known by its proxy");
+        let info: String = servers.master().cmd(&["INFO", "replication"]);
+        assert_eq!(
+            online_replicas(&info),
+            vec![replica_known],
+            "the replica announces its proxy"
+        );
+        let sentinels = SentinelGroup::start_at(servers.master(), old_known, "dlock-test", 3);
+        let all_pids: Vec<u32> = pids(sentinels.sentinels())
+            .into_iter()
+            .chain(pids(std::slice::from_ref(servers.master())))
+            .chain(pids(servers.replicas()))
+            .collect();
+        assert_eq!(sentinels.master_addr().1, old_known);
+
+        servers.proxy(old).unwrap().black_hole(true);
+        let new = sentinels.wait_for_failover(old_known, Duration::from_secs(30));
+        assert_eq!(new, replica_known, "named by its proxy");
+        assert_eq!(
+            servers.by_port(new).unwrap().port(),
+            servers.replica(0).port()
+        );
+        let _: () = servers.master().cmd(&["SET", "k", "on the old master"]);
+        let on_new: Option<String> = servers.replica(0).cmd(&["GET", "k"]);
+        assert_eq!(on_new, None, "the promoted replica never hears of it");
 
         drop(sentinels);
         drop(servers);

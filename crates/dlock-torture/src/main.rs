@@ -1,8 +1,9 @@
 //! `dlock-torture`: dlock's fault-injection safety harness. Client processes (through the
 //! library, async and blocking, and through `dlock run`) contend for locks on real
 //! redis-servers (one, a master with a replica, or Redlock's independent masters) while
-//! the harness pauses and kills them, pauses and restarts servers, or delays their
-//! replies; a checker then reads what every process believed and did.
+//! the harness pauses and kills them, pauses and restarts servers, delays their replies,
+//! or cuts a Sentinel master off from all but one client; a checker then reads what
+//! every process believed and did.
 //! See docs/safety.md.
 
 mod check;
@@ -43,8 +44,9 @@ EXIT CODES:
 struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
-    /// A small configuration of every scenario: 2 fault rounds each (5½ to 6 minutes in
-    /// all on 2 busy cores, most of it the failover scenarios' 6 s leases)
+    /// A small configuration of every scenario: 2 fault rounds each (about 7 minutes in
+    /// all on 2 busy cores, most of it the failover scenarios' 6 s leases and the
+    /// partition scenarios' partitions of 7 s or more)
     #[arg(long)]
     quick: bool,
     /// Fault rounds per scenario (default 2 with --quick, else 15)

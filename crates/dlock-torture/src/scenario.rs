@@ -39,6 +39,11 @@ enum Fault {
     /// A master and a replica under three sentinels: the replica frozen while grants go
     /// on, the master killed, the replica promoted.
     Failover,
+    /// A master and a replica under three sentinels, each server behind a proxy: the
+    /// master cut off from the sentinels, its replica and every client that found it
+    /// through them, the replica promoted, while one client per lock still reaches the
+    /// old master directly.
+    Partition,
     /// Five Redlock masters; each round two of them killed, frozen or answering too
     /// late for a while.
     MinorityDown,
@@ -163,6 +168,24 @@ pub const SCENARIOS: &[Scenario] = &[
         expect: Expect::Safe,
         about: "the same with replica acknowledgement (`--replicas 1`): a grant the replica lacks is given back, so the promoted replica has every lock",
         fault: Fault::Failover,
+        durable: false,
+        acknowledged: true,
+        pending: None,
+    },
+    Scenario {
+        name: "sentinel-partition",
+        expect: Expect::Violation,
+        about: "Sentinel: the master cut off from its sentinels, its replica and their clients, the replica promoted; one client per lock still reaches the old master, which goes on granting it the lock while the others take it on the new one (negative control)",
+        fault: Fault::Partition,
+        durable: false,
+        acknowledged: false,
+        pending: None,
+    },
+    Scenario {
+        name: "sentinel-partition-ack",
+        expect: Expect::Safe,
+        about: "the same with replica acknowledgement (`--replicas 1`): the old master cannot reach its replica, so nothing it grants or renews counts, and the cut-off client's belief ends within a lease",
+        fault: Fault::Partition,
         durable: false,
         acknowledged: true,
         pending: None,
@@ -298,6 +321,9 @@ struct Run<'a> {
     until_ns: u64,
     config: &'a Config,
     live: Live,
+    /// The threads of clients a fault started (see [`Run::spawn_one`]), to be waited for
+    /// with the slots.
+    extra: Mutex<Vec<thread::JoinHandle<()>>>,
 }
 
 impl Run<'_> {
@@ -312,15 +338,49 @@ impl Run<'_> {
         kind: &'static str,
         slot: usize,
     ) -> thread::JoinHandle<()> {
+        self.spawn_clients(
+            primitive,
+            (kind, slot),
+            self.topology.clone(),
+            self.until_ns,
+            true,
+        )
+    }
+
+    /// One library client (async API) of `primitive` that finds the lock server by
+    /// `topology` and takes the lock until `until_ns`, named `<primitive>/<kind>-<slot>.1`;
+    /// not replaced when it ends. The run waits for it as for its slots.
+    fn spawn_one(
+        &self,
+        primitive: Primitive,
+        (kind, slot): (&'static str, usize),
+        topology: Vec<String>,
+        until_ns: u64,
+    ) {
+        let handle = self.spawn_clients(primitive, (kind, slot), topology, until_ns, false);
+        self.extra.lock().unwrap().push(handle);
+    }
+
+    /// Runs clients of `kind` (`cli` for `dlock run`, `lib-blocking` for the blocking
+    /// API, anything else for the async API) one after the other until `until_ns`, each
+    /// replaced when it ends if `replace`.
+    fn spawn_clients(
+        &self,
+        primitive: Primitive,
+        (kind, slot): (&'static str, usize),
+        topology: Vec<String>,
+        until_ns: u64,
+        replace: bool,
+    ) -> thread::JoinHandle<()> {
         let (dir, live) = (self.dir.to_path_buf(), self.live.clone());
-        let (topology, store_url) = (self.topology.clone(), self.store_url.clone());
+        let store_url = self.store_url.clone();
         let acknowledged = self.acknowledged;
-        let (ttl, until_ns, config) = (self.ttl, self.until_ns, self.config.clone());
+        let (ttl, config) = (self.ttl, self.config.clone());
         let lock = format!("torture:{}", primitive.name());
         let holding_dir = self.holding_dir();
         thread::spawn(move || {
-            let mut generation = 0u64;
-            while mono_ns() < until_ns && interrupted().is_none() {
+            let (mut generation, mut started) = (0u64, false);
+            while mono_ns() < until_ns && interrupted().is_none() && (replace || !started) {
                 generation += 1;
                 let client = format!("{}/{kind}-{slot}.{generation}", primitive.name());
                 let file = client.replace('/', "_");
@@ -355,10 +415,10 @@ impl Run<'_> {
                         .arg("client")
                         .args([
                             "--api",
-                            if kind == "lib-async" {
-                                "async"
-                            } else {
+                            if kind == "lib-blocking" {
                                 "blocking"
+                            } else {
+                                "async"
                             },
                         ])
                         .args(["--primitive", primitive.name()])
@@ -399,6 +459,7 @@ impl Run<'_> {
                     thread::sleep(Duration::from_millis(100));
                     continue;
                 };
+                started = true;
                 live.lock().unwrap().insert(child.id());
                 let spawned = mono_ns();
                 let status = child.wait();
@@ -548,7 +609,12 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
     let mut servers = LockServers::start(scenario);
     let store = RedisServer::start();
     // Each round: a fault, then calm for the lock to pass around; plus a calm start.
-    let round = ttl * 4;
+    let round = match scenario.fault {
+        // Its fault outlasts four leases. The next round's lead (or the end of the run)
+        // is the calm after it.
+        Fault::Partition => partition_lead(ttl) + partition_length(ttl),
+        _ => ttl * 4,
+    };
     let until_ns = mono_ns() + (ttl * 2 + round * config.rounds).as_nanos() as u64;
     let run = Run {
         dir: dir.path(),
@@ -560,6 +626,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
         until_ns,
         config,
         live: Arc::new(Mutex::new(HashSet::new())),
+        extra: Mutex::new(Vec::new()),
     };
     let cleanup = KillLive(run.live.clone());
     let mut slots = Vec::new();
@@ -581,6 +648,7 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
     }
     // The clients stop by themselves (library clients at `until_ns`, each `dlock run`
     // within its wait); past a generous bound, whatever still runs is killed.
+    slots.append(&mut run.extra.lock().unwrap());
     let bound = mono_ns() + (ttl * 10).as_nanos() as u64;
     while slots.iter().any(|s| !s.is_finished()) && mono_ns() < bound && interrupted().is_none() {
         thread::sleep(Duration::from_millis(50));
@@ -692,6 +760,11 @@ fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults
         Fault::Failover => {
             if let LockServers::Failover { group, sentinels } = servers {
                 fail_over(group, sentinels, run, faults);
+            }
+        }
+        Fault::Partition => {
+            if let LockServers::Failover { group, sentinels } = servers {
+                partition(index, group, sentinels, run, faults);
             }
         }
         Fault::MinorityDown => {
@@ -879,7 +952,8 @@ enum LockServers {
         server: RedisServer,
         proxy: Option<Proxy>,
     },
-    /// A master and a replica under three sentinels.
+    /// A master and a replica under three sentinels (for the partition scenarios, each
+    /// server behind a proxy of its own).
     Failover {
         group: MasterWithReplicas,
         sentinels: SentinelGroup,
@@ -893,6 +967,14 @@ impl LockServers {
         if scenario.fault == Fault::Failover {
             let group = MasterWithReplicas::start(1);
             let sentinels = SentinelGroup::start(group.master(), SERVICE, 3);
+            return LockServers::Failover { group, sentinels };
+        }
+        if scenario.fault == Fault::Partition {
+            // The sentinels, the replica and the sentinels' clients reach each server only
+            // through its proxy; the cut-off clients get a server's own port.
+            let group = MasterWithReplicas::start_behind_proxies(ServerOptions::default(), 1);
+            let known = group.known_port(group.master().port());
+            let sentinels = SentinelGroup::start_at(group.master(), known, SERVICE, 3);
             return LockServers::Failover { group, sentinels };
         }
         let options = || {
@@ -1051,6 +1133,144 @@ fn fail_over(
     }
 }
 
+/// How long a partition round waits, at most, for one of its cut-off clients to hold a
+/// lock before it cuts: usually about a second (the semaphore of three soon has a permit
+/// free, the plain mutex is often free).
+fn partition_lead(ttl: Duration) -> Duration {
+    ttl * 3
+}
+
+/// How long a partition lasts at least. The other clients find the promoted replica only
+/// once a request to the old master has timed out (the library's response timeout), and
+/// a waiter whose attempt timed out first gives back what it may have been granted, on
+/// the old master too, which times out as well; then a lease for them to be granted the
+/// lock on the promoted replica while the cut-off clients hold it on the old master. (A
+/// new `dlock run` asks the sentinels at once: it is granted the lock there about a
+/// second after the cut.) Not long enough for the queued kinds: the places the other
+/// clients held in the old master's queue when it was cut off stay at its head for a
+/// waiter lease, ten seconds by default, in front of the cut-off client's.
+fn partition_length(ttl: Duration) -> Duration {
+    dlock::DEFAULT_RESPONSE_TIMEOUT * 2 + ttl
+}
+
+/// The clients cut off with the old master: one per lock, through the library's async API
+/// (whose recorded deadlines make the checker exact), named `<lock>/partitioned-<round>.1`.
+const PARTITIONED: &str = "partitioned";
+
+/// One round of the partition scenarios. One client per lock is started on the current
+/// master's own port (the others found it through the sentinels, at its proxy). Once one
+/// of them holds a lock (or after [`partition_lead`]), the master's proxy is black-holed: the
+/// sentinels, the replica and every other client lose it, and the sentinels promote the
+/// replica, forced at once (they would do it themselves after `down-after-milliseconds`;
+/// forcing it keeps the round short and the same every time). The cut-off clients still
+/// reach the old master and go on taking their locks there. When the partition heals,
+/// the old master is made the new one's replica (what the sentinels would tell it once
+/// they reach it again) before its proxy lets anyone through, and the round waits until
+/// it is in sync. Its cut-off clients stop taking locks when the partition heals (it
+/// refuses their writes from then on: `READONLY`).
+///
+/// The roles swap every round; the next round cuts off the new master.
+fn partition(
+    index: u32,
+    group: &MasterWithReplicas,
+    sentinels: &SentinelGroup,
+    run: &Run,
+    faults: &mut Faults,
+) {
+    let ttl = run.ttl;
+    let (_, known) = sentinels.master_addr();
+    let Some(master) = group.by_port(known) else {
+        return;
+    };
+    let (port, direct) = (master.port(), master.url());
+    let lead = partition_lead(ttl);
+    // The cut-off clients stop at the heal; the partition lasts from the cut to here.
+    let heal_ns = mono_ns() + (lead + partition_length(ttl)).as_nanos() as u64;
+    for &primitive in &run.config.primitives {
+        run.spawn_one(
+            primitive,
+            (PARTITIONED, index as usize),
+            vec!["--redis".into(), direct.clone()],
+            heal_ns,
+        );
+    }
+    // A cut-off client holding a lock as the partition begins shows its belief ending
+    // (or not) when its renewals stop counting. One of this round's: the last round's
+    // may still believe in a hold on what is now a replica.
+    let ours = format!("_{PARTITIONED}-{index}.");
+    let until = mono_ns() + lead.as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() {
+        let holding = run.config.primitives.iter().any(|&primitive| {
+            run.holders(primitive)
+                .iter()
+                .any(|(name, _)| name.contains(&ours))
+        });
+        if holding {
+            break;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    if interrupted().is_some() {
+        return;
+    }
+    let Some(proxy) = group.proxy(port) else {
+        return;
+    };
+    proxy.black_hole(true);
+    // After the black hole is in place: whatever the replica acknowledged was sent to
+    // the old master before this.
+    let from = mono_ns();
+    let until = mono_ns() + Duration::from_secs(10).as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() {
+        let mut conn = sentinels.sentinels()[0].connection();
+        let forced: redis::RedisResult<()> = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(SERVICE)
+            .query(&mut conn);
+        match forced {
+            Ok(()) => break,
+            Err(err) if err.to_string().contains("INPROG") => break,
+            Err(_) => thread::sleep(Duration::from_millis(200)),
+        }
+    }
+    if interrupted().is_some() {
+        return;
+    }
+    let promoted = sentinels.wait_for_failover(known, Duration::from_secs(30));
+    sleep(Duration::from_nanos(heal_ns.saturating_sub(mono_ns())));
+    if interrupted().is_some() {
+        return;
+    }
+    let _: redis::RedisResult<()> = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(promoted)
+        .query(&mut master.connection());
+    proxy.black_hole(false);
+    faults.outages.push(Outage {
+        port,
+        how: "cut off from its sentinels, its replica and their clients",
+        from,
+        to: mono_ns(),
+    });
+    // In sync again before the next round: a write on the new master reaches it.
+    let Some(new_master) = group.by_port(promoted) else {
+        return;
+    };
+    let mut conn = new_master.connection();
+    let until = mono_ns() + Duration::from_secs(30).as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() {
+        let _: redis::RedisResult<()> = redis::cmd("SET")
+            .arg("torture:probe")
+            .arg(1)
+            .query(&mut conn);
+        let acknowledged: redis::RedisResult<u32> =
+            redis::cmd("WAIT").arg(1).arg(1000).query(&mut conn);
+        if acknowledged.is_ok_and(|n| n >= 1) {
+            break;
+        }
+    }
+}
+
 /// The server of `group` on `port` (the roles change with every failover).
 fn server(group: &mut MasterWithReplicas, port: u16) -> &mut RedisServer {
     if group.master().port() == port {
@@ -1149,8 +1369,12 @@ pub fn judge(
     }
     // Fences never go backwards, whatever the fault: where the lock itself is forgotten
     // (the negative controls below), the clock floor keeps them growing. The fence
-    // check's own negative control is in check.rs's tests.
-    if total.fence_regressions > 0 {
+    // check's own negative control is in check.rs's tests. The one exception is a split
+    // brain, the partition's negative control: two masters grant at once, each from its
+    // own counter and clock, and two fences drawn microseconds apart on two masters can
+    // reach their clients in the other order.
+    let split_brain = scenario.fault == Fault::Partition && scenario.expect == Expect::Violation;
+    if total.fence_regressions > 0 && !split_brain {
         problems.push(format!("{} fences went backwards", total.fence_regressions));
     }
     if scenario.expect == Expect::Safe && total.overlaps > 0 {
@@ -1190,6 +1414,9 @@ pub fn judge(
                 Some(_) => {}
             }
         }
+        Fault::Partition => {
+            problems.extend(judge_partition(scenario.expect, config.ttl, &holds, faults))
+        }
         Fault::MinorityDown => {
             // The faults prove something only if the lock was in use while they lasted.
             // (Not "granted during them": waiters that split the healthy masters between
@@ -1222,6 +1449,70 @@ pub fn judge(
         skipped: None,
         problems,
     }
+}
+
+/// What the partition scenarios must show besides overlaps and fences, about the clients
+/// cut off with the old master (`faults.outages`: one per partition).
+///
+/// Without acknowledgement (the negative control), the old master must have granted one
+/// of them a lock after the cut: the hole itself. With it, one of them must have held a
+/// lock as it was cut off (or nothing was at stake), and none may have believed a hold
+/// more than a lease past the cut: every grant or renewal the replica acknowledged was
+/// sent before the cut, and a holder's deadline is at most a lease after it sent one. (The
+/// other clients could not take the lock on the promoted replica meanwhile: with one
+/// replica, cut off too, none of their grants is acknowledged until the old master
+/// rejoins. So the overlap check alone would not see a cut-off client believing too long.)
+fn judge_partition(
+    expect: Expect,
+    ttl: Duration,
+    holds: &[check::Hold],
+    faults: &Faults,
+) -> Vec<String> {
+    if faults.outages.is_empty() {
+        return vec!["no partition took place".to_string()];
+    }
+    // Each cut-off hold with its own partition: the first to heal after the hold began.
+    // (A round's cut-off clients start after the last partition healed, and one of them
+    // may still believe in a hold on that old master as the next round cuts the new one.)
+    let infix = format!("/{PARTITIONED}-");
+    let cut_off: Vec<(&check::Hold, &Outage)> = holds
+        .iter()
+        .filter(|h| h.client.contains(&infix))
+        .filter_map(|h| Some((h, faults.outages.iter().find(|o| o.to > h.start)?)))
+        .collect();
+    let mut problems = Vec::new();
+    match expect {
+        Expect::Violation => {
+            if !cut_off.iter().any(|(h, o)| h.start > o.from) {
+                problems.push(
+                    "the old master granted the cut-off clients nothing after the cut: the hole was not shown"
+                        .into(),
+                );
+            }
+        }
+        Expect::Safe => {
+            if !cut_off
+                .iter()
+                .any(|(h, o)| h.start < o.from && h.end > o.from)
+            {
+                problems.push(
+                    "no cut-off client held a lock when it was cut off: the partition proved nothing"
+                        .into(),
+                );
+            }
+            let ttl_ns = ttl.as_nanos() as u64;
+            for (hold, outage) in &cut_off {
+                if hold.end > outage.from + ttl_ns {
+                    problems.push(format!(
+                        "{} believed its hold {} ms after it was cut off, more than a lease: a grant or renewal the replica never had was counted",
+                        hold.client,
+                        (hold.end - outage.from) / 1_000_000
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 #[cfg(test)]
@@ -1358,5 +1649,161 @@ mod tests {
         );
         // No overlap: the overlap check would be blind.
         assert!(judged(2, 5_000)[0].contains("double grant was not seen"));
+    }
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// A partition scenario's run on the plain mutex: one partition from 10 s to 18 s
+    /// (a 1 s lease), and `cut_off` (start, end, fence) holds of its cut-off client added
+    /// to `others` holds of the clients that reach the deployment through the sentinels.
+    fn partition_judged(
+        name: &str,
+        cut_off: &[(u64, u64, u64)],
+        others: &[(&str, u64, u64, u64)],
+    ) -> Vec<String> {
+        let config = Config {
+            primitives: vec![Primitive::Mutex],
+            ..redlock_config()
+        };
+        let faults = Faults {
+            outages: vec![Outage {
+                port: 1,
+                how: "test",
+                from: 10 * SECOND,
+                to: 18 * SECOND,
+            }],
+            ..Faults::default()
+        };
+        let mut events = Vec::new();
+        let mut add = |client: &str, hold: u64, (start, end, fence): (u64, u64, u64)| {
+            events.push(Event::Begin {
+                client: client.to_string(),
+                hold,
+                at: start,
+                fence,
+                pid: 7,
+            });
+            events.push(Event::End {
+                client: client.to_string(),
+                hold,
+                at: end,
+                lost: false,
+            });
+        };
+        // Every kind of client held the lock once before the partition.
+        add("mutex/lib-async-0.1", 1, (SECOND, 2 * SECOND, 1));
+        add("mutex/lib-blocking-0.1", 1, (3 * SECOND, 4 * SECOND, 2));
+        add("mutex/cli-0.1", 1, (5 * SECOND, 6 * SECOND, 3));
+        for (index, &hold) in cut_off.iter().enumerate() {
+            add("mutex/partitioned-0.1", index as u64 + 1, hold);
+        }
+        for &(client, start, end, fence) in others {
+            add(client, 2, (start, end, fence));
+        }
+        judge(scenario(name), &config, &events, &faults, &HashMap::new()).problems
+    }
+
+    /// With acknowledgement, a cut-off client that held the lock as it was cut off and
+    /// stopped believing within a lease passes.
+    #[test]
+    fn a_cut_off_belief_that_ends_within_a_lease_is_safe() {
+        let problems = partition_judged(
+            "sentinel-partition-ack",
+            &[(9 * SECOND, 10 * SECOND + 900_000_000, 4)],
+            &[("mutex/lib-async-0.1", 11 * SECOND, 12 * SECOND, 5)],
+        );
+        assert_eq!(problems, Vec::<String>::new());
+    }
+
+    /// The judge of a safe scenario fails it when two holds overlapped: the cut-off
+    /// client's and one granted by the promoted replica.
+    #[test]
+    fn an_overlap_fails_the_safe_partition_scenario() {
+        let problems = partition_judged(
+            "sentinel-partition-ack",
+            &[(9 * SECOND, 10 * SECOND + 900_000_000, 4)],
+            &[(
+                "mutex/lib-async-0.1",
+                10 * SECOND + 500_000_000,
+                12 * SECOND,
+                5,
+            )],
+        );
+        assert_eq!(problems, vec!["1 overlapping holds".to_string()]);
+    }
+
+    /// A cut-off client that believed more than a lease past the cut fails the safe
+    /// scenario even when nobody else held the lock meanwhile (with one replica, cut off
+    /// too, the promoted replica grants nothing acknowledged until the old master rejoins).
+    #[test]
+    fn a_cut_off_belief_longer_than_a_lease_fails_the_safe_partition_scenario() {
+        let problems = partition_judged(
+            "sentinel-partition-ack",
+            &[(9 * SECOND, 11 * SECOND + 200_000_000, 4)],
+            &[],
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0]
+                .contains("mutex/partitioned-0.1 believed its hold 1200 ms after it was cut off"),
+            "{problems:?}"
+        );
+    }
+
+    /// A safe run in which no cut-off client held a lock when the partition began proved
+    /// nothing about them.
+    #[test]
+    fn a_safe_partition_scenario_needs_a_cut_off_holder() {
+        let problems = partition_judged(
+            "sentinel-partition-ack",
+            &[(7 * SECOND, 8 * SECOND, 4)],
+            &[],
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("no cut-off client held a lock when it was cut off"),
+            "{problems:?}"
+        );
+    }
+
+    /// The negative control passes only when the old master granted the cut-off client
+    /// the lock after the cut, and the checker saw the double grant (fences from two
+    /// masters at once may go either way).
+    #[test]
+    fn the_negative_control_needs_a_grant_by_the_cut_off_master() {
+        // Granted by the old master at 11 s (fence 4 from its counter) while the promoted
+        // replica grants the lock with fence 4 from its own.
+        let shown = partition_judged(
+            "sentinel-partition",
+            &[(11 * SECOND, 12 * SECOND, 4)],
+            &[(
+                "mutex/lib-async-0.1",
+                11 * SECOND + 500_000_000,
+                13 * SECOND,
+                4,
+            )],
+        );
+        assert_eq!(shown, Vec::<String>::new());
+        // The cut-off client held only before the cut: whatever else happened, the hole
+        // was not shown.
+        let not_shown = partition_judged(
+            "sentinel-partition",
+            &[(8 * SECOND, 9 * SECOND, 4)],
+            &[(
+                "mutex/lib-async-0.1",
+                8 * SECOND + 500_000_000,
+                13 * SECOND,
+                4,
+            )],
+        );
+        assert_eq!(not_shown.len(), 1, "{not_shown:?}");
+        assert!(
+            not_shown[0].starts_with("the old master granted the cut-off clients nothing"),
+            "{not_shown:?}"
+        );
+        // No overlap: the overlap check would be blind.
+        let blind = partition_judged("sentinel-partition", &[(11 * SECOND, 12 * SECOND, 4)], &[]);
+        assert_eq!(blind.len(), 1, "{blind:?}");
+        assert!(blind[0].contains("double grant was not seen"), "{blind:?}");
     }
 }
