@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 use crate::error::{Error, Result};
-use crate::lease::{LostReason, LostSignal};
 use crate::options::LockOptions;
 use crate::raw::RawLock;
 use crate::reentrant::Owner;
 use crate::rwlock::{Reading, Writing};
+use crate::signal::{LostReason, LostSignal};
 
 /// A blocking handle to one Redis deployment. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -65,6 +65,26 @@ impl Client {
     /// [`crate::Client::shutdown`].
     pub fn shutdown(&self) {
         self.runtime.block_on(self.inner.shutdown())
+    }
+
+    /// Every hold of this client that may be lost from now on; see
+    /// [`Session::lost`](crate::Session::lost). Read it on a thread of its own.
+    pub fn lost(&self) -> LostHolds {
+        LostHolds {
+            inner: self.inner.session().lost(),
+            runtime: self.runtime.clone(),
+        }
+    }
+
+    /// Blocks until [`shutdown`](Client::shutdown) has given every hold back; see
+    /// [`Session::done`](crate::Session::done).
+    pub fn done(&self) {
+        self.runtime.block_on(self.inner.session().done())
+    }
+
+    /// The client's [`Session`](crate::Session): its holds and whether it is closed.
+    pub fn session(&self) -> &crate::Session {
+        self.inner.session()
     }
 
     fn wrap<T>(&self, inner: T) -> Blocking<T> {
@@ -391,5 +411,34 @@ impl<R: RawLock> Drop for Guard<R> {
         } else if let Err(err) = self.runtime.block_on(release) {
             tracing::debug!(error = %err, "release on drop failed; the lease will expire");
         }
+    }
+}
+
+/// The blocking form of [`crate::LostHolds`]: every hold of a blocking [`Client`] that may
+/// be lost. Made by [`Client::lost`].
+#[derive(Debug)]
+pub struct LostHolds {
+    inner: crate::LostHolds,
+    runtime: Arc<Runtime>,
+}
+
+impl LostHolds {
+    /// Blocks until the next lost hold; `None` once the client is shut down and done.
+    pub fn next(&mut self) -> Option<crate::LostHold> {
+        self.runtime.block_on(self.inner.next())
+    }
+
+    /// Like [`next`](LostHolds::next), but gives up after `timeout` (`Err`).
+    pub fn next_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> std::result::Result<Option<crate::LostHold>, tokio::time::error::Elapsed> {
+        self.runtime
+            .block_on(async { tokio::time::timeout(timeout, self.inner.next()).await })
+    }
+
+    /// How many reports this watcher missed by falling too far behind.
+    pub fn missed(&self) -> u64 {
+        self.inner.missed()
     }
 }

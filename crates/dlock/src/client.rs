@@ -1,10 +1,7 @@
 //! The [`Client`]: one shared Redis connection, options, and the shared release notifier.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex as StdMutex, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -12,7 +9,6 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::backend::{Backend, Connection};
 
 use crate::error::{Error, Result};
-use crate::lease::{self, LeaseCell, LostReason};
 use crate::mutex::Mutex;
 use crate::notifier::Notifier;
 use crate::options::LockOptions;
@@ -22,6 +18,8 @@ use crate::renew::Renewer;
 use crate::rwlock::RwLock;
 use crate::script::{describe, lua_script, LuaScript};
 use crate::semaphore::Semaphore;
+use crate::session::{Busy, Session};
+use crate::signal::LeaseCell;
 
 static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
 static LIVE_ENTRIES: LazyLock<LuaScript> =
@@ -65,73 +63,14 @@ pub(crate) struct ClientInner {
     pub(crate) backend: Backend,
     pub(crate) prefix: String,
     connect_timeout: Duration,
-    /// Where background work (releases on drop, the notifier) runs, even when a guard is
-    /// dropped on a thread outside the runtime.
-    pub(crate) runtime: tokio::runtime::Handle,
+    /// The runtime, holds, background work, closed flag and tokens of this client.
+    session: Session,
     notifier: OnceLock<Notifier>,
     renewer: OnceLock<Renewer>,
     /// Renews the leases of locks with replicas: a round of theirs waits for `WAIT`, which
     /// must not hold up the renewal of the client's other leases.
     acknowledged_renewer: OnceLock<Renewer>,
-    /// Set by [`Client::shutdown`].
-    closed: AtomicBool,
-    /// Every hold a guard of this client still has, for [`Client::shutdown`].
-    holds: StdMutex<HashMap<u64, TrackedHold>>,
-    next_hold: AtomicU64,
-    /// Waits and background give-backs (dropped guards, cancelled waits) still running.
-    background: Arc<Running>,
-    /// Put in front of every hold token (see [`ClientBuilder::holder_label`]).
-    holder_label: Option<String>,
     response_timeout: Duration,
-}
-
-type GiveBack = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
-
-/// How many waits and give-backs are running, and a way to wait until none is. An atomic
-/// count (every acquire counts itself: this is on the hot path) and a wake-up only when
-/// the count drops to zero.
-#[derive(Default)]
-pub(crate) struct Running {
-    count: std::sync::atomic::AtomicUsize,
-    none: tokio::sync::Notify,
-}
-
-impl Running {
-    /// Counts one more piece of work until the returned value is dropped.
-    pub(crate) fn busy(self: &Arc<Self>) -> Busy {
-        self.count.fetch_add(1, Ordering::AcqRel);
-        Busy(self.clone())
-    }
-
-    pub(crate) async fn until_none(&self) {
-        loop {
-            let none = self.none.notified();
-            tokio::pin!(none);
-            none.as_mut().enable();
-            if self.count.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            none.await;
-        }
-    }
-}
-
-/// A wait or background give-back in progress; finished when dropped (also when its
-/// runtime drops it).
-pub(crate) struct Busy(Arc<Running>);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.none.notify_waiters();
-        }
-    }
-}
-
-/// A live hold, as the client sees it: how to give it back and its lease state.
-struct TrackedHold {
-    give_back: GiveBack,
-    cell: LeaseCell,
 }
 
 /// Configures and opens a [`Client`]. Made by [`Client::builder`].
@@ -282,15 +221,10 @@ impl ClientBuilder {
                 backend,
                 prefix: self.prefix,
                 connect_timeout: self.connect_timeout,
-                runtime: tokio::runtime::Handle::current(),
+                session: Session::new(tokio::runtime::Handle::current(), self.holder_label),
                 notifier: OnceLock::new(),
                 renewer: OnceLock::new(),
                 acknowledged_renewer: OnceLock::new(),
-                closed: AtomicBool::new(false),
-                holds: StdMutex::new(HashMap::new()),
-                next_hold: AtomicU64::new(1),
-                background: Arc::default(),
-                holder_label: self.holder_label,
                 response_timeout: self.response_timeout,
             }),
             replicas: None,
@@ -653,49 +587,38 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) {
-        self.inner.closed.store(true, Ordering::Release);
+        let session = &self.inner.session;
+        session.close();
         // Waiters wake up, see the client closed and give back what they may hold.
         if let Some(notifier) = self.inner.notifier.get() {
             notifier.stop();
         }
         // Waits in progress and give-backs of dropped guards and cancelled waits finish
-        // first. Bounded: a request that cannot reach Redis ends with its response
-        // timeout; a wait whose future is never polled again would otherwise hold us up.
+        // first; bounded (see Session::until_idle).
         let bound = self
             .inner
             .response_timeout
             .saturating_mul(3)
             .max(Duration::from_secs(5));
-        let _ = tokio::time::timeout(bound, self.inner.background.until_none()).await;
+        session.until_idle(bound).await;
         for renewer in [&self.inner.renewer, &self.inner.acknowledged_renewer] {
             if let Some(renewer) = renewer.get() {
                 renewer.stop().await;
             }
         }
-        let holds: Vec<TrackedHold> = {
-            // Taken under the lock track_hold checks `closed` under: no hold slips in after.
-            let mut holds = self.inner.holds.lock().unwrap();
-            holds.drain().map(|(_, hold)| hold).collect()
-        };
-        if !holds.is_empty() {
-            tracing::debug!(
-                holds = holds.len(),
-                "shutdown: releasing the locks guards still hold"
-            );
-        }
-        let releases = holds.into_iter().map(|hold| {
-            lease::declare_lost(&hold.cell, LostReason::Released);
-            (hold.give_back)()
-        });
-        futures_util::future::join_all(releases).await;
+        session.release_all().await;
+        session.finish();
+    }
+
+    /// The session of this client: its lost signal for every hold, and its end. See
+    /// [`Session`].
+    pub fn session(&self) -> &Session {
+        &self.inner.session
     }
 
     /// A fresh hold token: 128 random bits, behind the holder label if there is one.
     pub(crate) fn new_token(&self) -> String {
-        match &self.inner.holder_label {
-            Some(label) => format!("{label}/{}", lease::new_token()),
-            None => lease::new_token(),
-        }
+        self.inner.session.new_token()
     }
 
     /// How long one request may wait for Redis to answer
@@ -706,7 +629,7 @@ impl Client {
 
     /// True once [`Client::shutdown`] was called.
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        self.inner.session.is_closed()
     }
 
     /// Runs a give-back (a dropped guard's release, a cancelled wait's clean-up) on the
@@ -716,59 +639,38 @@ impl Client {
         &self,
         work: impl Future<Output = ()> + Send + 'static,
     ) -> tokio::sync::oneshot::Receiver<()> {
-        let done = self.busy();
-        let (finished, receiver) = tokio::sync::oneshot::channel();
-        // Handle::spawn never panics: after runtime shutdown the task is dropped (and
-        // `done` with it) and the lease frees the lock.
-        self.inner.runtime.spawn(async move {
-            let _done = done;
-            work.await;
-            let _ = finished.send(());
-        });
-        receiver
+        self.inner.session.spawn_background(work)
     }
 
     /// Counts a wait or give-back in progress until the returned value is dropped;
     /// [`Client::shutdown`] waits for them.
     pub(crate) fn busy(&self) -> Busy {
-        self.inner.background.count.fetch_add(1, Ordering::AcqRel);
-        Busy(self.inner.background.clone())
+        self.inner.session.busy()
     }
 
-    /// Records a live hold for shutdown; returns its id, or `None` once shutdown began
-    /// (checked under the same lock shutdown drains the holds with).
+    /// Records a live hold for shutdown; returns its id, or `None` once shutdown began.
     pub(crate) fn track_hold<R: RawProtocol>(
         &self,
         raw: &R,
         token: &str,
         cell: &LeaseCell,
     ) -> Option<u64> {
-        let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
         let (raw, token) = (raw.clone(), token.to_string());
-        let give_back: GiveBack = Box::new(move || {
-            Box::pin(async move {
-                if let Err(err) = raw.release(&token).await {
-                    tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lease will expire");
-                }
-            })
-        });
-        let mut holds = self.inner.holds.lock().unwrap();
-        if self.is_closed() {
-            return None;
-        }
-        holds.insert(
-            id,
-            TrackedHold {
-                give_back,
-                cell: cell.clone(),
-            },
-        );
-        Some(id)
+        self.inner.session.track_hold(
+            cell,
+            Box::new(move || {
+                Box::pin(async move {
+                    if let Err(err) = raw.release(&token).await {
+                        tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lease will expire");
+                    }
+                })
+            }),
+        )
     }
 
     /// Forgets a hold; false when shutdown already took (and released) it.
     pub(crate) fn untrack_hold(&self, id: u64) -> bool {
-        self.inner.holds.lock().unwrap().remove(&id).is_some()
+        self.inner.session.untrack_hold(id)
     }
 
     /// A plain `GET` of a string key (`None` when missing); a key of another type is
@@ -923,7 +825,9 @@ impl Client {
             Some(_) => &self.inner.acknowledged_renewer,
             None => &self.inner.renewer,
         };
-        renewer.get_or_init(|| Renewer::start(self.inner.backend.clone(), &self.inner.runtime))
+        renewer.get_or_init(|| {
+            Renewer::start(self.inner.backend.clone(), self.inner.session.runtime())
+        })
     }
 
     /// The shared release notifier, started on first use.
@@ -932,7 +836,7 @@ impl Client {
             Notifier::start(
                 self.inner.backend.clone(),
                 self.inner.connect_timeout,
-                &self.inner.runtime,
+                self.inner.session.runtime(),
             )
         })
     }

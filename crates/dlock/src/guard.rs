@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::{self, Held, LostReason, LostSignal};
+use crate::lease::{self, Held};
 use crate::raw::{HoldKind, RawLock};
 use crate::script::{lua_script, LuaScript};
+use crate::signal::{self, LostReason, LostSignal};
 
 static HELD: LazyLock<LuaScript> =
     lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
@@ -55,7 +56,12 @@ impl<R: RawLock> Guard<R> {
         sent: Instant,
     ) -> Option<Guard<R>> {
         let options = raw.options();
-        let cell = lease::new_cell(lease::valid_until(sent, options.ttl));
+        let cell = signal::new_cell(
+            lease::valid_until(sent, options.ttl),
+            raw.core().keys.clone(),
+            &token,
+            raw.client().session().sink(),
+        );
         let hold_id = raw.client().track_hold(&raw, &token, &cell)?;
         let held = Held::start(raw.client(), &token, sent, raw.hold_key(), options, cell);
         Some(Guard {
@@ -150,18 +156,14 @@ impl<R: RawLock> Guard<R> {
         let extended = extend_hold(&self.raw, &self.token, ttl).await;
         if matches!(extended, Err(Error::NotReplicated { .. })) {
             // extend_hold gave the hold back.
-            if lease::declare_lost(&self.held.cell, LostReason::Released) {
-                crate::observe::lost(self.raw.hold_key().0, LostReason::Released);
-            }
+            signal::declare_lost(&self.held.cell, LostReason::Released);
         } else if matches!(extended, Err(Error::Lost { .. })) {
             // The token is gone from Redis: the lost signal says so, as a renewal would.
-            if lease::declare_lost(&self.held.cell, LostReason::Taken) {
-                crate::observe::lost(self.raw.hold_key().0, LostReason::Taken);
-            }
+            signal::declare_lost(&self.held.cell, LostReason::Taken);
         } else if extended.as_ref().is_err_and(Error::is_transient) {
             // A request whose reply was lost may have run, and set a lease shorter than
             // the old one: assume the shorter of the two.
-            lease::shortened(&self.held.cell, lease::valid_until(sent, ttl));
+            signal::shortened(&self.held.cell, lease::valid_until(sent, ttl));
         }
         extended?;
         self.held.extended(sent, ttl);
@@ -235,9 +237,7 @@ async fn draw_fence<R: RawLock>(raw: &R, token: &str, held: &Held) -> Result<u64
         .await?;
     match fence {
         0 => {
-            if crate::lease::declare_lost(&held.cell, LostReason::Taken) {
-                crate::observe::lost(key, LostReason::Taken);
-            }
+            signal::declare_lost(&held.cell, LostReason::Taken);
             Err(Error::Lost {
                 name: raw.name().to_string(),
             })

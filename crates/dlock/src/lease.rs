@@ -1,7 +1,7 @@
-//! The core every guard shares: token, fencing token, the local validity deadline and the
-//! lost-lock signal.
+//! What every hold of a single-node kind shares: the lease's bounds, the local validity
+//! deadline, and its place in the client's renewal scheduler. (The lease's live state and
+//! the lost signal are in [`signal`](crate::signal).)
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::options::{LockOptions, Renewal};
 use crate::raw::HoldKind;
 use crate::renew::{Registration, RenewalSpec};
+use crate::signal::{renewed, LeaseCell, LostSignal};
 
 /// Shortest lease dlock accepts.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -38,11 +39,6 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// A fresh 128-bit random token, as 32 hex digits.
-pub(crate) fn new_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
 }
 
 /// The state of a held lock that every guard shares: the grant, the live lease state, and
@@ -130,190 +126,6 @@ impl std::fmt::Debug for Held {
     }
 }
 
-/// Why a holder must assume it no longer owns its lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The local validity deadline passed without a successful renewal (Redis unreachable,
-    /// paused or slow, renewal capped, or renewal not enabled). Another client may acquire
-    /// the lock from now on.
-    Expired,
-    /// A renewal, or a plain mutex's first [`fence`](crate::Guard::fence) read, found the
-    /// lock gone (expired or deleted) or held by another token.
-    Taken,
-    /// The client gave it back: [`Client::shutdown`](crate::Client::shutdown).
-    Released,
-}
-
-impl std::fmt::Display for LostReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LostReason::Expired => "the lease ran out without a successful renewal",
-            LostReason::Taken => "the lock is gone or held by another owner",
-            LostReason::Released => "the client was shut down and released it",
-        })
-    }
-}
-
-/// The live state of a held lease, shared by its guard and the renewer.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LeaseState {
-    pub valid_until: Instant,
-    pub lost: Option<LostReason>,
-}
-
-/// A lease's live state, shared by its guard, the renewer, the client's shutdown and every
-/// [`LostSignal`]. A mutex-guarded value and a [`Notify`](tokio::sync::Notify) rather than a
-/// `watch` channel: one of these is made and dropped per grant, and a `watch` sender wakes
-/// its (eight) waiter lists on drop, a measurable share of a short hold's client time.
-pub(crate) struct LeaseShared {
-    state: std::sync::Mutex<LeaseState>,
-    changed: tokio::sync::Notify,
-}
-
-impl LeaseShared {
-    /// The state now.
-    pub fn state(&self) -> LeaseState {
-        *self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Applies `change`; wakes the lost signals when it says it changed something.
-    fn update(&self, change: impl FnOnce(&mut LeaseState) -> bool) -> bool {
-        let changed = {
-            let mut state = self
-                .state
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            change(&mut state)
-        };
-        if changed {
-            self.changed.notify_waiters();
-        }
-        changed
-    }
-}
-
-/// The writers' handle on a lease's state: the guard and the renewer update it.
-pub(crate) type LeaseCell = Arc<LeaseShared>;
-
-pub(crate) fn new_cell(valid_until: Instant) -> LeaseCell {
-    Arc::new(LeaseShared {
-        state: std::sync::Mutex::new(LeaseState {
-            valid_until,
-            lost: None,
-        }),
-        changed: tokio::sync::Notify::new(),
-    })
-}
-
-/// Sets the deadline after a successful renewal or extension: exactly the new lease, which
-/// may be shorter than the old one (an extension to a shorter ttl shortens the lease in
-/// Redis too). Renewals and extensions never overlap, so the last reply is Redis's lease.
-/// Never after the lease was declared lost.
-pub(crate) fn renewed(cell: &LeaseCell, valid_until: Instant) {
-    cell.update(|state| {
-        if state.lost.is_none() && valid_until != state.valid_until {
-            state.valid_until = valid_until;
-            true
-        } else {
-            false
-        }
-    });
-}
-
-/// Moves the deadline earlier, never later: a request that may have shortened the lease
-/// in Redis failed, so the holder must assume the shorter of the two.
-pub(crate) fn shortened(cell: &LeaseCell, valid_until: Instant) {
-    cell.update(|state| {
-        if state.lost.is_none() && valid_until < state.valid_until {
-            state.valid_until = valid_until;
-            true
-        } else {
-            false
-        }
-    });
-}
-
-/// Declares the lease lost (the first reason sticks); true if this declared it. The
-/// validity ends now too, so `valid_until` and `remaining` agree with the signal.
-pub(crate) fn declare_lost(cell: &LeaseCell, reason: LostReason) -> bool {
-    cell.update(|state| {
-        if state.lost.is_none() {
-            state.lost = Some(reason);
-            state.valid_until = state.valid_until.min(Instant::now());
-            true
-        } else {
-            false
-        }
-    })
-}
-
-/// Tells a holder that it may have lost its lock.
-///
-/// Fires when a renewal finds the token gone or replaced ([`LostReason::Taken`]), or when
-/// the local validity deadline passes without a successful renewal
-/// ([`LostReason::Expired`]) — by a local timer, so it fires on time even when Redis does
-/// not answer at all. Cheap to clone; every clone fires.
-#[derive(Clone)]
-pub struct LostSignal {
-    cell: LeaseCell,
-}
-
-impl LostSignal {
-    pub(crate) fn new(cell: &LeaseCell) -> LostSignal {
-        LostSignal { cell: cell.clone() }
-    }
-
-    /// Resolves when the lock may have been lost, with the reason.
-    pub async fn wait(&mut self) -> LostReason {
-        loop {
-            // Registered before reading the state: a change in between still wakes us.
-            let changed = self.cell.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let state = self.cell.state();
-            if let Some(reason) = state.lost {
-                return reason;
-            }
-            let deadline = tokio::time::Instant::from_std(state.valid_until);
-            tokio::select! {
-                _ = changed => {}
-                _ = tokio::time::sleep_until(deadline) => {
-                    // Nothing moved the deadline (a guard that is gone moves nothing).
-                    let now = self.cell.state();
-                    if now.valid_until <= state.valid_until {
-                        return now.lost.unwrap_or(LostReason::Expired);
-                    }
-                }
-            }
-        }
-    }
-
-    /// The reason, if the lock may have been lost by now.
-    pub fn lost(&self) -> Option<LostReason> {
-        let state = self.cell.state();
-        state
-            .lost
-            .or((Instant::now() >= state.valid_until).then_some(LostReason::Expired))
-    }
-
-    /// The current local validity deadline.
-    pub fn valid_until(&self) -> Instant {
-        self.cell.state().valid_until
-    }
-}
-
-impl std::fmt::Debug for LostSignal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LostSignal")
-            .field("state", &self.cell.state())
-            .finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,13 +151,5 @@ mod tests {
         assert!(validate_ttl(MIN_TTL).is_ok());
         assert!(validate_ttl(MAX_TTL).is_ok());
         assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
-    }
-
-    #[test]
-    fn tokens_are_fresh_128_bit_hex() {
-        let (a, b) = (new_token(), new_token());
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
     }
 }

@@ -60,6 +60,8 @@ mod resend_check;
 pub mod rwlock;
 mod script;
 pub mod semaphore;
+mod session;
+mod signal;
 mod wait;
 
 pub use client::{
@@ -70,7 +72,7 @@ pub use error::{Error, Result};
 pub use guard::Guard;
 pub use inspect::{Holder, LockInfo, LockKind};
 pub use keys::{check_name, MAX_NAME_LEN};
-pub use lease::{drift_allowance, LostReason, LostSignal, MAX_TTL, MIN_TTL};
+pub use lease::{drift_allowance, MAX_TTL, MIN_TTL};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{
     LockOptions, Renewal, Replicas, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF, MAX_REPLICAS,
@@ -80,6 +82,8 @@ pub use redlock::{Redlock, RedlockBuilder, RedlockGuard, RedlockMutex};
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
+pub use session::{LostHolds, Session};
+pub use signal::{LostHold, LostReason, LostSignal};
 pub use wait::{Backoff, Wait};
 
 /// A test hook, not part of the API: runs every script twice and checks the second run

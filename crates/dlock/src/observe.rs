@@ -15,8 +15,6 @@
 
 use std::time::Duration;
 
-use crate::lease::LostReason;
-
 pub(crate) fn acquired(kind: &'static str, lock: &str, attempts: u32, waited: Duration) {
     tracing::debug!(
         lock,
@@ -59,15 +57,13 @@ pub(crate) fn retrying(kind: &'static str, lock: &str, error: &crate::Error, lou
     }
 }
 
-pub(crate) fn lost(key: &str, reason: LostReason) {
+/// A hold that may have been lost; `label` names the reason in the metric.
+pub(crate) fn lost(key: &str, label: &'static str, reason: &dyn std::fmt::Display) {
     tracing::warn!(lock = key, %reason, "lock may have been lost");
     #[cfg(feature = "metrics")]
-    metrics::counter!("dlock_lost_total", "reason" => match reason {
-        LostReason::Expired => "expired",
-        LostReason::Taken => "taken",
-        LostReason::Released => "released",
-    })
-    .increment(1);
+    metrics::counter!("dlock_lost_total", "reason" => label).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = label;
 }
 
 pub(crate) fn renew_failed(key: &str, error: &dyn std::fmt::Display) {

@@ -241,7 +241,7 @@ impl Client {
             .arg(&keys.channel)
             .arg(&queue.wake_prefix)
             // The request id that makes a resend of this call a no-op.
-            .arg(crate::lease::new_token())
+            .arg(crate::session::random_token())
             .run(self)
             .await?;
         if fence > 0 {

@@ -17,7 +17,6 @@ pub mod mutex;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -25,8 +24,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::client::{Client, ClientBuilder};
 use crate::error::{Error, Result};
-use crate::lease::{self, LeaseCell, LostReason};
 use crate::options::LockOptions;
+use crate::session::Session;
+use crate::signal::LeaseCell;
 
 pub use mutex::{RedlockGuard, RedlockMutex};
 
@@ -259,12 +259,10 @@ impl RedlockBuilder {
                 node_timeout: self.node_timeout,
                 raise_fences: self.raise_fences,
                 prefix: probe.prefix_str().to_string(),
-                holder_label: probe.holder_label_str().map(str::to_string),
-                closed: AtomicBool::new(false),
-                holds: StdMutex::new(HashMap::new()),
-                next_hold: AtomicU64::new(0),
-                runtime: tokio::runtime::Handle::current(),
-                background: Arc::default(),
+                session: Session::new(
+                    tokio::runtime::Handle::current(),
+                    probe.holder_label_str().map(str::to_string),
+                ),
             }),
         };
         // Ready once a majority is connected: a frozen or black-holed master would
@@ -326,27 +324,15 @@ impl RedlockBuilder {
     }
 }
 
-/// A live hold, as the Redlock handle sees it (for [`Redlock::shutdown`]).
-struct TrackedHold {
-    key: Arc<crate::keys::LockKeys>,
-    token: String,
-    cell: LeaseCell,
-    renewal: Option<tokio::task::AbortHandle>,
-}
-
 pub(crate) struct Inner {
     pub(crate) nodes: Vec<Node>,
     pub(crate) quorum: usize,
     node_timeout: Option<Duration>,
     pub(crate) raise_fences: bool,
     prefix: String,
-    holder_label: Option<String>,
-    closed: AtomicBool,
-    holds: StdMutex<HashMap<u64, TrackedHold>>,
-    next_hold: AtomicU64,
-    pub(crate) runtime: tokio::runtime::Handle,
-    /// Give-backs and the tails of decided rounds still running: shutdown waits for them.
-    background: Arc<crate::client::Running>,
+    /// The runtime, holds, tokens and closed flag of this handle; its background work is
+    /// give-backs and the tails of decided rounds, which shutdown waits for.
+    pub(crate) session: Session,
 }
 
 /// A handle on N independent Redis masters (no replication between them), on which
@@ -434,46 +420,32 @@ impl Redlock {
 
     /// True once [`Redlock::shutdown`] was called.
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        self.inner.session.is_closed()
+    }
+
+    /// The session of this handle: its lost signal for every hold, and its end. See
+    /// [`Session`].
+    pub fn session(&self) -> &Session {
+        &self.inner.session
     }
 
     /// Releases every lock that guards of this handle still hold (their lost signals fire
     /// with [`LostReason::Released`]), then shuts each node's client down. Locks acquired
     /// after this fail with [`Error::Closed`].
     pub async fn shutdown(&self) {
-        self.inner.closed.store(true, Ordering::Release);
-        let holds: Vec<TrackedHold> = {
-            let mut holds = self.inner.holds.lock().unwrap();
-            holds.drain().map(|(_, hold)| hold).collect()
-        };
-        let releases = holds.into_iter().map(|hold| {
-            if let Some(renewal) = &hold.renewal {
-                renewal.abort();
-            }
-            lease::declare_lost(&hold.cell, LostReason::Released);
-            let this = self.clone();
-            async move {
-                let _ = this
-                    .release_everywhere(
-                        &hold.key,
-                        &hold.token,
-                        Duration::from_secs(1),
-                        RequestsEnd::default(),
-                    )
-                    .await;
-            }
-        });
-        futures_util::future::join_all(releases).await;
+        let session = &self.inner.session;
+        session.close();
+        session.release_all().await;
         // Give-backs of dropped guards and failed rounds, and requests still out, finish
         // first (bounded: each request ends with its node timeout, a give-back with its
         // lease).
-        let _ =
-            tokio::time::timeout(Duration::from_secs(5), self.inner.background.until_none()).await;
+        session.until_idle(Duration::from_secs(5)).await;
         for node in &self.inner.nodes {
             if let Some(client) = node.connected() {
                 client.shutdown().await;
             }
         }
+        session.finish();
     }
 
     /// The node timeout for a lock with lease `ttl` (see [`RedlockBuilder::node_timeout`]).
@@ -507,10 +479,7 @@ impl Redlock {
 
     /// A fresh hold token, behind the holder label if there is one.
     pub(crate) fn new_token(&self) -> String {
-        match &self.inner.holder_label {
-            Some(label) => format!("{label}/{}", lease::new_token()),
-            None => lease::new_token(),
-        }
+        self.inner.session.new_token()
     }
 
     /// Sends `request` to every node at once, each bounded by `timeout`, and hands each
@@ -697,14 +666,11 @@ impl Redlock {
 
     /// Runs `work` on the handle's runtime; [`Redlock::shutdown`] waits for it.
     fn spawn_tracked(&self, work: impl Future<Output = ()> + Send + 'static) {
-        let busy = self.inner.background.busy();
-        self.inner.runtime.spawn(async move {
-            let _busy = busy;
-            work.await;
-        });
+        drop(self.inner.session.spawn_background(work));
     }
 
-    /// Records a live hold for shutdown; `None` once shutdown began.
+    /// Records a live hold for shutdown, which stops its renewal and releases it on every
+    /// node; `None` once shutdown began.
     pub(crate) fn track_hold(
         &self,
         keys: Arc<crate::keys::LockKeys>,
@@ -712,26 +678,30 @@ impl Redlock {
         cell: &LeaseCell,
         renewal: Option<tokio::task::AbortHandle>,
     ) -> Option<u64> {
-        let mut holds = self.inner.holds.lock().unwrap();
-        if self.is_closed() {
-            return None;
-        }
-        let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
-        holds.insert(
-            id,
-            TrackedHold {
-                key: keys,
-                token: token.to_string(),
-                cell: cell.clone(),
-                renewal,
-            },
-        );
-        Some(id)
+        let (this, token) = (self.clone(), token.to_string());
+        self.inner.session.track_hold(
+            cell,
+            Box::new(move || {
+                Box::pin(async move {
+                    if let Some(renewal) = &renewal {
+                        renewal.abort();
+                    }
+                    let _ = this
+                        .release_everywhere(
+                            &keys,
+                            &token,
+                            Duration::from_secs(1),
+                            RequestsEnd::default(),
+                        )
+                        .await;
+                })
+            }),
+        )
     }
 
     /// Forgets a hold; true if it was still tracked (shutdown had not taken it).
     pub(crate) fn untrack_hold(&self, id: u64) -> bool {
-        self.inner.holds.lock().unwrap().remove(&id).is_some()
+        self.inner.session.untrack_hold(id)
     }
 }
 

@@ -29,11 +29,12 @@ use super::{Redlock, Rest, Vote};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::lease::{self, LeaseCell, LostReason, LostSignal};
+use crate::lease;
 use crate::notifier::Watch;
 use crate::observe;
 use crate::options::{LockOptions, Renewal};
 use crate::script::{lua_script, LuaScript};
+use crate::signal::{self, LeaseCell, LostReason, LostSignal};
 use crate::wait::{jitter, Wait};
 
 static RAISE: LazyLock<LuaScript> = lua_script!(
@@ -808,7 +809,12 @@ impl RedlockGuard {
     fn start(mutex: RedlockMutex, token: String, fence: u64, sent: Instant) -> Option<Self> {
         let ttl = mutex.options.ttl;
         let shared = Arc::new(HoldShared {
-            cell: lease::new_cell(lease::valid_until(sent, ttl)),
+            cell: signal::new_cell(
+                lease::valid_until(sent, ttl),
+                mutex.keys.clone(),
+                &token,
+                mutex.redlock.inner.session.sink(),
+            ),
             ttl_ms: std::sync::atomic::AtomicU64::new(ttl.as_millis() as u64),
             last_round: std::sync::Mutex::new(sent),
             extended: tokio::sync::Notify::new(),
@@ -816,7 +822,7 @@ impl RedlockGuard {
         });
         let renewal = match mutex.options.renewal {
             Renewal::Manual => None,
-            Renewal::Auto { max_hold } => Some(mutex.redlock.inner.runtime.spawn(renew(
+            Renewal::Auto { max_hold } => Some(mutex.redlock.inner.session.runtime().spawn(renew(
                 mutex.clone(),
                 token.clone(),
                 shared.clone(),
@@ -900,7 +906,7 @@ impl RedlockGuard {
             extend_on_quorum(&self.mutex.redlock, &self.mutex.keys, &self.token, ttl).await;
         match extended {
             Ok(sent) => {
-                lease::renewed(&self.shared.cell, lease::valid_until(sent, ttl));
+                signal::renewed(&self.shared.cell, lease::valid_until(sent, ttl));
                 self.shared
                     .ttl_ms
                     .store(ttl.as_millis() as u64, std::sync::atomic::Ordering::Release);
@@ -909,16 +915,14 @@ impl RedlockGuard {
                 Ok(())
             }
             Err(err @ Error::Lost { .. }) => {
-                if lease::declare_lost(&self.shared.cell, LostReason::Taken) {
-                    observe::lost(&self.mutex.keys.key, LostReason::Taken);
-                }
+                signal::declare_lost(&self.shared.cell, LostReason::Taken);
                 Err(err)
             }
             Err(err) => {
                 // Nodes that answered (or answer late) did set the new lease, which may be
                 // shorter than the old one: assume the shorter of the two, and have the
                 // renewal plan from it.
-                lease::shortened(&self.shared.cell, lease::valid_until(sent, ttl));
+                signal::shortened(&self.shared.cell, lease::valid_until(sent, ttl));
                 self.shared.extended.notify_one();
                 Err(err)
             }
@@ -988,8 +992,9 @@ impl Drop for RedlockGuard {
 }
 
 /// Keeps a hold renewed on a majority: a round a third of the lease after the last
-/// successful one, retried sooner when it fails, until the validity ends (the lost signal
-/// fires by its own timer) or a majority says the hold is gone.
+/// successful one, retried sooner when it fails, until the validity ends (declared
+/// [`LostReason::Expired`]; the lost signal fires by its own timer even before) or a
+/// majority says the hold is gone.
 async fn renew(
     mutex: RedlockMutex,
     token: String,
@@ -1023,7 +1028,12 @@ async fn renew(
         }
         let state = shared.cell.state();
         let now = Instant::now();
-        if state.lost.is_some() || now >= state.valid_until {
+        if state.lost.is_some() {
+            return;
+        }
+        if now >= state.valid_until {
+            // No majority renewed it in time: declared, as the single-node renewer does.
+            signal::declare_lost(&shared.cell, LostReason::Expired);
             return;
         }
         if hold_until.is_some_and(|cap| now >= cap) {
@@ -1033,14 +1043,12 @@ async fn renew(
         let ttl = Duration::from_millis(shared.ttl_ms.load(std::sync::atomic::Ordering::Acquire));
         match extend_on_quorum(&mutex.redlock, &mutex.keys, &token, ttl).await {
             Ok(sent) => {
-                lease::renewed(&shared.cell, lease::valid_until(sent, ttl));
+                signal::renewed(&shared.cell, lease::valid_until(sent, ttl));
                 *shared.last_round.lock().unwrap() = sent;
                 failing = false;
             }
             Err(Error::Lost { .. }) => {
-                if lease::declare_lost(&shared.cell, LostReason::Taken) {
-                    observe::lost(&mutex.keys.key, LostReason::Taken);
-                }
+                signal::declare_lost(&shared.cell, LostReason::Taken);
                 return;
             }
             Err(err) => {

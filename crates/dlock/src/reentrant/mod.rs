@@ -12,7 +12,6 @@ use std::sync::LazyLock;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
-use crate::lease;
 use crate::options::LockOptions;
 use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
@@ -34,7 +33,7 @@ pub struct Owner(String);
 impl Owner {
     /// A fresh owner with a random 128-bit id.
     pub fn new() -> Owner {
-        Owner(lease::new_token())
+        Owner(crate::session::random_token())
     }
 
     /// An owner with a chosen id (e.g. to act for the same owner from another process).

@@ -20,11 +20,12 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::backend::Backend;
-use crate::lease::{self, LeaseCell, LostReason};
+use crate::lease;
 use crate::observe;
 use crate::options::Replicas;
 use crate::raw::HoldKind;
 use crate::script::{lua_script, LuaScript};
+use crate::signal::{self, LeaseCell, LostReason};
 
 pub(crate) static RENEW: LazyLock<LuaScript> =
     lua_script!(grant "renew", "entries.lua", "renew/holds.lua", "renew/renew.lua");
@@ -264,9 +265,7 @@ async fn round(backend: &Backend, shared: &Shared) {
         entries.retain(|_, entry| {
             let state = entry.spec.cell.state();
             if state.lost.is_some() || now >= state.valid_until {
-                if lease::declare_lost(&entry.spec.cell, LostReason::Expired) {
-                    observe::lost(&entry.spec.key, LostReason::Expired);
-                }
+                signal::declare_lost(&entry.spec.cell, LostReason::Expired);
                 return false;
             }
             // A capped lease is left to run out; its lost signal fires at the deadline.
@@ -325,14 +324,12 @@ async fn round(backend: &Backend, shared: &Shared) {
             match reply.as_ref().map(|r| r.get(index).copied()) {
                 Ok(Some(1)) => {
                     tracing::trace!(lock = %entry.spec.key, "renewed");
-                    lease::renewed(&entry.spec.cell, lease::valid_until(sent, *ttl));
+                    signal::renewed(&entry.spec.cell, lease::valid_until(sent, *ttl));
                     entry.next_due = sent + *ttl / 3;
                     entry.retrying = false;
                 }
                 Ok(_) => {
-                    if lease::declare_lost(&entry.spec.cell, LostReason::Taken) {
-                        observe::lost(&entry.spec.key, LostReason::Taken);
-                    }
+                    signal::declare_lost(&entry.spec.cell, LostReason::Taken);
                     entries.remove(id);
                 }
                 Err(err) => {

@@ -1,0 +1,412 @@
+//! The [`Session`]: what every lock handle shares below its topology — the runtime its
+//! background work runs on, the registry of live holds that shutdown gives back, the
+//! waits and give-backs still running, the closed flag, the token factory, and the
+//! session's lost signal. A [`Client`](crate::Client) and a [`Redlock`](crate::Redlock)
+//! each provide one; nothing here knows a lock kind or a topology.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use crate::signal::{self, LeaseCell, LostHold, LostReason, LostSink};
+
+/// How many lost holds a slow watcher of [`Session::lost`] may fall behind by before it
+/// misses some (it is told how many: [`LostHolds::missed`]).
+const LOST_BACKLOG: usize = 1024;
+
+/// A hold's give-back at shutdown.
+pub(crate) type GiveBack = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// The shared context of one lock handle ([`Client`](crate::Client) or
+/// [`Redlock`](crate::Redlock)), in the spirit of etcd's `Session`: every hold taken
+/// through the handle belongs to it, and a program can watch it as a whole.
+///
+/// * [`lost`](Session::lost) reports every hold of the session that may have been lost —
+///   taken by another owner, expired without a renewal, or released by a shutdown —
+///   whichever lock and kind it was, so one task can watch all of a program's locks.
+/// * [`done`](Session::done) resolves once the session was shut down and every hold
+///   given back.
+///
+/// Cheap to clone; clones are the same session.
+///
+/// ```no_run
+/// # async fn demo() -> dlock::Result<()> {
+/// let client = dlock::Client::connect("redis://127.0.0.1:6379").await?;
+/// let mut lost = client.session().lost();
+/// tokio::spawn(async move {
+///     while let Some(hold) = lost.next().await {
+///         eprintln!("lock {} may be lost: {}", hold.name, hold.reason);
+///     }
+/// });
+/// let guard = client.mutex("nightly-report")?.lock().await?;
+/// // ... work ...
+/// guard.unlock().await?;
+/// client.shutdown().await; // `lost.next()` then returns None
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Where background work (releases on drop, renewals, notifiers) runs, even when a
+    /// guard is dropped on a thread outside the runtime.
+    runtime: tokio::runtime::Handle,
+    /// Put in front of every hold token (see `ClientBuilder::holder_label`).
+    holder_label: Option<String>,
+    /// Set when shutdown begins: no new hold is tracked, no new wait starts.
+    closed: AtomicBool,
+    /// Set when shutdown has given every hold back.
+    done: tokio::sync::watch::Sender<bool>,
+    /// Every hold a guard of this session still has, for shutdown.
+    holds: StdMutex<HashMap<u64, TrackedHold>>,
+    next_hold: AtomicU64,
+    /// Waits and background give-backs (dropped guards, cancelled waits) still running.
+    background: Arc<Running>,
+    /// Where holds report their loss; [`Session::lost`] subscribes to it.
+    lost: LostSink,
+    /// Whether the deadline watcher runs (started by the first [`Session::lost`]).
+    watching: AtomicBool,
+    /// Wakes the deadline watcher when a hold is tracked.
+    tracked: tokio::sync::Notify,
+}
+
+/// A live hold, as the session sees it: how to give it back, and its lease state.
+struct TrackedHold {
+    give_back: GiveBack,
+    cell: LeaseCell,
+}
+
+impl Session {
+    /// A session whose background work runs on `runtime`.
+    pub(crate) fn new(runtime: tokio::runtime::Handle, holder_label: Option<String>) -> Session {
+        let (lost, _) = tokio::sync::broadcast::channel(LOST_BACKLOG);
+        Session {
+            inner: Arc::new(Inner {
+                runtime,
+                holder_label,
+                closed: AtomicBool::new(false),
+                done: tokio::sync::watch::Sender::new(false),
+                holds: StdMutex::new(HashMap::new()),
+                next_hold: AtomicU64::new(1),
+                background: Arc::default(),
+                lost,
+                watching: AtomicBool::new(false),
+                tracked: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    /// True once shutdown began: new acquisitions fail with
+    /// [`Error::Closed`](crate::Error::Closed).
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the session was shut down ([`Client::shutdown`](crate::Client::shutdown),
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown)) and every hold given back.
+    pub async fn done(&self) {
+        let mut done = self.inner.done.subscribe();
+        // The sender lives as long as this session: the wait only ends by the flag.
+        let _ = done.wait_for(|done| *done).await;
+    }
+
+    /// How many holds guards of this session have now.
+    pub fn holds(&self) -> usize {
+        self.inner.holds.lock().unwrap().len()
+    }
+
+    /// Every hold of this session that may be lost from now on, as it happens: one
+    /// report per loss, for every kind and lock of the session.
+    ///
+    /// A hold is reported when a renewal, an extend or a fence read finds it taken
+    /// ([`LostReason::Taken`]), when its validity deadline passes without a renewal
+    /// ([`LostReason::Expired`], by a local timer, also for holds renewed by hand), and when
+    /// shutdown releases it ([`LostReason::Released`]). A hold given back by its own
+    /// `unlock` or drop is not a loss. The stream ends (`None`) once the session is done.
+    pub fn lost(&self) -> LostHolds {
+        let receiver = self.inner.lost.subscribe();
+        if !self.inner.watching.swap(true, Ordering::AcqRel) {
+            // Weak: a session dropped without a shutdown ends the watcher too.
+            let session = Arc::downgrade(&self.inner);
+            let done = self.inner.done.subscribe();
+            self.inner.runtime.spawn(watch_deadlines(session, done));
+        }
+        LostHolds {
+            receiver,
+            done: self.inner.done.subscribe(),
+            missed: 0,
+        }
+    }
+
+    /// The runtime the session's background work runs on.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.inner.runtime
+    }
+
+    /// Where a new hold of this session reports its loss.
+    pub(crate) fn sink(&self) -> &LostSink {
+        &self.inner.lost
+    }
+
+    /// A fresh hold token: 128 random bits as 32 hex digits, behind the holder label if
+    /// there is one.
+    pub(crate) fn new_token(&self) -> String {
+        match &self.inner.holder_label {
+            Some(label) => format!("{label}/{}", random_token()),
+            None => random_token(),
+        }
+    }
+
+    /// Records a live hold for shutdown; returns its id, or `None` once shutdown began
+    /// (checked under the same lock shutdown drains the holds with).
+    pub(crate) fn track_hold(&self, cell: &LeaseCell, give_back: GiveBack) -> Option<u64> {
+        let id = self.inner.next_hold.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut holds = self.inner.holds.lock().unwrap();
+            if self.is_closed() {
+                return None;
+            }
+            holds.insert(
+                id,
+                TrackedHold {
+                    give_back,
+                    cell: cell.clone(),
+                },
+            );
+        }
+        if self.inner.watching.load(Ordering::Acquire) {
+            self.inner.tracked.notify_one();
+        }
+        Some(id)
+    }
+
+    /// Forgets a hold; false when shutdown already took (and released) it.
+    pub(crate) fn untrack_hold(&self, id: u64) -> bool {
+        self.inner.holds.lock().unwrap().remove(&id).is_some()
+    }
+
+    /// Counts a wait or give-back in progress until the returned value is dropped;
+    /// shutdown waits for them.
+    pub(crate) fn busy(&self) -> Busy {
+        self.inner.background.busy()
+    }
+
+    /// Runs a give-back (a dropped guard's release, a cancelled wait's clean-up) on the
+    /// session's runtime; shutdown waits for those in flight. The returned receiver
+    /// resolves when the work is done (or was dropped).
+    pub(crate) fn spawn_background(
+        &self,
+        work: impl Future<Output = ()> + Send + 'static,
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        let busy = self.busy();
+        let (finished, receiver) = tokio::sync::oneshot::channel();
+        // Handle::spawn never panics: after runtime shutdown the task is dropped (and
+        // `busy` with it) and the lease frees the lock.
+        self.inner.runtime.spawn(async move {
+            let _busy = busy;
+            work.await;
+            let _ = finished.send(());
+        });
+        receiver
+    }
+
+    /// Begins shutdown: no hold is tracked and no wait starts from now on.
+    pub(crate) fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+    }
+
+    /// Waits until no wait or give-back is running, at most `bound` (a request that cannot
+    /// reach Redis ends with its timeout; a wait whose future is never polled again would
+    /// otherwise hold shutdown up).
+    pub(crate) async fn until_idle(&self, bound: Duration) {
+        let _ = tokio::time::timeout(bound, self.inner.background.until_none()).await;
+    }
+
+    /// Gives back every hold still tracked: each one's lost signal fires with
+    /// [`LostReason::Released`] first, then all give-backs run at once.
+    pub(crate) async fn release_all(&self) {
+        let holds: Vec<TrackedHold> = {
+            // Taken under the lock track_hold checks `closed` under: no hold slips in after.
+            let mut holds = self.inner.holds.lock().unwrap();
+            holds.drain().map(|(_, hold)| hold).collect()
+        };
+        if !holds.is_empty() {
+            tracing::debug!(
+                holds = holds.len(),
+                "shutdown: releasing the locks guards still hold"
+            );
+        }
+        let releases = holds.into_iter().map(|hold| {
+            signal::declare_lost(&hold.cell, LostReason::Released);
+            (hold.give_back)()
+        });
+        futures_util::future::join_all(releases).await;
+    }
+
+    /// Ends shutdown: [`Session::done`] resolves and [`LostHolds`] streams end.
+    pub(crate) fn finish(&self) {
+        self.inner.done.send_replace(true);
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("holds", &self.holds())
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reports every tracked hold whose validity deadline passed, and sleeps until the next
+/// one's; runs from the first [`Session::lost`] until the session is done or dropped. (A
+/// renewer declares what it finds; this covers holds nobody renews, and reports a renewed
+/// hold's expiry on time even when its renewer is stuck on a silent server.)
+async fn watch_deadlines(
+    session: std::sync::Weak<Inner>,
+    mut done: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let Some(inner) = session.upgrade() else {
+            return;
+        };
+        let tracked = inner.tracked.notified();
+        tokio::pin!(tracked);
+        tracked.as_mut().enable();
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let mut expired = Vec::new();
+        for hold in inner.holds.lock().unwrap().values() {
+            let state = hold.cell.state();
+            if state.lost.is_some() {
+                continue; // declared, and so reported, where it was found
+            }
+            if state.valid_until <= now {
+                expired.push(hold.cell.clone());
+            } else {
+                next = Some(next.map_or(state.valid_until, |n| n.min(state.valid_until)));
+            }
+        }
+        for cell in expired {
+            cell.report(LostReason::Expired);
+        }
+        // Re-checked at least every second: a late extend that revives a reported hold
+        // moves its deadline without waking this.
+        let until = next.map_or(now + Duration::from_secs(1), |n| {
+            n.min(now + Duration::from_secs(1))
+        });
+        // (Holding `inner` while asleep keeps a dropped session alive a second at most.)
+        tokio::select! {
+            _ = tracked => {}
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {}
+            _ = done.wait_for(|done| *done) => return,
+        }
+    }
+}
+
+/// A fresh 128-bit random token, as 32 hex digits.
+pub(crate) fn random_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The holds of a [`Session`] that may have been lost, in the order they were found. Made
+/// by [`Session::lost`].
+#[derive(Debug)]
+pub struct LostHolds {
+    receiver: tokio::sync::broadcast::Receiver<LostHold>,
+    done: tokio::sync::watch::Receiver<bool>,
+    missed: u64,
+}
+
+impl LostHolds {
+    /// The next lost hold; `None` once the session is done (shut down, every hold given
+    /// back and reported).
+    pub async fn next(&mut self) -> Option<LostHold> {
+        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+        loop {
+            match self.receiver.try_recv() {
+                Ok(hold) => return Some(hold),
+                Err(TryRecvError::Lagged(missed)) => {
+                    self.missed += missed;
+                    continue;
+                }
+                Err(TryRecvError::Closed) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            // Reports all precede the done flag: drained above, nothing more comes.
+            if *self.done.borrow_and_update() {
+                return None;
+            }
+            tokio::select! {
+                received = self.receiver.recv() => match received {
+                    Ok(hold) => return Some(hold),
+                    Err(RecvError::Lagged(missed)) => self.missed += missed,
+                    Err(RecvError::Closed) => return None,
+                },
+                _ = self.done.changed() => {}
+            }
+        }
+    }
+
+    /// How many reports this watcher missed by falling more than 1024 behind.
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+}
+
+/// How many waits and give-backs are running, and a way to wait until none is. An atomic
+/// count (every acquire counts itself: this is on the hot path) and a wake-up only when
+/// the count drops to zero.
+#[derive(Default)]
+pub(crate) struct Running {
+    count: AtomicUsize,
+    none: tokio::sync::Notify,
+}
+
+impl Running {
+    /// Counts one more piece of work until the returned value is dropped.
+    pub(crate) fn busy(self: &Arc<Self>) -> Busy {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    pub(crate) async fn until_none(&self) {
+        loop {
+            let none = self.none.notified();
+            tokio::pin!(none);
+            none.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            none.await;
+        }
+    }
+}
+
+/// A wait or background give-back in progress; finished when dropped (also when its
+/// runtime drops it).
+pub(crate) struct Busy(Arc<Running>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tokens_are_fresh_128_bit_hex() {
+        let (a, b) = (super::random_token(), super::random_token());
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,252 @@
+//! The session under every handle: its lost signal reports each lost hold of every kind
+//! (and of Redlock) once, with the reason, and nothing for holds that are still held or
+//! were given back by their owner; shutdown reports what it releases, ends the stream and
+//! resolves `done`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{take, Kind, KINDS};
+use dlock::{Client, LockOptions, LostHold, LostHolds, LostReason, Wait};
+use dlock_testkit::{IndependentMasters, RedisServer};
+
+/// Collects reports from `lost` for `within`, keyed by lock name.
+async fn collect(lost: &mut LostHolds, within: Duration) -> BTreeMap<String, Vec<LostHold>> {
+    let mut seen: BTreeMap<String, Vec<LostHold>> = BTreeMap::new();
+    let until = tokio::time::Instant::now() + within;
+    while let Ok(Some(hold)) = tokio::time::timeout_at(until, lost.next()).await {
+        seen.entry(hold.name.clone()).or_default().push(hold);
+    }
+    seen
+}
+
+fn name_of(kind: Kind) -> String {
+    format!("session-{kind:?}").to_lowercase()
+}
+
+/// Every kind, renewed automatically: the holds whose keys are deleted behind their back
+/// are each reported once as taken, by their token; the control holds of the same kinds,
+/// left alone, and one given back by its owner are not reported at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_reports_each_taken_hold_of_every_kind_and_nothing_else() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut lost = client.session().lost();
+    let options = LockOptions::default()
+        .renewed(Duration::from_millis(900))
+        .wait(Wait::NoWait);
+    let mut taken = Vec::new();
+    let mut kept = Vec::new();
+    for kind in KINDS {
+        taken.push((
+            kind,
+            take(&client, kind, &name_of(kind), options, true)
+                .await
+                .unwrap(),
+        ));
+        let control = format!("{}-control", name_of(kind));
+        kept.push(take(&client, kind, &control, options, true).await.unwrap());
+    }
+    let given_back = take(&client, Kind::Mutex, "session-given-back", options, true)
+        .await
+        .unwrap();
+    given_back.unlock().await.unwrap();
+    assert_eq!(client.session().holds(), 2 * KINDS.len());
+    for (kind, _) in &taken {
+        server.cmd::<i64>(&["DEL", &name_of(*kind)]);
+    }
+    // Renewals run a third of a lease apart: within three leases each deleted hold is found.
+    let seen = collect(&mut lost, Duration::from_millis(2700)).await;
+    for (kind, held) in &taken {
+        let reports = seen.get(&name_of(*kind)).cloned().unwrap_or_default();
+        assert_eq!(
+            reports,
+            vec![LostHold {
+                name: name_of(*kind),
+                token: held.token().to_string(),
+                reason: LostReason::Taken,
+            }],
+            "{kind:?}: every report {seen:?}"
+        );
+    }
+    assert_eq!(
+        seen.len(),
+        KINDS.len(),
+        "only the deleted holds are reported: {seen:?}"
+    );
+    for control in &kept {
+        assert_eq!(control.lost_signal().lost(), None, "{control:?}");
+    }
+    client.shutdown().await;
+}
+
+/// A hold nobody renews (a fixed lease) is reported expired by the session's own timer, not before its
+/// validity ends, while its guard still exists.
+#[tokio::test]
+async fn a_hold_renewed_by_hand_is_reported_expired_at_its_deadline() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut lost = client.session().lost();
+    let options = LockOptions::default()
+        .ttl(Duration::from_millis(400))
+        .wait(Wait::NoWait);
+    let guard = client
+        .mutex_with("session-manual", options)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let deadline = guard.valid_until();
+    let report = tokio::time::timeout(Duration::from_secs(3), lost.next())
+        .await
+        .expect("an expiry is reported within the lease and a margin")
+        .unwrap();
+    let reported_at = Instant::now();
+    assert_eq!(report.reason, LostReason::Expired);
+    assert_eq!(report.token, guard.token());
+    assert!(
+        reported_at >= deadline,
+        "reported {:?} before the validity ended",
+        deadline - reported_at
+    );
+    // Reported once, however long it stays expired.
+    let again = collect(&mut lost, Duration::from_millis(1500)).await;
+    assert!(again.is_empty(), "{again:?}");
+    drop(guard);
+    client.shutdown().await;
+}
+
+/// Shutdown reports every hold it gives back as released, then the stream ends and
+/// `done` resolves; before the shutdown `done` does not.
+#[tokio::test]
+async fn shutdown_reports_what_it_releases_ends_the_stream_and_is_done() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut lost = client.session().lost();
+    let options = LockOptions::default().wait(Wait::NoWait);
+    let a = take(&client, Kind::Mutex, "session-a", options, true)
+        .await
+        .unwrap();
+    let b = take(&client, Kind::Read, "session-b", options, true)
+        .await
+        .unwrap();
+    let session = client.session().clone();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), session.done())
+            .await
+            .is_err(),
+        "done before any shutdown"
+    );
+    client.shutdown().await;
+    tokio::time::timeout(Duration::from_secs(1), session.done())
+        .await
+        .expect("done once shut down");
+    assert!(session.is_closed());
+    assert_eq!(session.holds(), 0);
+    let mut released = Vec::new();
+    while let Some(hold) = tokio::time::timeout(Duration::from_secs(1), lost.next())
+        .await
+        .expect("the stream ends once the session is done")
+    {
+        released.push((hold.name, hold.reason));
+    }
+    released.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        released,
+        vec![
+            ("session-a".to_string(), LostReason::Released),
+            ("session-b".to_string(), LostReason::Released),
+        ]
+    );
+    // The keys are gone: shutdown really gave them back.
+    for key in ["session-a", "session-b"] {
+        assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0, "{key}");
+    }
+    drop((a, b));
+}
+
+/// A Redlock's session reports the hold its renewal finds gone from a majority, and only
+/// that one; its shutdown ends the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_session_reports_the_hold_a_majority_lost() {
+    let masters = IndependentMasters::start(3);
+    let redlock = Client::redlock(masters.urls()).await.unwrap();
+    let mut lost = redlock.session().lost();
+    let options = LockOptions::default()
+        .renewed(Duration::from_millis(900))
+        .wait(Wait::NoWait);
+    let gone = redlock
+        .mutex_with("session-gone", options)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let kept = redlock
+        .mutex_with("session-kept", options)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    // Deleted from a majority: the next renewal round cannot keep it.
+    for node in 0..2 {
+        masters.server(node).cmd::<i64>(&["DEL", "session-gone"]);
+    }
+    let seen = collect(&mut lost, Duration::from_millis(2000)).await;
+    assert_eq!(
+        seen.get("session-gone"),
+        Some(&vec![LostHold {
+            name: "session-gone".into(),
+            token: gone.token().to_string(),
+            reason: LostReason::Taken,
+        }]),
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 1, "the kept hold is not reported: {seen:?}");
+    assert_eq!(kept.lost_signal().lost(), None);
+    let session = redlock.session().clone();
+    redlock.shutdown().await;
+    let rest = collect(&mut lost, Duration::from_secs(2)).await;
+    assert_eq!(
+        rest.get("session-kept").map(|r| r[0].reason),
+        Some(LostReason::Released),
+        "{rest:?}"
+    );
+    assert_eq!(lost.next().await, None);
+    tokio::time::timeout(Duration::from_secs(1), session.done())
+        .await
+        .expect("done once shut down");
+}
+
+/// The blocking client reads the same stream: a fixed lease's expiry, then the end after
+/// shutdown, and `done` returns.
+#[test]
+fn the_blocking_client_reads_the_session_too() {
+    let server = RedisServer::start();
+    let client = dlock::blocking::Client::connect(&server.url()).unwrap();
+    let mut lost = client.lost();
+    let guard = client
+        .mutex_with(
+            "session-blocking",
+            LockOptions::default()
+                .ttl(Duration::from_millis(300))
+                .wait(Wait::NoWait),
+        )
+        .unwrap()
+        .try_lock()
+        .unwrap();
+    let report = lost
+        .next_timeout(Duration::from_secs(3))
+        .expect("reported within the lease and a margin")
+        .unwrap();
+    assert_eq!(
+        (report.name.as_str(), report.reason),
+        ("session-blocking", LostReason::Expired)
+    );
+    assert_eq!(report.token, guard.token());
+    drop(guard);
+    client.shutdown();
+    client.done();
+    assert_eq!(lost.next_timeout(Duration::from_secs(1)).unwrap(), None);
+}
