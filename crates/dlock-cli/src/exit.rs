@@ -39,7 +39,9 @@ EXIT CODES:
     69   Redis unreachable (with --cluster: no node answers; with --sentinel: no
          sentinel answers, or none knows the --service name; with several
          --redis masters: fewer than a majority answered or granted, and the
-         message names the masters that failed), or too old (dlock needs Redis
+         message names the masters that failed), not the deployment the flags
+         name (a Sentinel or Cluster node given as --redis, a plain server as
+         --cluster, rediss:// on a plain port, not Redis at all), or too old (dlock needs Redis
          6.2 or newer, 7 on a cluster); also: fewer than --replicas
          replicas acknowledged a grant or extend within --replica-timeout, and
          the lock was given back (nothing is held)
@@ -47,7 +49,8 @@ EXIT CODES:
     74   `acquire` could not print the token (stdout closed); nothing was left held
     75   not acquired within the wait budget (busy); -E N changes it
     76   Redis refused the request (wrong credentials, ACL, out of memory,
-         read-only replica, script error); the server's words are printed
+         read-only replica, script error); the server's words are printed;
+         also: an answer dlock never expects (a proxy or foreign script)
     77   release/extend refused: not the owner (expired or taken)";
 
 /// The exit code and a hint on what to do for a library error.
@@ -61,6 +64,10 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         Error::Connection(_) => (
             UNAVAILABLE,
             "check that Redis is running, that --redis / DLOCK_REDIS points at it, and the TLS settings",
+        ),
+        Error::Misconfigured(_) => (
+            UNAVAILABLE,
+            "the server is not the deployment the flags name: use --redis for one server, --cluster for a cluster's nodes, --sentinel with --service for sentinels, and rediss:// only on a TLS port",
         ),
         Error::Unsupported(_) => (UNAVAILABLE, "upgrade the Redis server to 6.2 or newer"),
         Error::Authentication(_) => (
@@ -78,6 +85,10 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         Error::Refused { .. } => (
             REDIS_REFUSED,
             "the reason is the server's own: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
+        ),
+        Error::UnexpectedReply { .. } => (
+            REDIS_REFUSED,
+            "something between dlock and Redis answers for it (a proxy, or a script of another tool under the same SHA); treat the lock as lost and check what --redis points at",
         ),
         Error::NotReplicated { .. } => (
             UNAVAILABLE,

@@ -694,6 +694,12 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
     }
     // The flags that name the deployment, where the hint names --redis.
     match (cli.topology, err) {
+        (Topology::Cluster, dlock::Error::Misconfigured(_)) => {
+            hint = "give the cluster's data nodes in --cluster / DLOCK_CLUSTER (cluster-enabled servers; a single server goes in --redis, sentinels in --sentinel), and rediss:// only on TLS ports";
+        }
+        (Topology::Sentinel, dlock::Error::Misconfigured(_)) => {
+            hint = "give sentinels in --sentinel / DLOCK_SENTINEL (a data server goes in --redis) and, in --service / DLOCK_SERVICE, the name they monitor the master under (`sentinel monitor <name> ...`)";
+        }
         (Topology::Cluster, dlock::Error::Connection(_)) => {
             hint = "check that the nodes in --cluster / DLOCK_CLUSTER are running, reachable and cluster-enabled (a single server goes in --redis), and the TLS settings";
         }

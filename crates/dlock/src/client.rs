@@ -337,12 +337,12 @@ impl ClientBuilder {
                     Error::Authentication(inner)
                 }
                 err if refusal(&err).is_some_and(|r| r.contains("cluster support disabled")) => {
-                    unreachable(format!(
+                    misconfigured(format!(
                         "{described} includes a server without cluster support; connect to a single server with Client::builder (the CLI's --redis)"
                     ))
                 }
                 err if refusal(&err).is_some_and(|r| r.contains("unknown command 'CLUSTER'")) => {
-                    unreachable(format!(
+                    misconfigured(format!(
                         "{described} includes a server that does not know CLUSTER (a Sentinel?); give the cluster's data nodes"
                     ))
                 }
@@ -420,7 +420,7 @@ impl ClientBuilder {
                 // as unavailable as a master that does not answer, not a request Redis
                 // refused.
                 Some(reason) if reason.to_ascii_lowercase().contains("sentinel") => {
-                    unreachable(format!(
+                    misconfigured(format!(
                         "the sentinels at {} know no usable master named {service:?} ({reason}); check the name in `sentinel monitor <name> ...`",
                         describe_urls(sentinels)
                     ))
@@ -758,12 +758,12 @@ impl Client {
             // A server of another deployment answers, but cannot serve these locks as
             // configured: said at connect, not as a MOVED or an unknown command later.
             if field("redis_mode") == Some("sentinel") {
-                return Err(unreachable(
+                return Err(misconfigured(
                     "the server is a Redis Sentinel, not a data server: connect through it with Client::sentinel_builder (the CLI's --sentinel with --service)".into(),
                 ));
             }
             if field("cluster_enabled") == Some("1") {
-                return Err(unreachable(
+                return Err(misconfigured(
                     "the server is a Redis Cluster node: connect with Client::cluster_builder (the CLI's --cluster), which routes every lock to the node of its slot".into(),
                 ));
             }
@@ -882,14 +882,9 @@ async fn refuse_plain_port(redis: &redis::Client, url: &str, timeout: Duration) 
         Ok::<u8, std::io::Error>(first[0])
     };
     match tokio::time::timeout(timeout.min(Duration::from_secs(2)), probe).await {
-        Ok(Ok(b'+' | b'-')) => Err(Error::Connection(redis::RedisError::from(
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "{} answers in plain text, not TLS: use redis:// for this port, or the server's TLS port with rediss://",
-                    redact(url)
-                ),
-            ),
+        Ok(Ok(b'+' | b'-')) => Err(misconfigured(format!(
+            "{} answers in plain text, not TLS: use redis:// for this port, or the server's TLS port with rediss://",
+            redact(url)
         ))),
         // A TLS server, or nothing there: the real connection says what is wrong.
         _ => Ok(()),
@@ -910,13 +905,10 @@ fn connect_error(url: &str, tls: bool, err: redis::RedisError) -> Error {
         .iter()
         .any(|word| text.contains(word));
     if tls_failure {
-        return Error::Connection(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "the TLS handshake with {} failed ({text}); check that the server serves TLS on this port and that --tls-ca names the CA that signed its certificate",
-                redact(url)
-            ),
-        )));
+        return misconfigured(format!(
+            "the TLS handshake with {} failed ({text}); check that the server serves TLS on this port and that --tls-ca names the CA that signed its certificate",
+            redact(url)
+        ));
     }
     Error::from_redis("connect", err)
 }
@@ -946,9 +938,9 @@ fn sentinel_refusal(err: &Error) -> Option<&str> {
     }
 }
 
-/// A deployment that cannot serve locks, as [`Error::Connection`].
-fn unreachable(why: String) -> Error {
-    Error::Connection(redis::RedisError::from(std::io::Error::other(why)))
+/// A deployment that cannot serve locks as configured: not worth retrying.
+fn misconfigured(why: String) -> Error {
+    Error::Misconfigured(why)
 }
 
 /// Several URLs for a message, passwords hidden.

@@ -49,6 +49,15 @@ pub enum Error {
     #[error("Redis rejected the credentials: {0}; check the user name and password in the URL")]
     Authentication(#[source] redis::RedisError),
 
+    /// The deployment is not what the client was configured for, or the settings cannot
+    /// reach it as given: a Sentinel or a Cluster node given as a single server, a server
+    /// without cluster support given as a cluster, sentinels that know no master of that
+    /// name, TLS against a plain port (or a certificate the CA does not sign), a port that
+    /// does not speak the Redis protocol. Not transient: retrying will not help; fix the
+    /// URL or the topology settings. The message says which.
+    #[error("the Redis settings do not match the server: {0}")]
+    Misconfigured(String),
+
     /// An argument was rejected before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -105,6 +114,18 @@ pub enum Error {
         failures: Vec<String>,
     },
 
+    /// A script or command answered something dlock never expects: a foreign script
+    /// loaded under the same SHA, a proxy that rewrites replies, or a bug in dlock. The
+    /// server did not refuse anything; what happened to the lock is unknown, so treat
+    /// the hold as lost.
+    #[error("{command} answered {reply}, which dlock never expects (a foreign script or proxy in the way, or a bug in dlock)")]
+    UnexpectedReply {
+        /// What dlock asked for.
+        command: String,
+        /// The reply, as debug text.
+        reply: String,
+    },
+
     /// The server lacks something dlock needs (e.g. it is older than Redis 6.2).
     #[error("unsupported Redis server: {0}")]
     Unsupported(String),
@@ -151,9 +172,9 @@ impl Error {
     /// A script answered something it never answers (a bug, or a foreign script at the
     /// same SHA).
     pub(crate) fn unexpected_reply(reply: impl std::fmt::Debug) -> Error {
-        Error::Refused {
+        Error::UnexpectedReply {
             command: "a dlock script".into(),
-            reason: format!("unexpected reply {reply:?}"),
+            reply: format!("{reply:?}"),
         }
     }
 
@@ -170,11 +191,10 @@ impl Error {
         }
         if err.kind() == redis::ErrorKind::Parse {
             // Something answered, but not in the Redis protocol (e.g. an HTTP server).
-            return Error::Connection(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                // The parser's own words span lines and quote raw bytes: keep the gist.
-                "the server does not speak the Redis protocol; check the host and port".to_string(),
-            )));
+            // The parser's own words span lines and quote raw bytes: keep the gist.
+            return Error::Misconfigured(
+                "the server does not speak the Redis protocol; check the host and port".into(),
+            );
         }
         if err.kind() == redis::ErrorKind::InvalidClientConfig {
             return Error::InvalidArgument(err.to_string());
@@ -227,3 +247,30 @@ impl From<redis::RedisError> for Error {
 
 /// The result type of dlock operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn an_unexpected_reply_is_no_refusal_and_not_worth_retrying() {
+        let error = Error::unexpected_reply([7, 7]);
+        assert!(
+            matches!(&error, Error::UnexpectedReply { reply, .. } if reply == "[7, 7]"),
+            "{error:?}"
+        );
+        assert!(!error.is_transient());
+    }
+
+    #[test]
+    fn a_peer_that_does_not_speak_redis_is_a_misconfiguration() {
+        let parse = redis::RedisError::from((redis::ErrorKind::Parse, "invalid first byte"));
+        let error = Error::from_redis("connect", parse);
+        assert!(matches!(error, Error::Misconfigured(_)), "{error:?}");
+        assert!(!error.is_transient());
+        // A dropped connection stays a transient connection error.
+        let dropped =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(Error::from_redis("GET", dropped).is_transient());
+    }
+}

@@ -363,8 +363,14 @@ async fn the_wrong_kind_of_deployment_is_named_at_connect() {
     let plain = dlock_testkit::RedisServer::start();
     let sentinels = dlock_testkit::SentinelGroup::start(&plain, "plain", 1);
     let message = |outcome: dlock::Result<Client>| match outcome {
-        Err(Error::Connection(err)) => err.to_string(),
-        other => panic!("expected a connection error, got {other:?}"),
+        Err(error @ Error::Misconfigured(_)) => {
+            assert!(
+                !error.is_transient(),
+                "retrying a misconfiguration cannot help"
+            );
+            error.to_string()
+        }
+        other => panic!("expected a misconfiguration error, got {other:?}"),
     };
     // A single-server client on a cluster node would meet MOVED for half its locks.
     let said = message(Client::connect(&cluster.urls()[0]).await);

@@ -684,8 +684,9 @@ async fn a_tls_handshake_against_a_plain_port_fails_fast_and_says_tls() {
         .connect()
         .await;
     match result {
-        Err(error @ Error::Connection(_)) => {
-            assert!(error.to_string().contains("TLS"), "{error}")
+        Err(error @ Error::Misconfigured(_)) => {
+            assert!(error.to_string().contains("TLS"), "{error}");
+            assert!(!error.is_transient(), "{error}");
         }
         other => panic!("{other:?}"),
     }
