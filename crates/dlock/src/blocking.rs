@@ -415,20 +415,25 @@ impl<R: RawLock> Drop for Guard<R> {
 }
 
 /// The blocking form of [`crate::LostHolds`]: every hold of a blocking [`Client`] that may
-/// be lost. Made by [`Client::lost`].
+/// be lost, as an iterator (`for hold in client.lost() { .. }` on a thread of its own).
+/// Made by [`Client::lost`].
 #[derive(Debug)]
 pub struct LostHolds {
     inner: crate::LostHolds,
     runtime: Arc<Runtime>,
 }
 
-impl LostHolds {
-    /// Blocks until the next lost hold; `None` once the client is shut down and done.
-    pub fn next(&mut self) -> Option<crate::LostHold> {
+/// Blocks until the next lost hold; ends once the client is shut down and done.
+impl Iterator for LostHolds {
+    type Item = crate::LostHold;
+
+    fn next(&mut self) -> Option<crate::LostHold> {
         self.runtime.block_on(self.inner.next())
     }
+}
 
-    /// Like [`next`](LostHolds::next), but gives up after `timeout` (`Err`).
+impl LostHolds {
+    /// Like [`Iterator::next`], but gives up after `timeout` (`Err`).
     pub fn next_timeout(
         &mut self,
         timeout: Duration,

@@ -9,17 +9,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::backend::{Backend, Connection};
 
 use crate::error::{Error, Result};
-use crate::mutex::Mutex;
 use crate::notifier::Notifier;
-use crate::options::LockOptions;
-use crate::raw::private::RawProtocol;
-use crate::reentrant::ReentrantMutex;
 use crate::renew::Renewer;
-use crate::rwlock::RwLock;
 use crate::script::{describe, lua_script, LuaScript};
-use crate::semaphore::Semaphore;
 use crate::session::{Busy, Session};
-use crate::signal::LeaseCell;
 
 static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
 static LIVE_ENTRIES: LazyLock<LuaScript> =
@@ -479,7 +472,7 @@ impl Client {
     /// username, password and database are used for the sentinels and the master alike.
     ///
     /// Replication is asynchronous: a grant the master acknowledged may be lost in a
-    /// failover, and the lock granted again. [`LockOptions::replicas`] narrows that hole.
+    /// failover, and the lock granted again. [`LockOptions::replicas`](crate::LockOptions::replicas) narrows that hole.
     ///
     /// ```no_run
     /// # async fn demo() -> dlock::Result<()> {
@@ -502,66 +495,6 @@ impl Client {
             service: service.to_string(),
         };
         builder
-    }
-
-    /// A mutex named `name` with default options (30 s lease renewed automatically,
-    /// wait forever).
-    pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        Mutex::new(self.clone(), name, LockOptions::default())
-    }
-
-    /// A mutex named `name` with the given options.
-    pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
-        Mutex::new(self.clone(), name, options)
-    }
-
-    /// A fair mutex named `name` with default options: granted strictly in arrival order;
-    /// a release wakes only the next waiter. Same storage and guard as [`Client::mutex`].
-    pub fn fair_mutex(&self, name: &str) -> Result<Mutex> {
-        Mutex::new_fair(self.clone(), name, LockOptions::default())
-    }
-
-    /// A fair mutex named `name` with the given options.
-    pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
-        Mutex::new_fair(self.clone(), name, options)
-    }
-
-    /// A semaphore named `name` allowing `permits` holders at once, with default options
-    /// (30 s permit leases renewed automatically, wait forever).
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        Semaphore::new(self.clone(), name, permits, LockOptions::default())
-    }
-
-    /// A semaphore with the given options.
-    pub fn semaphore_with(
-        &self,
-        name: &str,
-        permits: u32,
-        options: LockOptions,
-    ) -> Result<Semaphore> {
-        Semaphore::new(self.clone(), name, permits, options)
-    }
-
-    /// A read-write lock named `name` with default options (30 s leases renewed
-    /// automatically, wait forever).
-    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
-        RwLock::new(self.clone(), name, LockOptions::default())
-    }
-
-    /// A read-write lock with the given options.
-    pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
-        RwLock::new(self.clone(), name, options)
-    }
-
-    /// A reentrant mutex named `name` with default options (30 s lease renewed
-    /// automatically, wait forever).
-    pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
-        ReentrantMutex::new(self.clone(), name, LockOptions::default())
-    }
-
-    /// A reentrant mutex named `name` with the given options.
-    pub fn reentrant_mutex_with(&self, name: &str, options: LockOptions) -> Result<ReentrantMutex> {
-        ReentrantMutex::new(self.clone(), name, options)
     }
 
     /// The key prefix in use.
@@ -646,26 +579,6 @@ impl Client {
     /// [`Client::shutdown`] waits for them.
     pub(crate) fn busy(&self) -> Busy {
         self.inner.session.busy()
-    }
-
-    /// Records a live hold for shutdown; returns its id, or `None` once shutdown began.
-    pub(crate) fn track_hold<R: RawProtocol>(
-        &self,
-        raw: &R,
-        token: &str,
-        cell: &LeaseCell,
-    ) -> Option<u64> {
-        let (raw, token) = (raw.clone(), token.to_string());
-        self.inner.session.track_hold(
-            cell,
-            Box::new(move || {
-                Box::pin(async move {
-                    if let Err(err) = raw.release(&token).await {
-                        tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lease will expire");
-                    }
-                })
-            }),
-        )
     }
 
     /// Forgets a hold; false when shutdown already took (and released) it.
@@ -813,11 +726,6 @@ impl Client {
         }
     }
 
-    /// What this handle's grants and extends wait for (see [`Client::acknowledging`]).
-    pub(crate) fn replicas(&self) -> Option<crate::options::Replicas> {
-        self.replicas
-    }
-
     /// The shared renewal scheduler, started on first use.
     ///
     pub(crate) fn renewer(&self) -> &Renewer {
@@ -840,6 +748,43 @@ impl Client {
             )
         })
     }
+}
+
+impl crate::script::Target for Client {
+    fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
+    /// What this handle's grants and extends wait for (see [`Client::acknowledging`]).
+    fn replicas(&self) -> Option<crate::options::Replicas> {
+        self.replicas
+    }
+}
+
+/// Runs a script of the caller's (`source`, with the prelude) the way dlock runs its own,
+/// under the [resend check](crate::__resend_check) when it is enabled: the check's
+/// negative control, which shows it catches a script that is not safe to run twice.
+#[doc(hidden)]
+pub async fn probe(
+    client: &Client,
+    source: &str,
+    keys: &[&str],
+    args: &[&str],
+) -> Result<redis::Value> {
+    let source = format!(
+        "{}{}{source}",
+        include_str!("fencing.lua"),
+        include_str!("prelude.lua")
+    );
+    let script = LuaScript::new("probe", &source, false);
+    let mut call = script.call();
+    for key in keys {
+        call = call.key(*key);
+    }
+    for arg in args {
+        call = call.arg(*arg);
+    }
+    call.run(client).await
 }
 
 /// True when a `redis_version` is older than `needed` (major, minor).

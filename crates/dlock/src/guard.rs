@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::{self, Held};
+use crate::lease;
+use crate::options::{LockOptions, Renewal};
 use crate::raw::{HoldKind, RawLock};
+use crate::renew::{Registration, RenewalSpec};
 use crate::script::{lua_script, LuaScript};
-use crate::signal::{self, LostReason, LostSignal};
+use crate::signal::{self, renewed, LeaseCell, LostReason, LostSignal};
 
 static HELD: LazyLock<LuaScript> =
     lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
@@ -62,7 +64,7 @@ impl<R: RawLock> Guard<R> {
             &token,
             raw.client().session().sink(),
         );
-        let hold_id = raw.client().track_hold(&raw, &token, &cell)?;
+        let hold_id = track_hold(&raw, &token, &cell)?;
         let held = Held::start(raw.client(), &token, sent, raw.hold_key(), options, cell);
         Some(Guard {
             raw,
@@ -217,6 +219,108 @@ impl<R: RawLock> Guard<R> {
         self.done = true;
         self.raw.client().untrack_hold(self.hold_id);
     }
+}
+
+/// The state of a held lock that every guard shares: the grant, the live lease state, and
+/// its place in the client's renewal scheduler.
+struct Held {
+    pub cell: LeaseCell,
+    registration: Option<Registration>,
+}
+
+impl Held {
+    /// Starts holding `token`'s lease at `key`, granted by a request sent at `sent`, with
+    /// the lease, renewal and replica acknowledgement of `options`.
+    pub fn start(
+        client: &Client,
+        token: &str,
+        sent: Instant,
+        (key, kind): (&str, HoldKind),
+        options: &LockOptions,
+        cell: LeaseCell,
+    ) -> Held {
+        let (ttl, replicas) = (options.ttl, options.replicas);
+        let registration = match options.renewal {
+            Renewal::Manual => None,
+            Renewal::Auto { max_hold } => Some(client.renewer().register(
+                RenewalSpec {
+                    key: key.to_string(),
+                    kind,
+                    token: token.to_string(),
+                    ttl,
+                    // A cap too large to represent is no cap.
+                    hold_until: max_hold.and_then(|cap| sent.checked_add(cap)),
+                    replicas,
+                    cell: cell.clone(),
+                },
+                sent,
+            )),
+        };
+        Held { cell, registration }
+    }
+
+    pub fn valid_until(&self) -> Instant {
+        self.cell.state().valid_until
+    }
+
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal::new(&self.cell)
+    }
+
+    /// Records a successful manual extension sent at `sent`: the lease is now exactly
+    /// `ttl` from then (shorter or longer), and renewals go on with that `ttl`.
+    pub fn extended(&self, sent: Instant, ttl: Duration) {
+        renewed(&self.cell, lease::valid_until(sent, ttl));
+        if let Some(registration) = &self.registration {
+            registration.set_ttl(ttl, sent);
+        }
+    }
+
+    /// Holds off renewal rounds while a manual extension is on the wire.
+    pub async fn pause_renewal(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match &self.registration {
+            Some(registration) => Some(registration.pause().await),
+            None => None,
+        }
+    }
+
+    /// Stops renewal; when this returns no renewal of this lease is on the wire.
+    pub async fn stop_renewal(&mut self) {
+        if let Some(registration) = self.registration.take() {
+            registration.cancel().await;
+        }
+    }
+
+    /// Stops renewal without waiting; hands out the registration to cancel later.
+    pub fn detach(&mut self) -> Option<Registration> {
+        self.registration.take()
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("state", &self.cell.state())
+            .field("renewed", &self.registration.is_some())
+            .finish()
+    }
+}
+
+/// Records a live hold in its client's session, which releases it at shutdown; returns its
+/// id, or `None` once shutdown began.
+fn track_hold<R: RawLock>(raw: &R, token: &str, cell: &LeaseCell) -> Option<u64> {
+    let (raw, token) = (raw.clone(), token.to_string());
+    let session = raw.client().session().clone();
+    session.track_hold(
+        cell,
+        Box::new(move || {
+            Box::pin(async move {
+                if let Err(err) = raw.release(&token).await {
+                    tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lease will expire");
+                }
+            })
+        }),
+    )
 }
 
 /// Draws the fencing token of a hold granted without one (only the plain mutex's string

@@ -1,15 +1,10 @@
-//! What every hold of a single-node kind shares: the lease's bounds, the local validity
-//! deadline, and its place in the client's renewal scheduler. (The lease's live state and
-//! the lost signal are in [`signal`](crate::signal).)
+//! A lease's bounds and its local validity deadline: the arithmetic every hold shares,
+//! below everything else. (A hold's live state and lost signal are in
+//! [`signal`](crate::signal); its place in the renewer in [`guard`](crate::guard).)
 
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::options::{LockOptions, Renewal};
-use crate::raw::HoldKind;
-use crate::renew::{Registration, RenewalSpec};
-use crate::signal::{renewed, LeaseCell, LostSignal};
 
 /// Shortest lease dlock accepts.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -39,91 +34,6 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The state of a held lock that every guard shares: the grant, the live lease state, and
-/// its place in the client's renewal scheduler.
-pub(crate) struct Held {
-    pub cell: LeaseCell,
-    registration: Option<Registration>,
-}
-
-impl Held {
-    /// Starts holding `token`'s lease at `key`, granted by a request sent at `sent`, with
-    /// the lease, renewal and replica acknowledgement of `options`.
-    pub fn start(
-        client: &Client,
-        token: &str,
-        sent: Instant,
-        (key, kind): (&str, HoldKind),
-        options: &LockOptions,
-        cell: LeaseCell,
-    ) -> Held {
-        let (ttl, replicas) = (options.ttl, options.replicas);
-        let registration = match options.renewal {
-            Renewal::Manual => None,
-            Renewal::Auto { max_hold } => Some(client.renewer().register(
-                RenewalSpec {
-                    key: key.to_string(),
-                    kind,
-                    token: token.to_string(),
-                    ttl,
-                    // A cap too large to represent is no cap.
-                    hold_until: max_hold.and_then(|cap| sent.checked_add(cap)),
-                    replicas,
-                    cell: cell.clone(),
-                },
-                sent,
-            )),
-        };
-        Held { cell, registration }
-    }
-
-    pub fn valid_until(&self) -> Instant {
-        self.cell.state().valid_until
-    }
-
-    pub fn lost_signal(&self) -> LostSignal {
-        LostSignal::new(&self.cell)
-    }
-
-    /// Records a successful manual extension sent at `sent`: the lease is now exactly
-    /// `ttl` from then (shorter or longer), and renewals go on with that `ttl`.
-    pub fn extended(&self, sent: Instant, ttl: Duration) {
-        renewed(&self.cell, valid_until(sent, ttl));
-        if let Some(registration) = &self.registration {
-            registration.set_ttl(ttl, sent);
-        }
-    }
-
-    /// Holds off renewal rounds while a manual extension is on the wire.
-    pub async fn pause_renewal(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match &self.registration {
-            Some(registration) => Some(registration.pause().await),
-            None => None,
-        }
-    }
-
-    /// Stops renewal; when this returns no renewal of this lease is on the wire.
-    pub async fn stop_renewal(&mut self) {
-        if let Some(registration) = self.registration.take() {
-            registration.cancel().await;
-        }
-    }
-
-    /// Stops renewal without waiting; hands out the registration to cancel later.
-    pub fn detach(&mut self) -> Option<Registration> {
-        self.registration.take()
-    }
-}
-
-impl std::fmt::Debug for Held {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Held")
-            .field("state", &self.cell.state())
-            .field("renewed", &self.registration.is_some())
-            .finish()
-    }
 }
 
 #[cfg(test)]

@@ -75,7 +75,8 @@ pub use keys::{check_name, MAX_NAME_LEN};
 pub use lease::{drift_allowance, MAX_TTL, MIN_TTL};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{
-    LockOptions, Renewal, Replicas, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF, MAX_REPLICAS,
+    Backoff, LockOptions, Renewal, Replicas, Wait, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF,
+    MAX_REPLICAS,
 };
 pub use raw::RawLock;
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard, RedlockMutex};
@@ -84,14 +85,13 @@ pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use session::{LostHolds, Session};
 pub use signal::{LostHold, LostReason, LostSignal};
-pub use wait::{Backoff, Wait};
 
 /// A test hook, not part of the API: runs every script twice and checks the second run
 /// changes nothing (see `tests/resend.rs`).
 #[doc(hidden)]
 pub mod __resend_check {
+    pub use crate::client::probe;
     pub use crate::resend_check::{enable, report, Report};
-    pub use crate::script::probe;
 }
 
 /// The README's Rust snippets, compiled as doc tests so they stay true.

@@ -231,7 +231,7 @@ async fn subscribe(sink: &mut SubscriberSink, channel: &str) -> Subscribed {
 /// "no" meanwhile (so waiters poll at once instead of waiting for an answer). False when
 /// the notifier was stopped.
 async fn back_off(pause: Duration, commands: &mut mpsc::UnboundedReceiver<Command>) -> bool {
-    let sleep = tokio::time::sleep(crate::wait::jitter(pause));
+    let sleep = tokio::time::sleep(crate::options::jitter(pause));
     tokio::pin!(sleep);
     loop {
         tokio::select! {

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use rand::Rng;
+
 use crate::lease;
-pub use crate::wait::{Backoff, Wait};
 
 /// Default lease of a lock (renewed automatically unless a fixed lease is chosen).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -209,4 +210,41 @@ impl LockOptions {
         }
         Ok(())
     }
+}
+
+/// `base` scaled by a random factor in [0.5, 1.0], so waiters woken together spread out.
+pub(crate) fn jitter(base: Duration) -> Duration {
+    let factor = rand::rng().random_range(0.5..=1.0);
+    Duration::try_from_secs_f64(base.as_secs_f64() * factor).unwrap_or(base)
+}
+
+/// Backoff bounds for polling when notifications are unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first polling interval.
+    pub min: Duration,
+    /// The largest polling interval (also how often a waiter re-checks a lock whose
+    /// holder has no expiry, e.g. another tool's key without TTL).
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            min: Duration::from_millis(10),
+            max: Duration::from_millis(500),
+        }
+    }
+}
+
+/// How long a lock call waits for a lock held by someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// Fail at once with [`Error::Busy`].
+    NoWait,
+    /// Wait up to this long, then fail with [`Error::TimedOut`].
+    Timeout(Duration),
+    /// Wait until the lock is acquired.
+    #[default]
+    Forever,
 }

@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
+pub use crate::renew::HoldKind;
 
 /// A kind of lock that [`Guard`](crate::Guard) can hold: the plain or fair
 /// [`Mutex`](crate::Mutex), a [`ReentrantMutex`](crate::reentrant::ReentrantMutex) owner,
@@ -63,37 +64,6 @@ impl LockCore {
             keys,
             options,
         })
-    }
-}
-
-/// How a hold is recorded at the lock key, for the renewal and "still held?" scripts
-/// (see `renew/holds.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HoldKind {
-    /// The key is a string holding the token.
-    String,
-    /// The key is a reentrant hash with a field per hold; the holds share its expiry.
-    Reentrant,
-    /// The key is a hash of leased entries (read holds, semaphore permits).
-    Entry,
-}
-
-impl HoldKind {
-    /// What a key holding this kind of hold is, in the words of `DLOCKTYPE` errors.
-    pub fn wanted(self) -> &'static str {
-        match self {
-            HoldKind::String => "string",
-            HoldKind::Reentrant => "reentrant",
-            HoldKind::Entry => "entries",
-        }
-    }
-
-    pub fn code(self) -> &'static str {
-        match self {
-            HoldKind::String => "s",
-            HoldKind::Reentrant => "r",
-            HoldKind::Entry => "e",
-        }
     }
 }
 

@@ -3,7 +3,6 @@
 //! server's refusals and DLOCKTYPE replies turned into typed errors in one place.
 
 use crate::backend::Backend;
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::resend_check;
 
@@ -182,9 +181,9 @@ impl Call<'_> {
     /// `WAIT` covers exactly this write (on a cluster, on the node that ran it). When the
     /// script granted and too few replicas acknowledged, the call fails with
     /// [`Error::NotReplicated`]; the caller gives the hold back.
-    pub async fn run<T: redis::FromRedisValue>(&self, client: &Client) -> Result<T> {
-        let backend = &client.inner.backend;
-        let replicas = client.replicas().filter(|_| self.script.grants);
+    pub async fn run<T: redis::FromRedisValue>(&self, on: &impl Target) -> Result<T> {
+        let backend = on.backend();
+        let replicas = on.replicas().filter(|_| self.script.grants);
         let Some(replicas) = replicas else {
             return resent_once(self.script.name, || self.run_on(backend))
                 .await
@@ -233,30 +232,13 @@ impl Call<'_> {
     }
 }
 
-/// Runs a script of the caller's (`source`, with the prelude) the way dlock runs its own,
-/// under the [resend check](crate::__resend_check) when it is enabled: the check's
-/// negative control, which shows it catches a script that is not safe to run twice.
-#[doc(hidden)]
-pub async fn probe(
-    client: &Client,
-    source: &str,
-    keys: &[&str],
-    args: &[&str],
-) -> Result<redis::Value> {
-    let source = format!(
-        "{}{}{source}",
-        include_str!("fencing.lua"),
-        include_str!("prelude.lua")
-    );
-    let script = LuaScript::new("probe", &source, false);
-    let mut call = script.call();
-    for key in keys {
-        call = call.key(*key);
-    }
-    for arg in args {
-        call = call.arg(*arg);
-    }
-    call.run(client).await
+/// Where a script runs: a backend, and the replica acknowledgement that the handle's
+/// grants and extends wait for. The client handle implements it; scripts know no handle.
+pub(crate) trait Target {
+    /// The deployment the script runs on.
+    fn backend(&self) -> &Backend;
+    /// What grants and extends wait for (`LockOptions::replicas`), if anything.
+    fn replicas(&self) -> Option<crate::options::Replicas>;
 }
 
 /// A pipeline's error wraps the failing command's own; with the script the only command

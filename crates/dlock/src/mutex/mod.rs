@@ -392,3 +392,27 @@ impl RawProtocol for Mutex {
         self.release_hold(token).await
     }
 }
+
+impl Client {
+    /// A mutex named `name` with default options (30 s lease renewed automatically,
+    /// wait forever).
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        Mutex::new(self.clone(), name, LockOptions::default())
+    }
+
+    /// A mutex named `name` with the given options.
+    pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
+        Mutex::new(self.clone(), name, options)
+    }
+
+    /// A fair mutex named `name` with default options: granted strictly in arrival order;
+    /// a release wakes only the next waiter. Same storage and guard as [`Client::mutex`].
+    pub fn fair_mutex(&self, name: &str) -> Result<Mutex> {
+        Mutex::new_fair(self.clone(), name, LockOptions::default())
+    }
+
+    /// A fair mutex named `name` with the given options.
+    pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
+        Mutex::new_fair(self.clone(), name, options)
+    }
+}

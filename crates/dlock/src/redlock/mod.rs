@@ -430,7 +430,7 @@ impl Redlock {
     }
 
     /// Releases every lock that guards of this handle still hold (their lost signals fire
-    /// with [`LostReason::Released`]), then shuts each node's client down. Locks acquired
+    /// with [`LostReason::Released`](crate::LostReason::Released)), then shuts each node's client down. Locks acquired
     /// after this fail with [`Error::Closed`].
     pub async fn shutdown(&self) {
         let session = &self.inner.session;
@@ -658,7 +658,7 @@ impl Redlock {
                 {
                     return;
                 }
-                tokio::time::sleep(crate::wait::jitter(pause)).await;
+                tokio::time::sleep(crate::options::jitter(pause)).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
         });

@@ -32,10 +32,10 @@ use crate::keys::LockKeys;
 use crate::lease;
 use crate::notifier::Watch;
 use crate::observe;
+use crate::options::{jitter, Wait};
 use crate::options::{LockOptions, Renewal};
 use crate::script::{lua_script, LuaScript};
 use crate::signal::{self, LeaseCell, LostReason, LostSignal};
-use crate::wait::{jitter, Wait};
 
 static RAISE: LazyLock<LuaScript> = lua_script!(
     bare "redlock fence raise",

@@ -252,3 +252,16 @@ impl RawProtocol for OwnedBy {
         self.mutex.release_hold(&self.owner, token).await.map(drop)
     }
 }
+
+impl Client {
+    /// A reentrant mutex named `name` with default options (30 s lease renewed
+    /// automatically, wait forever).
+    pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
+        ReentrantMutex::new(self.clone(), name, LockOptions::default())
+    }
+
+    /// A reentrant mutex named `name` with the given options.
+    pub fn reentrant_mutex_with(&self, name: &str, options: LockOptions) -> Result<ReentrantMutex> {
+        ReentrantMutex::new(self.clone(), name, options)
+    }
+}

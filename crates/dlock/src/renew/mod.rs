@@ -23,9 +23,39 @@ use crate::backend::Backend;
 use crate::lease;
 use crate::observe;
 use crate::options::Replicas;
-use crate::raw::HoldKind;
 use crate::script::{lua_script, LuaScript};
 use crate::signal::{self, LeaseCell, LostReason};
+
+/// How a hold is recorded at the lock key, for the renewal and "still held?" scripts
+/// (see `renew/holds.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    /// The key is a string holding the token.
+    String,
+    /// The key is a reentrant hash with a field per hold; the holds share its expiry.
+    Reentrant,
+    /// The key is a hash of leased entries (read holds, semaphore permits).
+    Entry,
+}
+
+impl HoldKind {
+    /// What a key holding this kind of hold is, in the words of `DLOCKTYPE` errors.
+    pub fn wanted(self) -> &'static str {
+        match self {
+            HoldKind::String => "string",
+            HoldKind::Reentrant => "reentrant",
+            HoldKind::Entry => "entries",
+        }
+    }
+
+    pub fn code(self) -> &'static str {
+        match self {
+            HoldKind::String => "s",
+            HoldKind::Reentrant => "r",
+            HoldKind::Entry => "e",
+        }
+    }
+}
 
 pub(crate) static RENEW: LazyLock<LuaScript> =
     lua_script!(grant "renew", "entries.lua", "renew/holds.lua", "renew/renew.lua");

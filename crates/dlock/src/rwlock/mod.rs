@@ -362,3 +362,16 @@ impl RawProtocol for Writing {
         self.lock.release_write(token).await
     }
 }
+
+impl Client {
+    /// A read-write lock named `name` with default options (30 s leases renewed
+    /// automatically, wait forever).
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        RwLock::new(self.clone(), name, LockOptions::default())
+    }
+
+    /// A read-write lock with the given options.
+    pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
+        RwLock::new(self.clone(), name, options)
+    }
+}

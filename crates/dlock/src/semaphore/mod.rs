@@ -174,3 +174,21 @@ impl RawProtocol for Semaphore {
         self.release_token(token).await
     }
 }
+
+impl Client {
+    /// A semaphore named `name` allowing `permits` holders at once, with default options
+    /// (30 s permit leases renewed automatically, wait forever).
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Semaphore::new(self.clone(), name, permits, LockOptions::default())
+    }
+
+    /// A semaphore with the given options.
+    pub fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        options: LockOptions,
+    ) -> Result<Semaphore> {
+        Semaphore::new(self.clone(), name, permits, options)
+    }
+}
