@@ -30,6 +30,12 @@
 //!   raw fan-out (`SET NX PX` to every master at once, then the compare-and-delete to
 //!   every master at once) over the same masters vs over the first: what a parallel
 //!   fan-out costs on this machine without dlock (`raw_fan_out_ratio`).
+//! * redlock_herd: 8 waiters on one Redlock mutex over the same masters (one handle, as
+//!   one process's tasks share it), each taking it, holding it 1 ms and giving it back, for
+//!   the throughput duration: hand-offs/s, acquire rounds per hand-off
+//!   (`rounds_per_handoff`: each round is a request to every master) and how often each
+//!   master's fence counter advanced per grant (`fence_increments_per_grant`: every node
+//!   that grants a round draws a fence, granted in the end or not; 1 is the floor).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -373,8 +379,8 @@ pub async fn bench(
     };
     let redlock = masters.len() > 1;
     let steps = match locks {
-        Locks::Client(_) => 10 + u64::from(redlock),
-        Locks::Redlock(_) => 1,
+        Locks::Client(_) => 10 + 2 * u64::from(redlock),
+        Locks::Redlock(_) => 2,
     };
     let progress = indicatif::ProgressBar::new(steps);
     progress.set_style(
@@ -391,20 +397,19 @@ pub async fn bench(
     };
     if redlock {
         progress.set_message("redlock");
-        let row = match locks {
-            Locks::Redlock(many) => redlock_row(many, &masters, duration).await?,
+        let both = match locks {
+            Locks::Redlock(many) => redlock_rows(many, &masters, duration, &progress).await,
             Locks::Client(client) => {
                 let many = Client::redlock_builder(masters.iter().cloned())
                     .prefix(client.prefix())
                     .connect()
                     .await?;
-                let row = redlock_row(&many, &masters, duration).await;
+                let rows = redlock_rows(&many, &masters, duration, &progress).await;
                 many.shutdown().await;
-                row?
+                rows
             }
         };
-        rows.push(row);
-        progress.inc(1);
+        rows.extend(both?);
     } else {
         progress.suspend(|| {
             eprintln!("dlock: note: the redlock scenario needs several independent masters and was left out; bench --spawn starts {REDLOCK_MASTERS} private ones, or name them with --redis URL repeated (then only redlock runs)");
@@ -591,6 +596,72 @@ pub async fn remove_redlock_keys(masters: &[String], client_prefix: &str) {
 fn own_keys(client_prefix: &str) -> [String; 2] {
     let own = format!("{client_prefix}dlock-bench:{}:", std::process::id());
     [format!("{own}*"), format!("{{{own}*")]
+}
+
+/// The redlock and redlock_herd scenarios over `many`, a Redlock over `masters`.
+async fn redlock_rows(
+    many: &Redlock,
+    masters: &[String],
+    duration: Duration,
+    progress: &indicatif::ProgressBar,
+) -> dlock::Result<Vec<Row>> {
+    let cycles = redlock_row(many, masters, duration).await?;
+    progress.inc(1);
+    progress.set_message("redlock_herd");
+    let herd = redlock_herd(many, duration).await;
+    // Fence counters never expire: leave nothing of the run behind on the masters.
+    remove_redlock_keys(masters, many.prefix()).await;
+    progress.inc(1);
+    Ok(vec![cycles, herd?])
+}
+
+/// How many waiters contend in the redlock_herd scenario.
+const REDLOCK_HERD_WAITERS: usize = 8;
+
+/// The redlock_herd scenario: waiters taking one Redlock mutex in turn, holding it 1 ms;
+/// what each hand-off costs in rounds and fence draws (see the module docs).
+async fn redlock_herd(many: &Redlock, duration: Duration) -> dlock::Result<Row> {
+    let name = format!("dlock-bench:{}:redlock-herd", std::process::id());
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(10))
+        .wait(Wait::Timeout(duration + Duration::from_secs(10)));
+    let mutex = many.mutex_with(&name, options)?;
+    let before = many.stats();
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..REDLOCK_HERD_WAITERS {
+        let mutex = mutex.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut held = 0u64;
+            while Instant::now() < deadline {
+                let guard = mutex.lock().await?;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                guard.unlock().await?;
+                held += 1;
+            }
+            Ok::<u64, dlock::Error>(held)
+        }));
+    }
+    let mut handoffs = 0u64;
+    for task in tasks {
+        handoffs += task.await.expect("bench waiter")?;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let after = many.stats();
+    let grants = (after.grants - before.grants).max(1) as f64;
+    let rounds = (after.rounds - before.rounds) as f64;
+    let draws = (after.node_grants - before.node_grants) as f64;
+    Ok(
+        Row::new("redlock_herd", handoffs as f64 / elapsed, "hand-offs/s")
+            .with("waiters", REDLOCK_HERD_WAITERS.into())
+            .with("masters", many.nodes().into())
+            .with("rounds_per_handoff", (rounds / grants).into())
+            .with(
+                "fence_increments_per_grant",
+                (draws / grants / many.nodes() as f64).into(),
+            ),
+    )
 }
 
 /// The redlock scenario: one task's acquire+release cycles over `many` (a Redlock over

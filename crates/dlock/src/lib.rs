@@ -79,7 +79,7 @@ pub use options::{
     MAX_REPLICAS,
 };
 pub use raw::RawLock;
-pub use redlock::{Redlock, RedlockBuilder, RedlockGuard, RedlockMutex};
+pub use redlock::{Redlock, RedlockBuilder, RedlockGuard, RedlockMutex, RedlockStats};
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};

@@ -165,6 +165,16 @@ impl Watch {
         self.channels.connected.load(Ordering::Acquire) && self.live.load(Ordering::Acquire)
     }
 
+    /// Consumes a wake this client's channel stored while none of its waiters waited (a
+    /// release before now). Only right before an attempt, which sees what that release
+    /// did: otherwise the wake would be lost.
+    pub(crate) fn discard_stored_wake(&mut self) {
+        let stored = self.one.notified();
+        tokio::pin!(stored);
+        // Takes a stored wake, or registers and, dropped at once, leaves again.
+        stored.as_mut().enable();
+    }
+
     /// The attempt after a wake answered (granted or busy): the wake is used up.
     pub(crate) fn wake_used(&mut self) {
         self.holding_wake = false;

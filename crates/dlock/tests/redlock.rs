@@ -724,3 +724,108 @@ async fn a_give_back_waits_for_the_rounds_own_request_on_each_node() {
     );
     handle.shutdown().await;
 }
+
+/// Waiters of one handle take turns: each hand-off costs about one round on the masters
+/// (a release wakes the next waiter only once a majority has freed the lock), not one
+/// per waiter a release woke on each master. Counted, not timed: the rounds per grant
+/// and fence draws per master per grant stay within the targets (3), mutual exclusion
+/// holds, and every waiter gets its turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_handle_take_turns_about_one_round_per_hand_off() {
+    const WAITERS: usize = 8;
+    const TURNS: usize = 5;
+    let masters = IndependentMasters::start(5);
+    let redlock = redlock(&masters).await;
+    let mutex = redlock
+        .mutex_with(
+            "turns",
+            LockOptions::default()
+                .ttl(Duration::from_secs(20))
+                .wait(Wait::Timeout(Duration::from_secs(60))),
+        )
+        .unwrap();
+    let before = redlock.stats();
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let (mutex, inside, overlaps) = (mutex.clone(), inside.clone(), overlaps.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..TURNS {
+                let guard = mutex.lock().await.unwrap();
+                if inside.swap(true, Ordering::AcqRel) {
+                    overlaps.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.store(false, Ordering::Release);
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let after = redlock.stats();
+    let grants = after.grants - before.grants;
+    let rounds = after.rounds - before.rounds;
+    let draws = after.node_grants - before.node_grants;
+    eprintln!("grants {grants}, rounds {rounds}, node grants {draws}");
+    assert_eq!(grants, (WAITERS * TURNS) as u64);
+    assert_eq!(overlaps.load(Ordering::Relaxed), 0);
+    assert!(rounds <= 3 * grants, "{rounds} rounds for {grants} grants");
+    assert!(
+        draws <= 3 * grants * 5,
+        "{draws} fence draws on 5 masters for {grants} grants"
+    );
+}
+
+/// A waiter queued behind another waiter of the same handle still keeps its own budget,
+/// and a waiter whose future is dropped while it waits on the masters hands its turn on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_waiter_keeps_its_budget_and_a_dropped_one_hands_its_turn_on() {
+    let masters = IndependentMasters::start(3);
+    let redlock = redlock(&masters).await;
+    let options = LockOptions::default().ttl(Duration::from_secs(20));
+    let mutex = redlock.mutex_with("turn-edges", options).unwrap();
+    let holder = mutex.try_lock().await.unwrap();
+    // The first waiter waits on the masters (it holds the turn) ...
+    let first = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ... a second one, with a budget, waits for its turn and gives up on time.
+    let budgeted = redlock
+        .mutex_with(
+            "turn-edges",
+            options.wait(Wait::Timeout(Duration::from_millis(400))),
+        )
+        .unwrap();
+    let started = Instant::now();
+    let outcome = budgeted.lock().await;
+    assert!(
+        matches!(outcome, Err(Error::TimedOut { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+    // The first waiter is dropped while it waits: the next one gets the turn, and the
+    // lock once it is free.
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    let next = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holder.unlock().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the next waiter got its turn and the lock")
+        .unwrap()
+        .unwrap();
+    guard.unlock().await.unwrap();
+}

@@ -263,6 +263,8 @@ impl RedlockBuilder {
                     tokio::runtime::Handle::current(),
                     probe.holder_label_str().map(str::to_string),
                 ),
+                stats: Arc::default(),
+                turnstiles: StdMutex::new(HashMap::new()),
             }),
         };
         // Ready once a majority is connected: a frozen or black-holed master would
@@ -333,6 +335,39 @@ pub(crate) struct Inner {
     /// The runtime, holds, tokens and closed flag of this handle; its background work is
     /// give-backs and the tails of decided rounds, which shutdown waits for.
     pub(crate) session: Session,
+    /// What [`Redlock::stats`] reports.
+    pub(crate) stats: Arc<Counters>,
+    /// Per lock key, the turn its waiters of this handle take (see [`Turnstile`]).
+    turnstiles: StdMutex<HashMap<String, std::sync::Weak<Turnstile>>>,
+}
+
+/// Where the waiters of one handle for one lock take turns: the one holding it waits on
+/// the masters, the others wait for it, in order. Without it, one release (published on
+/// every master, each waking one waiter of this handle) would wake a different waiter on
+/// each master, and they would split the vote between them, round after round. The slot
+/// carries a granted waiter's subscriptions to the next one, so the next one need not
+/// subscribe and re-check while the lock is held.
+pub(crate) type Turnstile = tokio::sync::Mutex<Option<Vec<crate::notifier::Watch>>>;
+
+/// The counters behind [`RedlockStats`].
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) rounds: std::sync::atomic::AtomicU64,
+    pub(crate) node_grants: std::sync::atomic::AtomicU64,
+    pub(crate) grants: std::sync::atomic::AtomicU64,
+}
+
+/// How contended a [`Redlock`]'s locks have been, since the handle was made: every
+/// acquire round costs a request to every master, and every node that grants a round
+/// draws a fence there, so rounds and node grants per grant are what contention costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RedlockStats {
+    /// Acquire rounds sent (each one to every master).
+    pub rounds: u64,
+    /// Nodes that granted a round (each drew a fence there), granted rounds or not.
+    pub node_grants: u64,
+    /// Rounds that became a hold (a guard).
+    pub grants: u64,
 }
 
 /// A handle on N independent Redis masters (no replication between them), on which
@@ -396,6 +431,30 @@ impl Redlock {
     /// grant); the waiter lease is unused (no queue).
     pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<RedlockMutex> {
         RedlockMutex::new(self.clone(), name, options)
+    }
+
+    /// How contended its locks have been so far (see [`RedlockStats`]).
+    pub fn stats(&self) -> RedlockStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let counters = &self.inner.stats;
+        RedlockStats {
+            rounds: counters.rounds.load(Relaxed),
+            node_grants: counters.node_grants.load(Relaxed),
+            grants: counters.grants.load(Relaxed),
+        }
+    }
+
+    /// The turnstile of the waiters for `key` (made when none is in use).
+    pub(crate) fn turnstile(&self, key: &str) -> Arc<Turnstile> {
+        let mut turnstiles = self.inner.turnstiles.lock().unwrap();
+        if let Some(turnstile) = turnstiles.get(key).and_then(std::sync::Weak::upgrade) {
+            return turnstile;
+        }
+        // Forget the turnstiles nobody waits at any more before adding one.
+        turnstiles.retain(|_, turnstile| turnstile.strong_count() > 0);
+        let turnstile = Arc::new(Turnstile::new(None));
+        turnstiles.insert(key.to_string(), Arc::downgrade(&turnstile));
+        turnstile
     }
 
     /// How many masters this Redlock spans.

@@ -258,6 +258,10 @@ impl RedlockMutex {
         let keys = &self.keys;
         let sent = Instant::now();
         let mut tally = Tally::default();
+        let stats = self.redlock.inner.stats.clone();
+        stats
+            .rounds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         claim.requests = self
             .redlock
             .fan_out(
@@ -268,8 +272,18 @@ impl RedlockMutex {
                 {
                     let (keys, token) = (keys.clone(), Arc::<str>::from(token));
                     move |client| {
-                        let (keys, token) = (keys.clone(), token.clone());
-                        async move { acquire_on(client, &keys, &token, ttl_ms).await }
+                        let (keys, token, stats) = (keys.clone(), token.clone(), stats.clone());
+                        async move {
+                            let reply = acquire_on(client, &keys, &token, ttl_ms).await;
+                            // Counted here, not in the tally: the rest of the round's
+                            // grants land after the decision, and draw fences too.
+                            if matches!(reply.as_deref(), Ok([1, ..])) {
+                                stats
+                                    .node_grants
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            reply
+                        }
                     }
                 },
                 |(index, vote): Vote<Vec<i64>>| {
@@ -445,76 +459,121 @@ impl RedlockMutex {
             Wait::NoWait | Wait::Forever => None,
         };
         let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+        // Waiters of one handle take turns: only the first waits on the masters, the
+        // others wait here for their turn (see `Turnstile`). A single attempt does not
+        // queue.
+        let mut turn = match wait {
+            Wait::NoWait => None,
+            _ => {
+                let turnstile = self.redlock.turnstile(&self.keys.key);
+                let turn = match turnstile.clone().try_lock_owned() {
+                    Ok(turn) => turn,
+                    Err(_) => {
+                        let queued = turnstile.lock_owned();
+                        match deadline {
+                            Some(deadline) => {
+                                let until = tokio::time::Instant::from_std(deadline);
+                                match tokio::time::timeout_at(until, queued).await {
+                                    Ok(turn) => turn,
+                                    Err(_) => return Err(self.timed_out(started)),
+                                }
+                            }
+                            None => queued.await,
+                        }
+                    }
+                };
+                Some(turn)
+            }
+        };
+        let connected = self
+            .redlock
+            .inner
+            .nodes
+            .iter()
+            .filter(|node| node.connected().is_some())
+            .count();
+        // The previous waiter's subscriptions, if it was granted and left them: live since
+        // before its grant, so every release after that grant has woken them. Start by
+        // waiting on them; the lock was just taken.
+        let mut watches: Option<Vec<Watch>> = turn
+            .as_mut()
+            .and_then(|turn| turn.take())
+            .filter(|inherited| inherited.len() == connected);
+        let mut wait_first = watches.is_some();
         let mut poll = self.options.backoff.min;
         let mut split_delay = SPLIT_DELAY.start;
-        let mut watches: Option<Vec<Watch>> = None;
         let mut attempts: u32 = 0;
         loop {
             if self.redlock.is_closed() {
                 return Err(Error::Closed);
             }
-            for watch in watches.iter_mut().flatten() {
-                watch.mark_seen();
-            }
-            attempts += 1;
-            // A fresh token per round: a failed round's give-back runs in the background
-            // and must not delete a later round's grant.
-            let mut claim = Attempt::new(self, self.redlock.new_token());
-            let outcome = self.attempt(&mut claim).await;
-            for watch in watches.iter_mut().flatten() {
-                watch.wake_used();
-            }
-            let (remaining, retry_soon, split) = match outcome {
-                Ok(Outcome::Granted { fence, sent }) => {
-                    let token = claim.keep();
-                    let requests = std::mem::take(&mut claim.requests);
-                    let guard = RedlockGuard::start(self.clone(), token.clone(), fence, sent);
-                    return match guard {
-                        Some(mut guard) => {
-                            guard.requests = requests;
-                            observe::acquired(KIND, self.name(), attempts, started.elapsed());
-                            Ok(guard)
-                        }
-                        None => {
-                            let every = (0..self.redlock.nodes()).collect();
-                            self.redlock.give_back(
-                                self.keys.clone(),
-                                token,
-                                self.options.ttl,
-                                every,
-                                requests,
-                            );
-                            Err(Error::Closed)
-                        }
-                    };
+            let (remaining, retry_soon, split) = if std::mem::take(&mut wait_first) {
+                (None, false, false)
+            } else {
+                for watch in watches.iter_mut().flatten() {
+                    watch.mark_seen();
+                    // A wake left over from a release before this round: the round sees
+                    // what that release did.
+                    watch.discard_stored_wake();
                 }
-                // Nodes that answered busy are skipped by the give-back: a round every
-                // node refused gives nothing back.
-                Ok(Outcome::Busy { remaining, split }) => (remaining, false, split),
-                Err(err) if err.is_transient() => {
-                    if wait == Wait::NoWait || past_deadline() {
-                        return Err(err);
+                attempts += 1;
+                // A fresh token per round: a failed round's give-back runs in the
+                // background and must not delete a later round's grant.
+                let mut claim = Attempt::new(self, self.redlock.new_token());
+                let outcome = self.attempt(&mut claim).await;
+                for watch in watches.iter_mut().flatten() {
+                    watch.wake_used();
+                }
+                let decided = match outcome {
+                    Ok(Outcome::Granted { fence, sent }) => {
+                        let token = claim.keep();
+                        let requests = std::mem::take(&mut claim.requests);
+                        return self.granted(
+                            token,
+                            fence,
+                            sent,
+                            requests,
+                            attempts,
+                            started,
+                            || {
+                                // Hand the live subscriptions to the next waiter in turn:
+                                // any wake they hold now came before this grant.
+                                if let (Some(turn), Some(mut watches)) =
+                                    (turn.as_mut(), watches.take())
+                                {
+                                    for watch in &mut watches {
+                                        watch.discard_stored_wake();
+                                    }
+                                    **turn = Some(watches);
+                                }
+                            },
+                        );
                     }
-                    observe::retrying(KIND, self.name(), &err, attempts == 1);
-                    (None, true, false)
+                    // Nodes that answered busy are skipped by the give-back: a round every
+                    // node refused gives nothing back.
+                    Ok(Outcome::Busy { remaining, split }) => (remaining, false, split),
+                    Err(err) if err.is_transient() => {
+                        if wait == Wait::NoWait || past_deadline() {
+                            return Err(err);
+                        }
+                        observe::retrying(KIND, self.name(), &err, attempts == 1);
+                        (None, true, false)
+                    }
+                    Err(err) => return Err(err),
+                };
+                drop(claim);
+                if wait == Wait::NoWait {
+                    observe::busy(KIND, self.name());
+                    return Err(Error::Busy {
+                        name: self.name().to_string(),
+                        remaining: decided.0,
+                    });
                 }
-                Err(err) => return Err(err),
+                if past_deadline() {
+                    return Err(self.timed_out(started));
+                }
+                decided
             };
-            drop(claim);
-            if wait == Wait::NoWait {
-                observe::busy(KIND, self.name());
-                return Err(Error::Busy {
-                    name: self.name().to_string(),
-                    remaining,
-                });
-            }
-            if past_deadline() {
-                observe::timed_out(KIND, self.name(), started.elapsed());
-                return Err(Error::TimedOut {
-                    name: self.name().to_string(),
-                    waited: started.elapsed(),
-                });
-            }
             let Some(active) = watches.as_mut() else {
                 // Subscribe on every connected node, then re-check at once: a release in
                 // between would otherwise go unnoticed.
@@ -571,20 +630,86 @@ impl RedlockMutex {
                 tokio::time::sleep(sleep).await;
                 continue;
             }
-            let mut woken: Vec<
-                std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>,
-            > = active
-                .iter_mut()
-                .map(|watch| Box::pin(watch.notified()) as _)
-                .collect();
-            if woken.is_empty() {
-                woken.push(Box::pin(std::future::pending()));
+            // A release publishes on each master as it frees the lock there: a round sent
+            // on the first one's word could meet the others not yet freed and split.
+            // Wait for as many words as a round needs (of the masters that can send them).
+            let needed = self
+                .quorum()
+                .min(active.iter().filter(|w| w.is_live()).count());
+            until_heard(active, needed.max(1), sleep).await;
+        }
+    }
+
+    /// A round granted `token`: starts its guard (and runs `hand_over`, which passes the
+    /// waiter's subscriptions on), or gives the grant back when the handle was shut down.
+    #[allow(clippy::too_many_arguments)]
+    fn granted(
+        &self,
+        token: String,
+        fence: u64,
+        sent: Instant,
+        requests: super::RequestsEnd,
+        attempts: u32,
+        started: Instant,
+        hand_over: impl FnOnce(),
+    ) -> Result<RedlockGuard> {
+        match RedlockGuard::start(self.clone(), token.clone(), fence, sent) {
+            Some(mut guard) => {
+                guard.requests = requests;
+                self.redlock
+                    .inner
+                    .stats
+                    .grants
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                hand_over();
+                observe::acquired(KIND, self.name(), attempts, started.elapsed());
+                Ok(guard)
             }
-            let woken = futures_util::future::select_all(woken);
-            tokio::select! {
-                _ = woken => {}
-                _ = tokio::time::sleep(sleep) => {}
+            None => {
+                let every = (0..self.redlock.nodes()).collect();
+                self.redlock
+                    .give_back(self.keys.clone(), token, self.options.ttl, every, requests);
+                Err(Error::Closed)
             }
+        }
+    }
+
+    fn timed_out(&self, started: Instant) -> Error {
+        observe::timed_out(KIND, self.name(), started.elapsed());
+        Error::TimedOut {
+            name: self.name().to_string(),
+            waited: started.elapsed(),
+        }
+    }
+}
+
+/// Waits until `needed` of `watches` were woken (each counts once), or `sleep` passed.
+async fn until_heard(watches: &mut [Watch], needed: usize, sleep: Duration) {
+    let until = tokio::time::Instant::now() + sleep;
+    let mut heard = vec![false; watches.len()];
+    let mut count = 0;
+    while count < needed {
+        let waiting: Vec<_> = watches
+            .iter_mut()
+            .zip(heard.iter())
+            .enumerate()
+            .filter(|(_, (_, heard))| !**heard)
+            .map(|(index, (watch, _))| {
+                Box::pin(async move {
+                    watch.notified().await;
+                    index
+                })
+            })
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        match tokio::time::timeout_at(until, futures_util::future::select_all(waiting)).await {
+            Ok((index, _, _)) => {
+                heard[index] = true;
+                count += 1;
+            }
+            Err(_) => return,
         }
     }
 }
