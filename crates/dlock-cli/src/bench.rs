@@ -629,23 +629,20 @@ async fn redlock_herd(many: &Redlock, duration: Duration) -> dlock::Result<Row> 
     let before = many.stats();
     let started = Instant::now();
     let deadline = started + duration;
-    let mut tasks = Vec::new();
-    for _ in 0..REDLOCK_HERD_WAITERS {
-        let mutex = mutex.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut held = 0u64;
-            while Instant::now() < deadline {
-                let guard = mutex.lock().await?;
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                guard.unlock().await?;
-                held += 1;
-            }
-            Ok::<u64, dlock::Error>(held)
-        }));
-    }
+    // Polled on this task, not spawned: an interrupted run drops them all at once.
+    let waiters = (0..REDLOCK_HERD_WAITERS).map(|_| async {
+        let mut held = 0u64;
+        while Instant::now() < deadline {
+            let guard = mutex.lock().await?;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            guard.unlock().await?;
+            held += 1;
+        }
+        Ok::<u64, dlock::Error>(held)
+    });
     let mut handoffs = 0u64;
-    for task in tasks {
-        handoffs += task.await.expect("bench waiter")?;
+    for held in join_all(waiters).await {
+        handoffs += held?;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let after = many.stats();

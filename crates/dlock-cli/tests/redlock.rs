@@ -528,7 +528,7 @@ fn one_url_in_dlock_redis_is_still_one_server() {
 }
 
 #[test]
-fn bench_over_the_named_masters_runs_the_redlock_scenario_alone_and_cleans_up() {
+fn bench_over_the_named_masters_runs_the_redlock_scenarios_alone_and_cleans_up() {
     let servers = three_masters();
     let urls = urls(&servers);
     let (code, stdout, stderr) = run(over(&urls).args(["bench", "--quick", "--json"]));
@@ -537,7 +537,7 @@ fn bench_over_the_named_masters_runs_the_redlock_scenario_alone_and_cleans_up() 
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert_eq!(rows.len(), 1, "{stdout}");
+    assert_eq!(rows.len(), 2, "{stdout}");
     let row = &rows[0];
     assert_eq!(row["scenario"], "redlock");
     assert_eq!(row["unit"], "cycles/s");
@@ -550,6 +550,17 @@ fn bench_over_the_named_masters_runs_the_redlock_scenario_alone_and_cleans_up() 
     assert!(row["raw_fan_out"].as_f64().unwrap() > 0.0, "{row}");
     assert!(row["raw_one_master"].as_f64().unwrap() > 0.0, "{row}");
     assert!(row["raw_fan_out_ratio"].as_f64().unwrap() > 0.0, "{row}");
+    // The hand-offs among 8 waiters of one handle, and what each cost.
+    let herd = &rows[1];
+    assert_eq!(herd["scenario"], "redlock_herd");
+    assert_eq!(herd["unit"], "hand-offs/s");
+    assert_eq!(herd["waiters"], 8);
+    assert_eq!(herd["masters"], 3);
+    assert!(herd["value"].as_f64().unwrap() > 0.0, "{herd}");
+    let rounds = herd["rounds_per_handoff"].as_f64().unwrap();
+    assert!((1.0..=3.0).contains(&rounds), "{herd}");
+    let draws = herd["fence_increments_per_grant"].as_f64().unwrap();
+    assert!(draws > 0.0 && draws <= 3.0, "{herd}");
     // Every master served the cycles (its scripts ran), and none keeps the run's keys.
     for server in &servers {
         let calls = server.command_calls();
