@@ -232,9 +232,50 @@ impl Backend {
         }
     }
 
+    /// Every key matching the glob `pattern` (`SCAN ... MATCH`, never `KEYS`), on every
+    /// master: a cluster's keys are spread over its masters, and each is scanned in turn.
+    /// Unsorted; a key may appear twice (`SCAN` may return one more than once).
+    pub(crate) async fn scan(&self, pattern: &str) -> redis::RedisResult<Vec<String>> {
+        let masters = self.cluster_masters().await?;
+        let mut keys = Vec::new();
+        if masters.is_empty() {
+            let mut conn = self.connection();
+            let mut found: redis::AsyncIter<'_, String> = redis::AsyncCommands::scan_options(
+                &mut conn,
+                redis::ScanOptions::default()
+                    .with_pattern(pattern)
+                    .with_count(500),
+            )
+            .await?;
+            while let Some(key) = found.next().await {
+                keys.push(key?);
+            }
+            return Ok(keys);
+        }
+        for master in &masters {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(500);
+                let reply = self.on_master(master, &scan).await?;
+                let (next, found): (u64, Vec<String>) = redis::from_redis_value(reply)?;
+                keys.extend(found);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(keys)
+    }
+
     /// The addresses of the cluster's masters (none on other topologies), from `CLUSTER
     /// SLOTS`: a `SCAN` must visit each.
-    pub(crate) async fn cluster_masters(&self) -> redis::RedisResult<Vec<(String, u16)>> {
+    async fn cluster_masters(&self) -> redis::RedisResult<Vec<(String, u16)>> {
         let Backend::Cluster(cluster) = self else {
             return Ok(Vec::new());
         };
@@ -264,11 +305,7 @@ impl Backend {
     }
 
     /// Sends `cmd` to the cluster master at `address`.
-    pub(crate) async fn on_master(
-        &self,
-        address: &(String, u16),
-        cmd: &Cmd,
-    ) -> redis::RedisResult<Value> {
+    async fn on_master(&self, address: &(String, u16), cmd: &Cmd) -> redis::RedisResult<Value> {
         match self {
             Backend::Cluster(cluster) => {
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {

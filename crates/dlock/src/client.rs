@@ -838,6 +838,13 @@ async fn refuse_plain_port(redis: &redis::Client, url: &str, timeout: Duration) 
 
 /// Classifies a failure to connect, naming TLS when the handshake is what failed.
 fn connect_error(url: &str, tls: bool, err: redis::RedisError) -> Error {
+    if err.kind() == redis::ErrorKind::Parse {
+        // Something answered, but not in the Redis protocol (e.g. an HTTP server).
+        return misconfigured(format!(
+            "{} answers, but not in the Redis protocol; check the host and port",
+            redact(url)
+        ));
+    }
     let text = err.to_string();
     let tls_failure = tls
         && [

@@ -189,12 +189,18 @@ impl Error {
         if is_transient(&err) {
             return Error::Connection(err);
         }
-        if err.kind() == redis::ErrorKind::Parse {
-            // Something answered, but not in the Redis protocol (e.g. an HTTP server).
-            // The parser's own words span lines and quote raw bytes: keep the gist.
-            return Error::Misconfigured(
-                "the server does not speak the Redis protocol; check the host and port".into(),
-            );
+        if matches!(
+            err.kind(),
+            redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+        ) {
+            // An answer of a shape the request never gets. (At connect, the same means a
+            // peer that does not speak Redis: `client::connect_error` says so.) The
+            // parser's own words may span lines and quote raw bytes: keep the first line.
+            let words = err.detail().map_or_else(|| err.to_string(), str::to_string);
+            return Error::UnexpectedReply {
+                command: command.to_string(),
+                reply: words.lines().next().unwrap_or_default().to_string(),
+            };
         }
         if err.kind() == redis::ErrorKind::InvalidClientConfig {
             return Error::InvalidArgument(err.to_string());
@@ -263,10 +269,13 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_that_does_not_speak_redis_is_a_misconfiguration() {
+    fn a_reply_of_the_wrong_shape_is_unexpected_not_refused() {
         let parse = redis::RedisError::from((redis::ErrorKind::Parse, "invalid first byte"));
-        let error = Error::from_redis("connect", parse);
-        assert!(matches!(error, Error::Misconfigured(_)), "{error:?}");
+        let error = Error::from_redis("GET", parse);
+        assert!(
+            matches!(&error, Error::UnexpectedReply { command, .. } if command == "GET"),
+            "{error:?}"
+        );
         assert!(!error.is_transient());
         // A dropped connection stays a transient connection error.
         let dropped =

@@ -84,3 +84,43 @@ async fn acl_users_and_db_numbers_in_the_url() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A port where something else answers (an HTTP server) is a misconfiguration, named as
+/// such, not a connection worth retrying.
+#[tokio::test]
+async fn a_peer_that_does_not_speak_redis_is_a_misconfiguration() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let http = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut request = [0u8; 512];
+                while let Ok(read) = stream.read(&mut request).await {
+                    if read == 0 {
+                        return;
+                    }
+                    let answer = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let result = Client::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    match result {
+        Err(error @ Error::Misconfigured(_)) => {
+            assert!(!error.is_transient());
+            assert!(error.to_string().contains("Redis protocol"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    http.abort();
+}

@@ -4,8 +4,6 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
@@ -158,50 +156,12 @@ impl Client {
             })
             .collect();
         let pattern = format!("{escaped}{pattern}");
-        let backend = &self.inner.backend;
-        let masters = backend
-            .cluster_masters()
-            .await
-            .map_err(|e| Error::from_redis("CLUSTER SLOTS", e))?;
-        let mut keys = Vec::new();
-        if masters.is_empty() {
-            let mut conn = self.conn();
-            let mut iter: redis::AsyncIter<'_, String> = redis::AsyncCommands::scan_options(
-                &mut conn,
-                redis::ScanOptions::default()
-                    .with_pattern(&pattern)
-                    .with_count(500),
-            )
+        let mut keys = self
+            .inner
+            .backend
+            .scan(&pattern)
             .await
             .map_err(|e| Error::from_redis("SCAN", e))?;
-            while let Some(key) = iter.next().await {
-                keys.push(key.map_err(|e| Error::from_redis("SCAN", e))?);
-            }
-        } else {
-            // A cluster's keys are spread over its masters: each is scanned in turn.
-            for master in &masters {
-                let mut cursor = 0u64;
-                loop {
-                    let mut scan = redis::cmd("SCAN");
-                    scan.arg(cursor)
-                        .arg("MATCH")
-                        .arg(&pattern)
-                        .arg("COUNT")
-                        .arg(500);
-                    let reply = backend
-                        .on_master(master, &scan)
-                        .await
-                        .map_err(|e| Error::from_redis("SCAN", e))?;
-                    let (next, found): (u64, Vec<String>) = redis::from_redis_value(reply)
-                        .map_err(|e| Error::unexpected_reply(format!("SCAN: {e}")))?;
-                    keys.extend(found);
-                    cursor = next;
-                    if cursor == 0 {
-                        break;
-                    }
-                }
-            }
-        }
         keys.sort();
         keys.dedup();
         let mut locks = Vec::new();
