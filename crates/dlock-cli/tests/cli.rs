@@ -725,14 +725,22 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "rwlock_read",
             "rwlock_writer",
             "renew",
-            "redlock"
+            "redlock",
+            "redlock_herd"
         ]
     );
     // redlock: five private masters against the first alone, both measured.
-    let redlock = rows.last().unwrap();
+    let redlock = &rows[rows.len() - 2];
     assert_eq!(redlock["masters"], 5, "{redlock}");
     assert!(redlock["value"].as_f64().unwrap() > 0.0, "{redlock}");
     assert!(redlock["baseline"].as_f64().unwrap() > 0.0, "{redlock}");
+    // redlock_herd: hand-offs among 8 waiters over the same five masters.
+    let herd = rows.last().unwrap();
+    assert_eq!(herd["masters"], 5, "{herd}");
+    assert!(
+        herd["rounds_per_handoff"].as_f64().unwrap() >= 1.0,
+        "{herd}"
+    );
 }
 
 #[test]
