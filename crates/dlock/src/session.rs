@@ -325,7 +325,7 @@ pub struct LostHolds {
 
 impl LostHolds {
     /// The next lost hold; `None` once the session is done (shut down, every hold given
-    /// back and reported).
+    /// back and reported), or dropped.
     pub async fn next(&mut self) -> Option<LostHold> {
         use tokio::sync::broadcast::error::{RecvError, TryRecvError};
         loop {
@@ -348,7 +348,13 @@ impl LostHolds {
                     Err(RecvError::Lagged(missed)) => self.missed += missed,
                     Err(RecvError::Closed) => return None,
                 },
-                _ = self.done.changed() => {}
+                changed = self.done.changed() => {
+                    if changed.is_err() {
+                        // The session itself is gone (dropped without a shutdown): no
+                        // renewer, extend or shutdown of it can report anything more.
+                        return None;
+                    }
+                }
             }
         }
     }

@@ -250,3 +250,26 @@ fn the_blocking_client_reads_the_session_too() {
     client.done();
     assert_eq!(lost.next_timeout(Duration::from_secs(1)).unwrap(), None);
 }
+
+/// A watcher of a client dropped without a shutdown sees its stream end, even while a
+/// lost signal of one of its holds is still kept somewhere.
+#[tokio::test]
+async fn the_stream_ends_when_the_client_is_dropped() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut lost = client.session().lost();
+    let guard = client
+        .mutex_with("session-dropped", LockOptions::default().wait(Wait::NoWait))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let signal = guard.lost_signal();
+    drop(guard);
+    drop(client);
+    let end = tokio::time::timeout(Duration::from_secs(3), lost.next())
+        .await
+        .expect("the stream ends once the client is gone");
+    assert_eq!(end, None);
+    drop(signal);
+}
