@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{Client, LockOptions, Owner, Redlock};
+use dlock::{AnyGuard, AnyLock, Client, LockOptions, Owner, Redlock};
 
 /// Where the locks live: one deployment (a server, a cluster, a Sentinel master), or
 /// several independent masters that grant by majority (Redlock, `--redis` repeated).
@@ -112,64 +112,32 @@ pub fn redlock_refusal(flag: &str, state: &str) -> String {
     )
 }
 
-/// A hold of any kind.
-pub enum Hold {
-    Mutex(dlock::MutexGuard),
-    Read(dlock::ReadGuard),
-    Write(dlock::WriteGuard),
-    Permit(dlock::SemaphorePermit),
-    Redlock(dlock::RedlockGuard),
-}
-
-/// Runs `$body` with `$guard` bound to whichever guard `$hold` has.
-macro_rules! each {
-    ($hold:expr, $guard:ident => $body:expr) => {
-        match $hold {
-            Hold::Mutex($guard) => $body,
-            Hold::Read($guard) => $body,
-            Hold::Write($guard) => $body,
-            Hold::Permit($guard) => $body,
-            Hold::Redlock($guard) => $body,
+/// The lock of `kind` named `name`: one [`AnyLock`], whichever kind and topology. A read
+/// hold's owner is fresh: the shell's holds are identified by their tokens.
+pub fn lock_of(
+    locks: &Locks,
+    kind: &KindArgs,
+    name: &str,
+    options: LockOptions,
+) -> dlock::Result<AnyLock> {
+    let client = match locks {
+        Locks::Client(client) => client,
+        Locks::Redlock(redlock) => {
+            kind.redlock_mutex()?;
+            return Ok(redlock.mutex_with(name, options)?.into());
         }
     };
-}
-
-impl Hold {
-    pub fn token(&self) -> &str {
-        each!(self, g => g.token())
-    }
-
-    /// The fencing token; on failure (the hold already lost, Redis unreachable) the
-    /// hold is released before the error is returned, so nothing stays held.
-    pub async fn fence(self) -> dlock::Result<(Hold, u64)> {
-        let fence = match &self {
-            // Drawn with the grant, on a majority.
-            Hold::Redlock(g) => Ok(g.fence()),
-            Hold::Mutex(g) => g.fence().await,
-            Hold::Read(g) => g.fence().await,
-            Hold::Write(g) => g.fence().await,
-            Hold::Permit(g) => g.fence().await,
-        };
-        match fence {
-            Ok(fence) => Ok((self, fence)),
-            Err(err) => {
-                let _ = self.unlock().await;
-                Err(err)
-            }
-        }
-    }
-
-    pub fn lost_signal(&self) -> dlock::LostSignal {
-        each!(self, g => g.lost_signal())
-    }
-
-    pub async fn unlock(self) -> dlock::Result<()> {
-        each!(self, g => g.unlock().await)
-    }
-
-    pub fn into_token(self) -> String {
-        each!(self, g => g.into_token())
-    }
+    Ok(if kind.fair {
+        client.fair_mutex_with(name, options)?.into()
+    } else if kind.read {
+        AnyLock::read(&client.rwlock_with(name, options)?, &Owner::new())
+    } else if kind.write {
+        AnyLock::write(&client.rwlock_with(name, options)?)
+    } else if let Some(permits) = kind.permits {
+        client.semaphore_with(name, permits, options)?.into()
+    } else {
+        client.mutex_with(name, options)?.into()
+    })
 }
 
 /// Takes the lock of `kind` named `name`.
@@ -178,62 +146,31 @@ pub async fn take(
     kind: &KindArgs,
     name: &str,
     options: LockOptions,
-) -> dlock::Result<Hold> {
+) -> dlock::Result<AnyGuard> {
     // Every caller prints or exports the fence: draw it with the grant.
-    let options = options.fence_at_grant();
-    let client = match locks {
-        Locks::Client(client) => client,
-        Locks::Redlock(redlock) => {
-            kind.redlock_mutex()?;
-            return Ok(Hold::Redlock(
-                redlock.mutex_with(name, options)?.lock().await?,
-            ));
-        }
-    };
-    Ok(if kind.fair {
-        Hold::Mutex(client.fair_mutex_with(name, options)?.lock().await?)
-    } else if kind.read {
-        Hold::Read(
-            client
-                .rwlock_with(name, options)?
-                .read(&Owner::new())
-                .await?,
-        )
-    } else if kind.write {
-        Hold::Write(client.rwlock_with(name, options)?.write().await?)
-    } else if let Some(permits) = kind.permits {
-        Hold::Permit(
-            client
-                .semaphore_with(name, permits, options)?
-                .acquire()
-                .await?,
-        )
-    } else {
-        Hold::Mutex(client.mutex_with(name, options)?.lock().await?)
-    })
+    lock_of(locks, kind, name, options.fence_at_grant())?
+        .lock()
+        .await
 }
 
-/// Gives back the hold `token` of `kind` (a token printed by `dlock acquire`).
-pub async fn release(locks: &Locks, kind: &KindArgs, name: &str, token: &str) -> dlock::Result<()> {
-    let client = match locks {
-        Locks::Client(client) => client,
-        Locks::Redlock(redlock) => {
-            kind.redlock_mutex()?;
-            // On every master; a majority must answer.
-            return redlock.mutex(name)?.release_token(token).await;
+/// The hold's fencing token; on failure (the hold already lost, Redis unreachable) the
+/// hold is released before the error is returned, so nothing stays held.
+pub async fn fenced(guard: AnyGuard) -> dlock::Result<(AnyGuard, u64)> {
+    match guard.fence().await {
+        Ok(fence) => Ok((guard, fence)),
+        Err(err) => {
+            let _ = guard.unlock().await;
+            Err(err)
         }
-    };
-    if kind.fair {
-        client.fair_mutex(name)?.release_token(token).await
-    } else if kind.read {
-        client.rwlock(name)?.release_read_token(token).await
-    } else if kind.write {
-        client.rwlock(name)?.release_write_token(token).await
-    } else if let Some(permits) = kind.permits {
-        client.semaphore(name, permits)?.release_token(token).await
-    } else {
-        client.mutex(name)?.release_token(token).await
     }
+}
+
+/// Gives back the hold `token` of `kind` (a token printed by `dlock acquire`); on
+/// Redlock, on every master (a majority must answer).
+pub async fn release(locks: &Locks, kind: &KindArgs, name: &str, token: &str) -> dlock::Result<()> {
+    lock_of(locks, kind, name, LockOptions::default())?
+        .release_token(token)
+        .await
 }
 
 /// The options an extend to `ttl` runs with: the new lease and `--replicas`, checked.
@@ -245,7 +182,8 @@ pub fn extend_options(
 }
 
 /// Restarts the lease of the hold `token` of `kind` at `ttl`; with `--replicas`, only
-/// once the replicas have it (otherwise the hold is given back).
+/// once the replicas have it (otherwise the hold is given back); on Redlock, when a
+/// majority still holds it and extended it in time.
 pub async fn extend(
     locks: &Locks,
     kind: &KindArgs,
@@ -255,37 +193,7 @@ pub async fn extend(
     replication: Option<crate::Replication>,
 ) -> dlock::Result<()> {
     let options = extend_options(ttl, replication)?;
-    let client = match locks {
-        Locks::Client(client) => client,
-        Locks::Redlock(redlock) => {
-            kind.redlock_mutex()?;
-            // Succeeds when a majority still holds it and extended it in time.
-            return redlock
-                .mutex_with(name, options)?
-                .extend_token(token, ttl)
-                .await;
-        }
-    };
-    if kind.read {
-        client
-            .rwlock_with(name, options)?
-            .extend_read_token(token, ttl)
-            .await
-    } else if kind.write {
-        client
-            .rwlock_with(name, options)?
-            .extend_write_token(token, ttl)
-            .await
-    } else if let Some(permits) = kind.permits {
-        client
-            .semaphore_with(name, permits, options)?
-            .extend_token(token, ttl)
-            .await
-    } else {
-        // Plain and fair mutexes keep the same string: one extend serves both.
-        client
-            .mutex_with(name, options)?
-            .extend_token(token, ttl)
-            .await
-    }
+    lock_of(locks, kind, name, options)?
+        .extend_token(token, ttl)
+        .await
 }

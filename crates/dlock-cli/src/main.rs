@@ -1104,7 +1104,7 @@ async fn acquire(
             return Ok(128 + signal);
         }
     };
-    let (guard, fence) = guard.fence().await?;
+    let (guard, fence) = hold::fenced(guard).await?;
     let token = guard.token().to_string();
     let line = if json {
         serde_json::json!({

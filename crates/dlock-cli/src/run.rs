@@ -8,7 +8,7 @@ use clap::Args;
 use dlock::LostReason;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::hold::{self, Hold, KindArgs, Locks};
+use crate::hold::{self, KindArgs, Locks};
 use crate::tree::{self, Group};
 use crate::{duration, exit, LeaseArgs};
 
@@ -109,7 +109,7 @@ pub async fn run(
             return Ok(128 + signal);
         }
     };
-    let (guard, fence) = guard.fence().await?;
+    let (guard, fence) = hold::fenced(guard).await?;
     let env = [
         ("DLOCK_NAME", args.name.clone()),
         ("DLOCK_TOKEN", guard.token().to_string()),
@@ -274,7 +274,7 @@ enum Supervised {
 async fn supervise(
     child: &mut tokio::process::Child,
     group: &Group,
-    guard: &Hold,
+    guard: &dlock::AnyGuard,
     signals: &mut Forwarded,
     args: &RunArgs,
     kill_after: Duration,

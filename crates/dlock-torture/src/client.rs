@@ -1,6 +1,6 @@
 //! The client processes. A **library client** (`dlock-torture client`) takes the lock
 //! again and again through dlock's async or blocking API until its deadline (a Redlock
-//! mutex: async only, over every `--redis` master). A **CLI
+//! mutex over every `--redis` master, or another kind on one deployment). A **CLI
 //! client** is a loop of `dlock run LOCK -- dlock-torture writer`, run by the harness; the
 //! writer is one hold's work, trusting `dlock run` to keep the lock (or to kill it).
 //!
@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use dlock::{LockOptions, RawLock, Wait};
+use dlock::{LockOptions, Wait};
 use rand::Rng;
 use serde::Serialize;
 
@@ -168,100 +168,65 @@ pub struct WriterArgs {
     pub holding: PathBuf,
 }
 
-/// A granted lock, whichever API granted it.
-trait Held {
-    fn valid_until(&self) -> Instant;
-    fn is_lost(&self) -> bool;
-    fn fence(&self) -> dlock::Result<u64>;
-    fn unlock(self: Box<Self>) -> dlock::Result<()>;
+/// A granted lock: the one guard, of the API that granted it.
+enum Held {
+    Async(tokio::runtime::Handle, dlock::AnyGuard),
+    Blocking(dlock::blocking::AnyGuard),
 }
 
-struct AsyncHeld<R: RawLock> {
-    runtime: tokio::runtime::Handle,
-    guard: dlock::Guard<R>,
-}
-
-impl<R: RawLock + 'static> Held for AsyncHeld<R> {
+impl Held {
     fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
+        match self {
+            Held::Async(_, guard) => guard.valid_until(),
+            Held::Blocking(guard) => guard.valid_until(),
+        }
     }
+
     fn is_lost(&self) -> bool {
-        self.guard.lost_signal().lost().is_some()
+        match self {
+            Held::Async(_, guard) => guard.lost_signal().lost().is_some(),
+            Held::Blocking(guard) => guard.lost().is_some(),
+        }
     }
+
     fn fence(&self) -> dlock::Result<u64> {
-        self.runtime.block_on(self.guard.fence())
+        match self {
+            Held::Async(runtime, guard) => runtime.block_on(guard.fence()),
+            Held::Blocking(guard) => guard.fence(),
+        }
     }
-    fn unlock(self: Box<Self>) -> dlock::Result<()> {
-        let AsyncHeld { runtime, guard } = *self;
-        runtime.block_on(guard.unlock())
+
+    fn unlock(self) -> dlock::Result<()> {
+        match self {
+            Held::Async(runtime, guard) => runtime.block_on(guard.unlock()),
+            Held::Blocking(guard) => guard.unlock(),
+        }
     }
 }
 
-impl<R: RawLock + 'static> Held for dlock::blocking::Guard<R> {
-    fn valid_until(&self) -> Instant {
-        dlock::blocking::Guard::valid_until(self)
-    }
-    fn is_lost(&self) -> bool {
-        self.lost().is_some()
-    }
-    fn fence(&self) -> dlock::Result<u64> {
-        dlock::blocking::Guard::fence(self)
-    }
-    fn unlock(self: Box<Self>) -> dlock::Result<()> {
-        dlock::blocking::Guard::unlock(*self)
-    }
+/// How a client reaches its lock: the async API on a runtime of its own, or the
+/// blocking API, over one deployment or a Redlock's masters.
+struct Locker {
+    acquire: Box<dyn Fn() -> dlock::Result<Held>>,
+    shutdown: Box<dyn FnOnce()>,
 }
 
-/// A Redlock grant: its fence came with it, so reading it cannot fail.
-struct RedlockHeld {
-    runtime: tokio::runtime::Handle,
-    guard: dlock::RedlockGuard,
-}
-
-impl Held for RedlockHeld {
-    fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
-    fn is_lost(&self) -> bool {
-        self.guard.lost_signal().lost().is_some()
-    }
-    fn fence(&self) -> dlock::Result<u64> {
-        Ok(self.guard.fence())
-    }
-    fn unlock(self: Box<Self>) -> dlock::Result<()> {
-        let RedlockHeld { runtime, guard } = *self;
-        runtime.block_on(guard.unlock())
-    }
-}
-
-enum Locker {
-    /// Redlock has only the async API.
-    Redlock {
-        runtime: tokio::runtime::Runtime,
-        redlock: dlock::Redlock,
-        mutex: dlock::RedlockMutex,
-    },
-    Async {
-        runtime: tokio::runtime::Runtime,
-        client: dlock::Client,
-        lock: AsyncLock,
-    },
-    Blocking {
-        client: dlock::blocking::Client,
-        lock: BlockingLock,
-    },
-}
-
-enum AsyncLock {
-    Mutex(dlock::Mutex),
-    Write(dlock::RwLock),
-    Semaphore(dlock::Semaphore),
-}
-
-enum BlockingLock {
-    Mutex(dlock::blocking::Mutex),
-    Write(dlock::blocking::RwLock),
-    Semaphore(dlock::blocking::Semaphore),
+/// The lock of `primitive` named `name` on `client`.
+fn lock_of(
+    client: &dlock::Client,
+    primitive: Primitive,
+    name: &str,
+    options: LockOptions,
+) -> dlock::Result<dlock::AnyLock> {
+    Ok(match primitive {
+        Primitive::Mutex => client.mutex_with(name, options)?.into(),
+        Primitive::Fair => client.fair_mutex_with(name, options)?.into(),
+        Primitive::Write => dlock::AnyLock::write(&client.rwlock_with(name, options)?),
+        Primitive::Sem1 | Primitive::Sem3 => client
+            .semaphore_with(name, primitive.limit() as u32, options)?
+            .into(),
+        Primitive::Redlock => unreachable!("a Redlock mutex is made by its handle"),
+    })
 }
 
 impl Locker {
@@ -282,39 +247,34 @@ impl Locker {
         };
         Ok(match args.api {
             Api::Async => {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime");
+                let runtime = std::sync::Arc::new(async_runtime());
                 let client = runtime.block_on(builder.connect())?;
-                let lock = match primitive {
-                    Primitive::Mutex => AsyncLock::Mutex(client.mutex_with(name, options)?),
-                    Primitive::Fair => AsyncLock::Mutex(client.fair_mutex_with(name, options)?),
-                    Primitive::Write => AsyncLock::Write(client.rwlock_with(name, options)?),
-                    Primitive::Sem1 | Primitive::Sem3 => AsyncLock::Semaphore(
-                        client.semaphore_with(name, primitive.limit() as u32, options)?,
-                    ),
-                    Primitive::Redlock => unreachable!("connected by connect_redlock"),
-                };
-                Locker::Async {
-                    runtime,
-                    client,
-                    lock,
+                let lock = lock_of(&client, primitive, name, options)?;
+                let on = runtime.clone();
+                Locker {
+                    acquire: Box::new(move || {
+                        Ok(Held::Async(on.handle().clone(), on.block_on(lock.lock())?))
+                    }),
+                    shutdown: Box::new(move || runtime.block_on(client.shutdown())),
                 }
             }
             Api::Blocking => {
                 let client = dlock::blocking::Client::connect_with(builder)?;
                 let lock = match primitive {
-                    Primitive::Mutex => BlockingLock::Mutex(client.mutex_with(name, options)?),
-                    Primitive::Fair => BlockingLock::Mutex(client.fair_mutex_with(name, options)?),
-                    Primitive::Write => BlockingLock::Write(client.rwlock_with(name, options)?),
-                    Primitive::Sem1 | Primitive::Sem3 => BlockingLock::Semaphore(
-                        client.semaphore_with(name, primitive.limit() as u32, options)?,
-                    ),
+                    Primitive::Mutex => client.mutex_with(name, options)?.into_any(),
+                    Primitive::Fair => client.fair_mutex_with(name, options)?.into_any(),
+                    Primitive::Write => {
+                        dlock::blocking::AnyLock::write(&client.rwlock_with(name, options)?)
+                    }
+                    Primitive::Sem1 | Primitive::Sem3 => client
+                        .semaphore_with(name, primitive.limit() as u32, options)?
+                        .into_any(),
                     Primitive::Redlock => unreachable!("connected by connect_redlock"),
                 };
-                Locker::Blocking { client, lock }
+                Locker {
+                    acquire: Box::new(move || Ok(Held::Blocking(lock.lock()?))),
+                    shutdown: Box::new(move || client.shutdown()),
+                }
             }
         })
     }
@@ -322,66 +282,48 @@ impl Locker {
     /// A Redlock over every `--redis` master. A master frozen at connect time would hold
     /// the connect up for the default 5 s: a lease is plenty for a healthy one.
     fn connect_redlock(args: &ClientArgs, options: LockOptions) -> dlock::Result<Locker> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime");
-        let redlock = runtime.block_on(
-            dlock::Client::redlock_builder(args.redis.clone())
-                .connect_timeout(Duration::from_millis(args.ttl_ms))
-                .connect(),
-        )?;
-        let mutex = redlock.mutex_with(&args.lock, options)?;
-        Ok(Locker::Redlock {
-            runtime,
-            redlock,
-            mutex,
+        let builder = dlock::Client::redlock_builder(args.redis.clone())
+            .connect_timeout(Duration::from_millis(args.ttl_ms));
+        Ok(match args.api {
+            Api::Async => {
+                let runtime = std::sync::Arc::new(async_runtime());
+                let redlock = runtime.block_on(builder.connect())?;
+                let lock: dlock::AnyLock = redlock.mutex_with(&args.lock, options)?.into();
+                let on = runtime.clone();
+                Locker {
+                    acquire: Box::new(move || {
+                        Ok(Held::Async(on.handle().clone(), on.block_on(lock.lock())?))
+                    }),
+                    shutdown: Box::new(move || runtime.block_on(redlock.shutdown())),
+                }
+            }
+            Api::Blocking => {
+                let redlock = dlock::blocking::Redlock::connect_with(builder)?;
+                let lock = redlock.mutex_with(&args.lock, options)?.into_any();
+                Locker {
+                    acquire: Box::new(move || Ok(Held::Blocking(lock.lock()?))),
+                    shutdown: Box::new(move || redlock.shutdown()),
+                }
+            }
         })
     }
 
-    fn acquire(&self) -> dlock::Result<Box<dyn Held>> {
-        Ok(match self {
-            Locker::Redlock { runtime, mutex, .. } => Box::new(RedlockHeld {
-                guard: runtime.block_on(mutex.lock())?,
-                runtime: runtime.handle().clone(),
-            }),
-            Locker::Async { runtime, lock, .. } => {
-                let handle = runtime.handle().clone();
-                match lock {
-                    AsyncLock::Mutex(m) => Box::new(AsyncHeld {
-                        guard: runtime.block_on(m.lock())?,
-                        runtime: handle,
-                    }),
-                    AsyncLock::Write(rw) => Box::new(AsyncHeld {
-                        guard: runtime.block_on(rw.write())?,
-                        runtime: handle,
-                    }),
-                    AsyncLock::Semaphore(s) => Box::new(AsyncHeld {
-                        guard: runtime.block_on(s.acquire())?,
-                        runtime: handle,
-                    }),
-                }
-            }
-            Locker::Blocking { lock, .. } => match lock {
-                BlockingLock::Mutex(m) => Box::new(m.lock()?),
-                BlockingLock::Write(rw) => Box::new(rw.write()?),
-                BlockingLock::Semaphore(s) => Box::new(s.acquire()?),
-            },
-        })
+    fn acquire(&self) -> dlock::Result<Held> {
+        (self.acquire)()
     }
 
     fn shutdown(self) {
-        match self {
-            Locker::Redlock {
-                runtime, redlock, ..
-            } => runtime.block_on(redlock.shutdown()),
-            Locker::Async {
-                runtime, client, ..
-            } => runtime.block_on(client.shutdown()),
-            Locker::Blocking { client, .. } => client.shutdown(),
-        }
+        (self.shutdown)()
     }
+}
+
+/// The runtime an async client runs its lock calls on.
+fn async_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
 }
 
 fn pause_ms(range: std::ops::Range<u64>) {

@@ -243,6 +243,10 @@ pub struct Outcome {
     pub findings: Option<Findings>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub primitives: BTreeMap<&'static str, Findings>,
+    /// Grants per kind of client (`async`, `blocking`: the library's APIs; `cli`:
+    /// `dlock run`), every lock of the scenario together.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub acquisitions_by_client: BTreeMap<&'static str, u64>,
     pub rounds: u32,
     pub seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -264,6 +268,7 @@ impl Outcome {
             ok: None,
             findings: None,
             primitives: BTreeMap::new(),
+            acquisitions_by_client: BTreeMap::new(),
             rounds: 0,
             seconds,
             pending,
@@ -275,16 +280,14 @@ impl Outcome {
 
 /// The client processes of one primitive: two through the library (async and blocking)
 /// and two through `dlock run`; the semaphore of three gets six, so that more than three
-/// want it. Redlock has only the async API: two async processes and two through `dlock
-/// run`, or for the restart scenarios two async ones, a holder and a waiter. With more
-/// waiters, two of them can split the restarted masters between them and keep colliding
-/// (each one's give-back wakes the others at once), so whether anyone gets both before
-/// the holder's belief ends would be a race.
+/// want it. Redlock gets the same two library clients and two `dlock run` ones, or for
+/// the restart scenarios two library ones (async and blocking), a holder and a waiter.
+/// With more waiters, two of them can split the restarted masters between them and keep
+/// colliding, so whether anyone gets both before the holder's belief ends would be a
+/// race.
 fn clients_of(fault: Fault, primitive: Primitive) -> Vec<(&'static str, usize)> {
     if primitive == Primitive::Redlock && fault == Fault::Amnesia {
-        vec![("lib-async", 0), ("lib-async", 1)]
-    } else if primitive == Primitive::Redlock {
-        vec![("lib-async", 0), ("lib-async", 1), ("cli", 0), ("cli", 1)]
+        vec![("lib-async", 0), ("lib-blocking", 0)]
     } else if primitive == Primitive::Sem3 {
         vec![
             ("lib-async", 0),
@@ -1443,12 +1446,27 @@ pub fn judge(
         ok: Some(problems.is_empty()),
         findings: Some(total),
         primitives,
+        acquisitions_by_client: by_client(&holds),
         rounds: config.rounds,
         seconds: 0.0,
         pending: None,
         skipped: None,
         problems,
     }
+}
+
+/// How many holds each kind of client had (client names are `lock/kind-n.round`).
+fn by_client(holds: &[check::Hold]) -> BTreeMap<&'static str, u64> {
+    let mut counts = BTreeMap::new();
+    for (infix, kind) in [
+        ("/lib-async-", "async"),
+        ("/lib-blocking-", "blocking"),
+        ("/cli-", "cli"),
+    ] {
+        let count = holds.iter().filter(|h| h.client.contains(infix)).count() as u64;
+        counts.insert(kind, count);
+    }
+    counts
 }
 
 /// What the partition scenarios must show besides overlaps and fences, about the clients
@@ -1578,18 +1596,30 @@ mod tests {
             .is_empty());
     }
 
-    /// A Redlock run has async library clients only: it is not failed for the kinds it
-    /// does not have.
+    /// A Redlock restart run has async and blocking library clients, each of which must
+    /// hold the lock; it is not failed for `dlock run` clients it does not have. The
+    /// grants are counted per kind of client.
     #[test]
-    fn a_redlock_run_asks_only_for_its_own_client_kinds() {
-        let outcome = judge(
-            scenario("redlock-restart-durable"),
-            &redlock_config(),
-            &one_hold(1_000),
-            &Faults::default(),
-            &HashMap::new(),
-        );
+    fn a_redlock_run_asks_for_its_own_client_kinds() {
+        let judged = |events: &[Event]| {
+            judge(
+                scenario("redlock-restart-durable"),
+                &redlock_config(),
+                events,
+                &Faults::default(),
+                &HashMap::new(),
+            )
+        };
+        let mut both = one_hold(1_000);
+        both.extend(hold_of("redlock/lib-blocking-0.1", 3_000, 2));
+        let outcome = judged(&both);
         assert_eq!(outcome.problems, Vec::<String>::new());
+        let counts: Vec<_> = outcome.acquisitions_by_client.into_iter().collect();
+        assert_eq!(counts, vec![("async", 1), ("blocking", 1), ("cli", 0)]);
+        assert_eq!(
+            judged(&one_hold(1_000)).problems,
+            vec!["no lib-blocking client ever held any lock".to_string()]
+        );
     }
 
     /// Minority down proves something only if the lock was held while the minority was
@@ -1609,6 +1639,7 @@ mod tests {
         let judged = |at| {
             let mut events = one_hold(at);
             events.extend(hold_of("redlock/cli-0.1", 20_000, 2));
+            events.extend(hold_of("redlock/lib-blocking-0.1", 30_000, 3));
             judge(
                 scenario("redlock-minority-down"),
                 &redlock_config(),
@@ -1630,7 +1661,7 @@ mod tests {
     fn a_negative_control_needs_its_overlap_and_no_fence_going_back() {
         let judged = |second_fence, second_at| {
             let mut events = one_hold(1_000);
-            events.extend(hold_of("redlock/lib-async-0.2", second_at, second_fence));
+            events.extend(hold_of("redlock/lib-blocking-0.1", second_at, second_fence));
             judge(
                 scenario("redlock-restart-nopersist"),
                 &redlock_config(),

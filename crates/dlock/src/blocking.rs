@@ -42,18 +42,7 @@ impl Client {
 
     /// Connects with the options of an async [`ClientBuilder`](crate::ClientBuilder).
     pub fn connect_with(builder: crate::ClientBuilder) -> Result<Client> {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(Error::InvalidArgument(
-                "dlock::blocking cannot be used inside an async runtime; use dlock::Client there"
-                    .into(),
-            ));
-        }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("dlock-blocking")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::InvalidArgument(format!("cannot start the dlock runtime: {e}")))?;
+        let runtime = own_runtime()?;
         let inner = runtime.block_on(builder.connect())?;
         Ok(Client {
             inner,
@@ -70,10 +59,7 @@ impl Client {
     /// Every hold of this client that may be lost from now on; see
     /// [`Session::lost`](crate::Session::lost). Read it on a thread of its own.
     pub fn lost(&self) -> LostHolds {
-        LostHolds {
-            inner: self.inner.session().lost(),
-            runtime: self.runtime.clone(),
-        }
+        LostHolds::of(self.inner.session(), &self.runtime)
     }
 
     /// Blocks until [`shutdown`](Client::shutdown) has given every hold back; see
@@ -150,6 +136,101 @@ impl Client {
     }
 }
 
+/// The runtime of a blocking handle: one worker thread runs its requests, notifier and
+/// renewals. Refused inside an async runtime, where blocking would stall it.
+fn own_runtime() -> Result<Runtime> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::InvalidArgument(
+            "dlock::blocking cannot be used inside an async runtime; use the async API (dlock::Client, dlock::Redlock) there"
+                .into(),
+        ));
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("dlock-blocking")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::InvalidArgument(format!("cannot start the dlock runtime: {e}")))
+}
+
+/// A blocking handle on several independent masters that grant locks by majority: the
+/// blocking form of [`crate::Redlock`]. Cheap to clone.
+///
+/// ```no_run
+/// # fn demo() -> dlock::Result<()> {
+/// let redlock = dlock::blocking::Redlock::connect([
+///     "redis://10.0.0.1:6379",
+///     "redis://10.0.0.2:6379",
+///     "redis://10.0.0.3:6379",
+/// ])?;
+/// let guard = redlock.mutex("nightly-report")?.lock()?;
+/// println!("fence {}", guard.fence()?); // drawn with the grant
+/// guard.unlock()?;
+/// redlock.shutdown();
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Redlock {
+    inner: crate::Redlock,
+    runtime: Arc<Runtime>,
+}
+
+impl Redlock {
+    /// Connects to `urls`, independent masters, with default settings.
+    pub fn connect<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> Result<Redlock> {
+        Redlock::connect_with(crate::Client::redlock_builder(urls))
+    }
+
+    /// Connects with the settings of an async [`RedlockBuilder`](crate::RedlockBuilder).
+    pub fn connect_with(builder: crate::RedlockBuilder) -> Result<Redlock> {
+        let runtime = own_runtime()?;
+        let inner = runtime.block_on(builder.connect())?;
+        Ok(Redlock {
+            inner,
+            runtime: Arc::new(runtime),
+        })
+    }
+
+    /// The async handle underneath.
+    pub fn get_ref(&self) -> &crate::Redlock {
+        &self.inner
+    }
+
+    /// A Redlock mutex with default options.
+    pub fn mutex(&self, name: &str) -> Result<RedlockMutex> {
+        self.mutex_with(name, LockOptions::default())
+    }
+
+    /// A Redlock mutex with the given options (see [`crate::Redlock::mutex_with`]).
+    pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<RedlockMutex> {
+        Ok(Blocking {
+            inner: self.inner.mutex_with(name, options)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// Releases every lock still held through this handle and refuses new ones; see
+    /// [`crate::Redlock::shutdown`].
+    pub fn shutdown(&self) {
+        self.runtime.block_on(self.inner.shutdown())
+    }
+
+    /// Every hold of this handle that may be lost from now on; see [`Client::lost`].
+    pub fn lost(&self) -> LostHolds {
+        LostHolds::of(self.inner.session(), &self.runtime)
+    }
+
+    /// Blocks until [`shutdown`](Redlock::shutdown) has given every hold back.
+    pub fn done(&self) {
+        self.runtime.block_on(self.inner.session().done())
+    }
+
+    /// The handle's [`Session`](crate::Session).
+    pub fn session(&self) -> &crate::Session {
+        self.inner.session()
+    }
+}
+
 /// An async lock handle and the runtime that runs its calls.
 #[derive(Clone, Debug)]
 pub struct Blocking<T> {
@@ -169,6 +250,23 @@ impl<T> Blocking<T> {
             runtime: self.runtime.clone(),
         })
     }
+
+    /// Runs `work` under the hold `taken`, then releases it: the one `with_lock`.
+    fn hold_for<R: RawLock, V>(
+        &self,
+        taken: Result<Guard<R>>,
+        work: impl FnOnce(&Guard<R>) -> V,
+    ) -> Result<V> {
+        let guard = taken?;
+        let value = work(&guard);
+        if guard.lost().is_some() {
+            return Err(Error::Lost {
+                name: guard.name().to_string(),
+            });
+        }
+        guard.unlock()?;
+        Ok(value)
+    }
 }
 
 /// Blocking counterpart of [`crate::Mutex`] (plain or fair).
@@ -180,6 +278,11 @@ pub type Semaphore = Blocking<crate::Semaphore>;
 /// Blocking counterpart of [`crate::RwLock`].
 pub type RwLock = Blocking<crate::RwLock>;
 
+/// Blocking counterpart of [`crate::RedlockMutex`].
+pub type RedlockMutex = Blocking<crate::RedlockMutex>;
+/// Blocking counterpart of [`crate::AnyLock`].
+pub type AnyLock = Blocking<crate::AnyLock>;
+
 /// Blocking counterpart of [`crate::MutexGuard`].
 pub type MutexGuard = Guard<crate::Mutex>;
 /// Blocking counterpart of [`crate::ReentrantGuard`].
@@ -190,6 +293,10 @@ pub type SemaphorePermit = Guard<crate::Semaphore>;
 pub type ReadGuard = Guard<Reading>;
 /// Blocking counterpart of [`crate::WriteGuard`].
 pub type WriteGuard = Guard<Writing>;
+/// Blocking counterpart of [`crate::RedlockGuard`].
+pub type RedlockGuard = Guard<crate::RedlockMutex>;
+/// Blocking counterpart of [`crate::AnyGuard`].
+pub type AnyGuard = Guard<crate::AnyLock>;
 
 impl Mutex {
     /// The lock name.
@@ -211,15 +318,7 @@ impl Mutex {
     /// cancelled, so it gets the guard and should check [`Guard::lost`] between steps; if
     /// the lock was lost by the time it returns, the result is [`Error::Lost`].
     pub fn with_lock<T>(&self, work: impl FnOnce(&MutexGuard) -> T) -> Result<T> {
-        let guard = self.lock()?;
-        let value = work(&guard);
-        if guard.lost().is_some() {
-            return Err(Error::Lost {
-                name: self.name().to_string(),
-            });
-        }
-        guard.unlock()?;
-        Ok(value)
+        self.hold_for(self.lock(), work)
     }
 
     /// Releases the lock held with `token`.
@@ -230,6 +329,109 @@ impl Mutex {
     /// Resets the lease of the lock held with `token`.
     pub fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
         self.runtime.block_on(self.inner.extend_token(token, ttl))
+    }
+}
+
+impl RedlockMutex {
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// One round on every master; [`Error::Busy`] when another owner holds a majority.
+    pub fn try_lock(&self) -> Result<RedlockGuard> {
+        self.guard(self.runtime.block_on(self.inner.try_lock()))
+    }
+
+    /// Takes the lock on a majority, waiting per the wait policy.
+    pub fn lock(&self) -> Result<RedlockGuard> {
+        self.guard(self.runtime.block_on(self.inner.lock()))
+    }
+
+    /// Runs `work` while holding the lock; see [`Mutex::with_lock`].
+    pub fn with_lock<T>(&self, work: impl FnOnce(&RedlockGuard) -> T) -> Result<T> {
+        self.hold_for(self.lock(), work)
+    }
+
+    /// Gives back the hold of `token` on every master.
+    pub fn release_token(&self, token: &str) -> Result<()> {
+        self.runtime.block_on(self.inner.release_token(token))
+    }
+
+    /// Resets the lease of the hold of `token` on a majority.
+    pub fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
+        self.runtime.block_on(self.inner.extend_token(token, ttl))
+    }
+}
+
+impl AnyLock {
+    /// The read side of `rwlock`, held by `owner`.
+    pub fn read(rwlock: &RwLock, owner: &Owner) -> AnyLock {
+        Blocking {
+            inner: crate::AnyLock::read(&rwlock.inner, owner),
+            runtime: rwlock.runtime.clone(),
+        }
+    }
+
+    /// The write side of `rwlock`.
+    pub fn write(rwlock: &RwLock) -> AnyLock {
+        Blocking {
+            inner: crate::AnyLock::write(&rwlock.inner),
+            runtime: rwlock.runtime.clone(),
+        }
+    }
+
+    /// `mutex` held (and re-entered) by `owner`.
+    pub fn reentrant(mutex: &ReentrantMutex, owner: &Owner) -> AnyLock {
+        Blocking {
+            inner: crate::AnyLock::reentrant(&mutex.inner, owner),
+            runtime: mutex.runtime.clone(),
+        }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// One attempt; [`Error::Busy`] when held by others.
+    pub fn try_lock(&self) -> Result<AnyGuard> {
+        self.guard(self.runtime.block_on(self.inner.try_lock()))
+    }
+
+    /// Takes the lock, waiting per its options.
+    pub fn lock(&self) -> Result<AnyGuard> {
+        self.guard(self.runtime.block_on(self.inner.lock()))
+    }
+
+    /// Takes the lock, waiting per `wait` for this call only.
+    pub fn lock_with(&self, wait: crate::Wait) -> Result<AnyGuard> {
+        self.guard(self.runtime.block_on(self.inner.lock_with(wait)))
+    }
+
+    /// Runs `work` while holding the lock; see [`Mutex::with_lock`].
+    pub fn with_lock<T>(&self, work: impl FnOnce(&AnyGuard) -> T) -> Result<T> {
+        self.hold_for(self.lock(), work)
+    }
+
+    /// Gives back the hold `token` (see [`crate::AnyLock::release_token`]).
+    pub fn release_token(&self, token: &str) -> Result<()> {
+        self.runtime.block_on(self.inner.release_token(token))
+    }
+
+    /// Restarts the lease of the hold `token` at `ttl`.
+    pub fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
+        self.runtime.block_on(self.inner.extend_token(token, ttl))
+    }
+}
+
+impl<T: Into<crate::AnyLock>> Blocking<T> {
+    /// This lock as an [`AnyLock`], for code that serves several kinds.
+    pub fn into_any(self) -> AnyLock {
+        Blocking {
+            inner: self.inner.into(),
+            runtime: self.runtime,
+        }
     }
 }
 
@@ -433,6 +635,13 @@ impl Iterator for LostHolds {
 }
 
 impl LostHolds {
+    fn of(session: &crate::Session, runtime: &Arc<Runtime>) -> LostHolds {
+        LostHolds {
+            inner: session.lost(),
+            runtime: runtime.clone(),
+        }
+    }
+
     /// Like [`Iterator::next`], but gives up after `timeout` (`Err`).
     pub fn next_timeout(
         &mut self,

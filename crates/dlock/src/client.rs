@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::notifier::Notifier;
 use crate::renew::Renewer;
 use crate::script::{describe, lua_script, LuaScript};
-use crate::session::{Busy, Session};
+use crate::session::Session;
 
 static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
 static LIVE_ENTRIES: LazyLock<LuaScript> =
@@ -549,11 +549,6 @@ impl Client {
         &self.inner.session
     }
 
-    /// A fresh hold token: 128 random bits, behind the holder label if there is one.
-    pub(crate) fn new_token(&self) -> String {
-        self.inner.session.new_token()
-    }
-
     /// How long one request may wait for Redis to answer
     /// ([`ClientBuilder::response_timeout`]).
     pub fn response_timeout(&self) -> Duration {
@@ -563,27 +558,6 @@ impl Client {
     /// True once [`Client::shutdown`] was called.
     pub fn is_closed(&self) -> bool {
         self.inner.session.is_closed()
-    }
-
-    /// Runs a give-back (a dropped guard's release, a cancelled wait's clean-up) on the
-    /// client's runtime; [`Client::shutdown`] waits for those in flight.
-    /// The returned receiver resolves when the work is done (or was dropped).
-    pub(crate) fn spawn_background(
-        &self,
-        work: impl Future<Output = ()> + Send + 'static,
-    ) -> tokio::sync::oneshot::Receiver<()> {
-        self.inner.session.spawn_background(work)
-    }
-
-    /// Counts a wait or give-back in progress until the returned value is dropped;
-    /// [`Client::shutdown`] waits for them.
-    pub(crate) fn busy(&self) -> Busy {
-        self.inner.session.busy()
-    }
-
-    /// Forgets a hold; false when shutdown already took (and released) it.
-    pub(crate) fn untrack_hold(&self, id: u64) -> bool {
-        self.inner.session.untrack_hold(id)
     }
 
     /// A plain `GET` of a string key (`None` when missing); a key of another type is
@@ -734,7 +708,10 @@ impl Client {
             None => &self.inner.renewer,
         };
         renewer.get_or_init(|| {
-            Renewer::start(self.inner.backend.clone(), self.inner.session.runtime())
+            Renewer::start(
+                Arc::new(self.inner.backend.clone()),
+                self.inner.session.runtime(),
+            )
         })
     }
 

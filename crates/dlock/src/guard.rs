@@ -2,22 +2,14 @@
 //! the local validity deadline and lost signal, renewal, extend, unlock, and release on
 //! drop or at [`Client::shutdown`](crate::Client::shutdown).
 
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease;
 use crate::options::{LockOptions, Renewal};
 use crate::raw::{HoldKind, RawLock};
-use crate::renew::{Registration, RenewalSpec};
-use crate::script::{lua_script, LuaScript};
+use crate::renew::{Registration, RenewalSpec, Renewer};
 use crate::signal::{self, renewed, LeaseCell, LostReason, LostSignal};
-
-static HELD: LazyLock<LuaScript> =
-    lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
-static FENCE: LazyLock<LuaScript> =
-    lua_script!(bare "fence", "mutex/bare.lua", "fencing.lua", "mutex/fence.lua");
 
 /// Proof of holding a lock: a [`MutexGuard`](crate::MutexGuard), a
 /// [`ReentrantGuard`](crate::ReentrantGuard), a [`ReadGuard`](crate::ReadGuard) or
@@ -60,12 +52,12 @@ impl<R: RawLock> Guard<R> {
         let options = raw.options();
         let cell = signal::new_cell(
             lease::valid_until(sent, options.ttl),
-            raw.core().keys.clone(),
+            raw.keys().clone(),
             &token,
-            raw.client().session().sink(),
+            raw.session().sink(),
         );
         let hold_id = track_hold(&raw, &token, &cell)?;
-        let held = Held::start(raw.client(), &token, sent, raw.hold_key(), options, cell);
+        let held = Held::start(raw.renewer(), &token, sent, raw.hold_key(), options, cell);
         Some(Guard {
             raw,
             token,
@@ -108,7 +100,14 @@ impl<R: RawLock> Guard<R> {
     /// [`LostReason::Taken`]), or with the error that kept Redis from answering.
     pub async fn fence(&self) -> Result<u64> {
         self.fence
-            .get_or_try_init(|| draw_fence(&self.raw, &self.token, &self.held))
+            .get_or_try_init(|| async {
+                let drawn = self.raw.draw_fence(&self.token).await;
+                if matches!(drawn, Err(Error::Lost { .. })) {
+                    // No fence for a hold that is gone: the lost signal says so.
+                    signal::declare_lost(&self.held.cell, LostReason::Taken);
+                }
+                drawn
+            })
             .await
             .copied()
     }
@@ -155,9 +154,9 @@ impl<R: RawLock> Guard<R> {
         // No renewal round may interleave: the later reply must be the lease Redis has.
         let paused = self.held.pause_renewal().await;
         let sent = Instant::now();
-        let extended = extend_hold(&self.raw, &self.token, ttl).await;
+        let extended = self.raw.extend(&self.token, ttl).await;
         if matches!(extended, Err(Error::NotReplicated { .. })) {
-            // extend_hold gave the hold back.
+            // The extend gave the hold back.
             signal::declare_lost(&self.held.cell, LostReason::Released);
         } else if matches!(extended, Err(Error::Lost { .. })) {
             // The token is gone from Redis: the lost signal says so, as a renewal would.
@@ -175,15 +174,7 @@ impl<R: RawLock> Guard<R> {
 
     /// Asks Redis whether this hold is still held.
     pub async fn is_held(&self) -> Result<bool> {
-        let (key, kind) = self.raw.hold_key();
-        let held: i64 = HELD
-            .call()
-            .key(key)
-            .arg(kind.code())
-            .arg(&self.token)
-            .run(self.raw.client())
-            .await?;
-        Ok(held == 1)
+        self.raw.is_held(&self.token).await
     }
 
     /// Stops renewal (waiting out a renewal in flight), then gives the hold back. Fails
@@ -196,7 +187,7 @@ impl<R: RawLock> Guard<R> {
         // Only now: if this future is dropped before, the drop releases in the background
         // (releasing twice is harmless, the second finds the token gone).
         self.done = true;
-        self.raw.client().untrack_hold(self.hold_id);
+        self.raw.session().untrack_hold(self.hold_id);
         if released.is_ok() {
             crate::observe::released(self.raw.kind_name(), self.raw.name());
         }
@@ -208,7 +199,7 @@ impl<R: RawLock> Guard<R> {
     pub fn into_token(mut self) -> String {
         self.done = true;
         drop(self.held.detach());
-        self.raw.client().untrack_hold(self.hold_id);
+        self.raw.session().untrack_hold(self.hold_id);
         std::mem::take(&mut self.token)
     }
 
@@ -217,7 +208,7 @@ impl<R: RawLock> Guard<R> {
     pub(crate) async fn retire(mut self) {
         self.held.stop_renewal().await;
         self.done = true;
-        self.raw.client().untrack_hold(self.hold_id);
+        self.raw.session().untrack_hold(self.hold_id);
     }
 }
 
@@ -232,7 +223,7 @@ impl Held {
     /// Starts holding `token`'s lease at `key`, granted by a request sent at `sent`, with
     /// the lease, renewal and replica acknowledgement of `options`.
     pub fn start(
-        client: &Client,
+        renewer: &Renewer,
         token: &str,
         sent: Instant,
         (key, kind): (&str, HoldKind),
@@ -242,7 +233,7 @@ impl Held {
         let (ttl, replicas) = (options.ttl, options.replicas);
         let registration = match options.renewal {
             Renewal::Manual => None,
-            Renewal::Auto { max_hold } => Some(client.renewer().register(
+            Renewal::Auto { max_hold } => Some(renewer.register(
                 RenewalSpec {
                     key: key.to_string(),
                     kind,
@@ -310,7 +301,7 @@ impl std::fmt::Debug for Held {
 /// id, or `None` once shutdown began.
 fn track_hold<R: RawLock>(raw: &R, token: &str, cell: &LeaseCell) -> Option<u64> {
     let (raw, token) = (raw.clone(), token.to_string());
-    let session = raw.client().session().clone();
+    let session = raw.session().clone();
     session.track_hold(
         cell,
         Box::new(move || {
@@ -321,75 +312,6 @@ fn track_hold<R: RawLock>(raw: &R, token: &str, cell: &LeaseCell) -> Option<u64>
             })
         }),
     )
-}
-
-/// Draws the fencing token of a hold granted without one (only the plain mutex's string
-/// holds are); a hold found gone is declared lost ([`LostReason::Taken`]).
-async fn draw_fence<R: RawLock>(raw: &R, token: &str, held: &Held) -> Result<u64> {
-    let (key, kind) = raw.hold_key();
-    if kind != HoldKind::String {
-        return Err(Error::unexpected_reply("a fence missing from a grant"));
-    }
-    let fence_key = &raw.core().keys.fence;
-    let fence: i64 = FENCE
-        .call()
-        .key(key)
-        .key(fence_key)
-        .key(raw.core().keys.companion("fenced"))
-        .arg(token)
-        .run(raw.client())
-        .await?;
-    match fence {
-        0 => {
-            signal::declare_lost(&held.cell, LostReason::Taken);
-            Err(Error::Lost {
-                name: raw.name().to_string(),
-            })
-        }
-        -2 => Err(raw.client().wrong_type(fence_key, "counter").await),
-        fence if fence > 0 => Ok(fence as u64),
-        other => Err(Error::unexpected_reply(other)),
-    }
-}
-
-/// Restarts the lease of the hold `token` of `raw`'s kind at `ttl`;
-/// [`Error::Lost`] when it is not held.
-pub(crate) async fn extend_hold<R: RawLock>(raw: &R, token: &str, ttl: Duration) -> Result<()> {
-    lease::validate_ttl(ttl)?;
-    let (key, kind) = raw.hold_key();
-    let outcome: Result<Vec<i64>> = crate::renew::RENEW
-        .call()
-        .key(key)
-        .arg(kind.code())
-        .arg(token)
-        .arg(ttl.as_millis() as u64)
-        .run(raw.client())
-        .await;
-    let outcome = match outcome {
-        Err(Error::NotReplicated {
-            wanted,
-            acknowledged,
-            ..
-        }) => {
-            // An extend the replicas do not have: give the hold back rather than keep
-            // one a failover could hand to someone else.
-            let _ = raw.release(token).await;
-            return Err(Error::NotReplicated {
-                name: raw.name().to_string(),
-                wanted,
-                acknowledged,
-            });
-        }
-        outcome => outcome?,
-    };
-    match outcome.as_slice() {
-        [1] => Ok(()),
-        [0] => Err(Error::Lost {
-            name: raw.name().to_string(),
-        }),
-        [-1] => Err(raw.client().wrong_type(key, kind.wanted()).await),
-        other => Err(Error::unexpected_reply(other)),
-    }
 }
 
 impl<R: RawLock> std::fmt::Debug for Guard<R> {
@@ -408,14 +330,14 @@ impl<R: RawLock> Drop for Guard<R> {
         if self.done {
             return;
         }
-        let client: &Client = self.raw.client();
-        if !client.untrack_hold(self.hold_id) {
+        let session = self.raw.session();
+        if !session.untrack_hold(self.hold_id) {
             return; // shutdown released it
         }
         let renewal = self.held.detach();
         let (raw, token) = (self.raw.clone(), std::mem::take(&mut self.token));
         // Nobody waits for it here; shutdown does.
-        drop(client.spawn_background(async move {
+        drop(session.spawn_background(async move {
             if let Some(renewal) = renewal {
                 renewal.cancel().await;
             }

@@ -20,7 +20,7 @@ pub fn check_name(prefix: &str, name: &str) -> Result<()> {
 
 /// The keys and channel of one named lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LockKeys {
+pub struct LockKeys {
     /// The user-facing lock name (without prefix).
     pub name: String,
     /// The main key: prefix + name.

@@ -39,6 +39,7 @@
 
 #![warn(missing_docs)]
 
+mod any;
 mod backend;
 pub mod blocking;
 mod client;
@@ -64,6 +65,7 @@ mod session;
 mod signal;
 mod wait;
 
+pub use any::{AnyGuard, AnyLock};
 pub use client::{
     redact as redact_url, Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     MAX_HOLDER_LABEL, MAX_TIMEOUT, MIN_REDIS_VERSION,

@@ -361,3 +361,92 @@ async fn run_subscriber(
         pause = (pause * 2).min(Duration::from_secs(2));
     }
 }
+
+/// What a waiter listens to: its release channel on the one server it waits on, or on
+/// every master of a Redlock. One word wakes a single-server waiter; a Redlock waiter
+/// waits for as many words as a round needs (`needed` of the live masters), since a
+/// release frees the masters one by one and a round sent on the first word could find the
+/// others still held and split the vote.
+pub struct WakeSet {
+    watches: Vec<Watch>,
+    needed: usize,
+}
+
+impl WakeSet {
+    /// One channel on one server.
+    pub(crate) fn one(watch: Watch) -> WakeSet {
+        WakeSet {
+            watches: vec![watch],
+            needed: 1,
+        }
+    }
+
+    /// One channel on each of several masters, of which `needed` must speak.
+    pub(crate) fn quorum(watches: Vec<Watch>, needed: usize) -> WakeSet {
+        WakeSet { watches, needed }
+    }
+
+    /// Marks every broadcast so far as seen, and drops the wakes stored before now: call
+    /// right before an attempt, which sees what those releases did.
+    pub(crate) fn before_attempt(&mut self) {
+        for watch in &mut self.watches {
+            watch.mark_seen();
+            watch.discard_stored_wake();
+        }
+    }
+
+    /// The attempt answered: the wakes it followed are used up.
+    pub(crate) fn wake_used(&mut self) {
+        for watch in &mut self.watches {
+            watch.wake_used();
+        }
+    }
+
+    /// True while some of its channels are delivered (otherwise, poll).
+    pub(crate) fn is_live(&self) -> bool {
+        self.watches.iter().any(Watch::is_live)
+    }
+
+    /// True when a word may go missing without a fault: a set spread over several
+    /// masters is woken per master, and a master whose release failed says nothing, so
+    /// such a waiter does not sleep past its backoff's bound.
+    pub(crate) fn may_miss_a_word(&self) -> bool {
+        self.watches.len() > 1
+    }
+
+    /// Resolves once as many channels as needed (of the live ones) have spoken since the
+    /// last attempt, each counted once.
+    pub(crate) async fn notified(&mut self) {
+        let live = self.watches.iter().filter(|w| w.is_live()).count();
+        let needed = self.needed.min(live).max(1);
+        let mut heard = vec![false; self.watches.len()];
+        for _ in 0..needed {
+            let waiting: Vec<_> = self
+                .watches
+                .iter_mut()
+                .zip(heard.iter())
+                .enumerate()
+                .filter(|(_, (_, heard))| !**heard)
+                .map(|(index, (watch, _))| {
+                    Box::pin(async move {
+                        watch.notified().await;
+                        index
+                    })
+                })
+                .collect();
+            if waiting.is_empty() {
+                return std::future::pending().await;
+            }
+            let (index, _, _) = futures_util::future::select_all(waiting).await;
+            heard[index] = true;
+        }
+    }
+}
+
+/// Where the waiters of one handle for one lock take turns, when the kind wants them to
+/// (Redlock): the one holding it waits on the servers, the others wait for it, in order.
+/// Without it, one release (published on every master, each waking one waiter of this
+/// handle) would wake a different waiter on each master, and they would split the vote
+/// between them, round after round. The slot carries a granted waiter's subscriptions to
+/// the next one, so the next one need not subscribe and re-check while the lock is held.
+pub type Turnstile = tokio::sync::Mutex<Option<WakeSet>>;

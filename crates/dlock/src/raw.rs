@@ -5,19 +5,25 @@
 //! `RawMutex` under `Mutex<R, T>`.
 
 use std::future::Future;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::LockKeys;
+use crate::lease;
+use crate::notifier::{Turnstile, WakeSet};
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 pub use crate::renew::HoldKind;
+use crate::renew::Renewer;
+use crate::script::{lua_script, LuaScript};
+use crate::session::Session;
 
 /// A kind of lock that [`Guard`](crate::Guard) can hold: the plain or fair
 /// [`Mutex`](crate::Mutex), a [`ReentrantMutex`](crate::reentrant::ReentrantMutex) owner,
 /// the read or write side of an [`RwLock`](crate::RwLock), a
-/// [`Semaphore`](crate::Semaphore).
+/// [`Semaphore`](crate::Semaphore), a [`RedlockMutex`](crate::RedlockMutex).
 ///
 /// Sealed: it is implemented by dlock's primitives only.
 pub trait RawLock: private::RawProtocol {}
@@ -74,8 +80,12 @@ pub enum Attempt {
     /// lazily, on first read, while held — the plain mutex); `holds` is the owner's hold
     /// count (1 unless reentrant).
     Granted { fence: Option<u64>, holds: u32 },
-    /// Held by others; `remaining` is the blocking lease when known.
-    Busy { remaining: Option<Duration> },
+    /// Held by others; `remaining` is the blocking lease when known; `split` when
+    /// contenders split the votes (Redlock): retry after a random delay, not on a wake.
+    Busy {
+        remaining: Option<Duration>,
+        split: bool,
+    },
 }
 
 impl Attempt {
@@ -98,6 +108,7 @@ impl Attempt {
             }),
             [0, ..] => Ok(Attempt::Busy {
                 remaining: crate::queue::busy_remaining(reply),
+                split: false,
             }),
             other => Err(crate::Error::unexpected_reply(other)),
         }
@@ -116,16 +127,32 @@ pub enum Waiting<'a> {
 pub mod private {
     use super::*;
 
-    /// The raw protocol of one lock kind. Every script is safe to run twice with the same
-    /// token (see [`crate::script::Call::run`]).
+    /// The raw protocol of one lock kind: what the one acquisition path
+    /// ([`crate::wait`]) and the one guard ([`Guard`](crate::Guard)) ask of it. Every
+    /// script is safe to run twice with the same token (see [`crate::script::Call::run`]).
+    ///
+    /// The kinds on one server (a single node, a Cluster, a Sentinel master) implement
+    /// [`OnOneServer`] and get the rest from it; Redlock implements this itself, fanning
+    /// each request out to its masters.
     pub trait RawProtocol: Clone + Send + Sync + std::fmt::Debug + 'static {
-        /// How a hold of this kind is recorded at the lock key, for renewal.
-        const HOLD: HoldKind;
-        /// The named lock this kind acts on.
-        fn core(&self) -> &LockCore;
+        /// Each attempt settles its own leftovers: one that is not granted gives back,
+        /// itself and in the background, whatever it may have been granted, so the next
+        /// attempt takes a fresh token. (Redlock: a round granted by a minority of the
+        /// masters must not keep them until the wait ends.) Otherwise one token serves
+        /// the whole wait and a resend is recognised by it.
+        fn settles_each_attempt(&self) -> bool {
+            false
+        }
+        /// The session its holds belong to.
+        fn session(&self) -> &Session;
+        /// The keys of the named lock.
+        fn keys(&self) -> &std::sync::Arc<LockKeys>;
+        /// The options in force.
+        fn options(&self) -> &LockOptions;
         /// The kind's name in logs and metrics: `mutex`, `fair`, `reentrant`, `read`,
-        /// `write`, `semaphore`.
+        /// `write`, `semaphore`, `redlock`.
         fn kind_name(&self) -> &'static str;
+        /// How its waiters are woken.
         fn waiting(&self) -> Waiting<'_>;
         /// One attempt for the hold `token`; with `join_queue`, a queued kind takes (or
         /// refreshes) the waiter's place when not granted. A resend with the same token
@@ -138,23 +165,219 @@ pub mod private {
         /// Gives the hold back; [`crate::Error::Lost`] when it was not held (nothing else
         /// is touched).
         fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send;
-
-        fn client(&self) -> &Client {
-            &self.core().client
+        /// Restarts the lease of the hold `token` at `ttl`; [`crate::Error::Lost`] when it
+        /// is not held.
+        fn extend(&self, token: &str, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
+        /// Whether the hold `token` is still held.
+        fn is_held(&self, token: &str) -> impl Future<Output = Result<bool>> + Send;
+        /// Draws the fence of a hold granted without one, while held;
+        /// [`crate::Error::Lost`] when it is not held any more.
+        fn draw_fence(&self, token: &str) -> impl Future<Output = Result<u64>> + Send;
+        /// Subscribes to `channel` where the holds are, within `budget`.
+        fn watch(&self, channel: &str, budget: Duration) -> impl Future<Output = WakeSet> + Send;
+        /// Gives up the waiter place of `token` in `queue`.
+        fn leave_queue(
+            &self,
+            queue: &QueueKeys,
+            token: &str,
+        ) -> impl Future<Output = Result<()>> + Send;
+        /// The renewal scheduler of its holds.
+        fn renewer(&self) -> &Renewer;
+        /// Where waiters of one handle take turns, when they do (see [`Turnstile`]).
+        fn turnstile(&self) -> Option<std::sync::Arc<Turnstile>> {
+            None
         }
 
         /// The lock name (without prefix).
         fn name(&self) -> &str {
-            &self.core().keys.name
+            &self.keys().name
+        }
+
+        /// The key every hold lives in (the lock key), and how a hold is recorded there
+        /// (for renewal).
+        fn hold_key(&self) -> (&str, HoldKind);
+    }
+
+    /// The raw protocol of a kind on one server: its scripts and how to read their
+    /// replies; extend, "still held?", the lazy fence, waking and renewal are the same for
+    /// every such kind and come with it.
+    pub trait OnOneServer: Clone + Send + Sync + std::fmt::Debug + 'static {
+        /// How a hold of this kind is recorded at the lock key.
+        const HOLD: HoldKind;
+        /// The named lock this kind acts on.
+        fn core(&self) -> &LockCore;
+        /// See [`RawProtocol::kind_name`].
+        fn kind_name(&self) -> &'static str;
+        /// See [`RawProtocol::waiting`].
+        fn waiting(&self) -> Waiting<'_>;
+        /// See [`RawProtocol::attempt`].
+        fn attempt(
+            &self,
+            token: &str,
+            join_queue: bool,
+        ) -> impl Future<Output = Result<Attempt>> + Send;
+        /// See [`RawProtocol::release`].
+        fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send;
+    }
+
+    impl<T: OnOneServer> RawProtocol for T {
+        fn hold_key(&self) -> (&str, HoldKind) {
+            (&self.core().keys.key, T::HOLD)
+        }
+
+        fn session(&self) -> &Session {
+            self.core().client.session()
+        }
+
+        fn keys(&self) -> &std::sync::Arc<LockKeys> {
+            &self.core().keys
         }
 
         fn options(&self) -> &LockOptions {
             &self.core().options
         }
 
-        /// The key every hold lives in (the lock key), and how.
-        fn hold_key(&self) -> (&str, HoldKind) {
-            (&self.core().keys.key, Self::HOLD)
+        fn kind_name(&self) -> &'static str {
+            OnOneServer::kind_name(self)
         }
+
+        fn waiting(&self) -> Waiting<'_> {
+            OnOneServer::waiting(self)
+        }
+
+        fn attempt(
+            &self,
+            token: &str,
+            join_queue: bool,
+        ) -> impl Future<Output = Result<Attempt>> + Send {
+            OnOneServer::attempt(self, token, join_queue)
+        }
+
+        fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send {
+            OnOneServer::release(self, token)
+        }
+
+        async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
+            extend_on_server(self, token, ttl).await
+        }
+
+        async fn is_held(&self, token: &str) -> Result<bool> {
+            let (key, kind) = self.hold_key();
+            held_on(&self.core().client, key, kind, token).await
+        }
+
+        async fn draw_fence(&self, token: &str) -> Result<u64> {
+            draw_fence_on_server(self, token).await
+        }
+
+        async fn watch(&self, channel: &str, _budget: Duration) -> WakeSet {
+            // Bounded by the subscription's own acknowledgement timeout.
+            WakeSet::one(self.core().client.notifier().watch(channel).await)
+        }
+
+        fn leave_queue(
+            &self,
+            queue: &QueueKeys,
+            token: &str,
+        ) -> impl Future<Output = Result<()>> + Send {
+            queue.leave(&self.core().client, token)
+        }
+
+        fn renewer(&self) -> &Renewer {
+            self.core().client.renewer()
+        }
+    }
+}
+
+static HELD: LazyLock<LuaScript> =
+    lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
+static FENCE: LazyLock<LuaScript> =
+    lua_script!(bare "fence", "mutex/bare.lua", "fencing.lua", "mutex/fence.lua");
+
+/// Whether `client`'s server holds the hold `token` of `kind` at `key`.
+pub(crate) async fn held_on(
+    client: &Client,
+    key: &str,
+    kind: HoldKind,
+    token: &str,
+) -> Result<bool> {
+    let held: i64 = HELD
+        .call()
+        .key(key)
+        .arg(kind.code())
+        .arg(token)
+        .run(client)
+        .await?;
+    Ok(held == 1)
+}
+
+/// Draws the fencing token of a hold granted without one (only the plain mutex's string
+/// holds are), by a script that checks the hold is still ours.
+async fn draw_fence_on_server<R: private::OnOneServer>(raw: &R, token: &str) -> Result<u64> {
+    let core = raw.core();
+    if R::HOLD != HoldKind::String {
+        return Err(Error::unexpected_reply("a fence missing from a grant"));
+    }
+    let fence: i64 = FENCE
+        .call()
+        .key(&core.keys.key)
+        .key(&core.keys.fence)
+        .key(core.keys.companion("fenced"))
+        .arg(token)
+        .run(&core.client)
+        .await?;
+    match fence {
+        0 => Err(Error::Lost {
+            name: core.keys.name.clone(),
+        }),
+        -2 => Err(core.client.wrong_type(&core.keys.fence, "counter").await),
+        fence if fence > 0 => Ok(fence as u64),
+        other => Err(Error::unexpected_reply(other)),
+    }
+}
+
+/// Restarts the lease of the hold `token` of `raw`'s kind at `ttl`;
+/// [`Error::Lost`] when it is not held. An extend the replicas do not have gives the hold
+/// back ([`Error::NotReplicated`]).
+pub(crate) async fn extend_on_server<R: private::OnOneServer>(
+    raw: &R,
+    token: &str,
+    ttl: Duration,
+) -> Result<()> {
+    lease::validate_ttl(ttl)?;
+    let core = raw.core();
+    let kind = R::HOLD;
+    let outcome: Result<Vec<i64>> = crate::renew::RENEW
+        .call()
+        .key(&core.keys.key)
+        .arg(kind.code())
+        .arg(token)
+        .arg(ttl.as_millis() as u64)
+        .run(&core.client)
+        .await;
+    let outcome = match outcome {
+        Err(Error::NotReplicated {
+            wanted,
+            acknowledged,
+            ..
+        }) => {
+            // An extend the replicas do not have: give the hold back rather than keep
+            // one a failover could hand to someone else.
+            let _ = raw.release(token).await;
+            return Err(Error::NotReplicated {
+                name: core.keys.name.clone(),
+                wanted,
+                acknowledged,
+            });
+        }
+        outcome => outcome?,
+    };
+    match outcome.as_slice() {
+        [1] => Ok(()),
+        [0] => Err(Error::Lost {
+            name: core.keys.name.clone(),
+        }),
+        [-1] => Err(core.client.wrong_type(&core.keys.key, kind.wanted()).await),
+        other => Err(Error::unexpected_reply(other)),
     }
 }

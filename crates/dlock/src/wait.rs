@@ -19,7 +19,7 @@ use rand::Rng;
 
 use crate::error::{Error, Result};
 use crate::guard::Guard;
-use crate::notifier::Watch;
+use crate::notifier::{Turnstile, WakeSet};
 use crate::observe;
 use crate::options::{jitter, Wait};
 use crate::queue::QueueKeys;
@@ -67,135 +67,178 @@ fn next_sleep(
 /// How often a wait that keeps failing on a transient error says so at warn level.
 const RETRY_WARNING_EVERY: Duration = Duration::from_secs(10);
 
-/// Takes a hold of `raw`: one attempt when `single` (or the wait policy is
-/// [`Wait::NoWait`]), otherwise waiting per the options.
-pub(crate) async fn acquire<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> {
+/// Takes a hold of `raw`, waiting per `wait` ([`Wait::NoWait`]: one attempt).
+pub(crate) async fn acquire<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
     use tracing::Instrument;
     // A span costs something on every poll even when nothing records it, and this is the
     // hot path of every lock: only with debug logging on.
     if !tracing::enabled!(tracing::Level::DEBUG) {
-        return acquire_in_span(raw, single).await;
+        return acquire_in_span(raw, wait).await;
     }
     let span = tracing::debug_span!("dlock.acquire", lock = %raw.name(), kind = raw.kind_name());
-    acquire_in_span(raw, single).instrument(span).await
+    acquire_in_span(raw, wait).instrument(span).await
 }
 
-async fn acquire_in_span<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> {
-    let client = raw.client().clone();
+/// The bounds of the random delay after a split vote: it starts at the first and doubles
+/// up to the second while contenders keep colliding.
+const SPLIT_DELAY: std::ops::Range<Duration> =
+    Duration::from_millis(10)..Duration::from_millis(200);
+
+async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
+    let session = raw.session().clone();
     let options = *raw.options();
-    let wait = if single { Wait::NoWait } else { options.wait };
     let queue = match raw.waiting() {
         Waiting::Queue(queue) if wait != Wait::NoWait => Some(queue.clone()),
         _ => None,
     };
     let join_queue = queue.is_some();
-    // Shutdown waits for this wait to end (it ends at once when it sees the client closed).
-    let _busy = client.busy();
-    let mut claim = Claim::new(raw.clone(), queue);
+    // Shutdown waits for this wait to end (it ends at once when it sees the session closed).
+    let _busy = session.busy();
     let started = Instant::now();
     let deadline = match wait {
         Wait::Timeout(timeout) => started.checked_add(timeout),
         Wait::NoWait | Wait::Forever => None,
     };
     let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+    let budget_left = || {
+        deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        })
+    };
+    // Waiters of one handle that take turns (Redlock) wait for theirs first; a single
+    // attempt does not queue.
+    let mut turn = match raw.turnstile() {
+        Some(turnstile) if wait != Wait::NoWait => match take_turn(turnstile, deadline).await {
+            Some(turn) => Some(turn),
+            None => return Err(timed_out(raw, started)),
+        },
+        _ => None,
+    };
+    // The previous waiter's subscriptions, if it was granted and left them: live since
+    // before its grant, so every release after that has woken them. Start by waiting on
+    // them: the lock was just taken.
+    let mut wakes: Option<WakeSet> = turn.as_mut().and_then(|turn| turn.take());
+    let mut wait_first = wakes.is_some();
+    let mut claim = Claim::new(raw.clone(), queue);
     let mut poll = options.backoff.min;
-    let mut watch: Option<Watch> = None;
+    let mut split_delay = SPLIT_DELAY.start;
     let mut attempts: u32 = 0;
     let mut last_warning: Option<Instant> = None;
     let outcome = loop {
-        if client.is_closed() {
+        if session.is_closed() {
             break Err(Error::Closed);
         }
-        if let Some(watch) = watch.as_mut() {
-            watch.mark_seen();
-        }
-        attempts += 1;
-        let sent = Instant::now();
-        claim.sending(join_queue);
-        let reply = raw.attempt(&claim.token, join_queue).await;
-        let (remaining, failed) = match reply {
-            Ok(Attempt::Granted { fence, holds }) => {
-                claim.answered();
-                if let Some(watch) = watch.as_mut() {
-                    watch.wake_used();
-                }
-                match claim.into_guard(fence, holds, sent) {
-                    Ok(guard) => {
-                        observe::acquired(raw.kind_name(), raw.name(), attempts, started.elapsed());
-                        return Ok(guard);
+        let (remaining, failed, split) = if std::mem::take(&mut wait_first) {
+            (None, false, false)
+        } else {
+            if let Some(wakes) = wakes.as_mut() {
+                wakes.before_attempt();
+            }
+            attempts += 1;
+            let sent = Instant::now();
+            claim.sending(join_queue);
+            let reply = raw.attempt(&claim.token, join_queue).await;
+            if let Some(wakes) = wakes.as_mut() {
+                wakes.wake_used();
+            }
+            let decided = match reply {
+                Ok(Attempt::Granted { fence, holds }) => {
+                    claim.answered();
+                    match claim.into_guard(fence, holds, sent) {
+                        Ok(guard) => {
+                            // Hand the live subscriptions to the next waiter in turn: any
+                            // wake they hold came before this grant.
+                            if let (Some(turn), Some(mut wakes)) = (turn.as_mut(), wakes.take()) {
+                                wakes.before_attempt();
+                                **turn = Some(wakes);
+                            }
+                            observe::acquired(
+                                raw.kind_name(),
+                                raw.name(),
+                                attempts,
+                                started.elapsed(),
+                            );
+                            return Ok(guard);
+                        }
+                        Err(returned) => {
+                            // Granted after shutdown began: give it back.
+                            claim = returned;
+                            break Err(Error::Closed);
+                        }
                     }
-                    Err(returned) => {
-                        // Granted after shutdown began: give it back.
-                        claim = returned;
-                        break Err(Error::Closed);
+                }
+                Ok(Attempt::Busy { remaining, split }) => {
+                    claim.answered();
+                    claim.next_token();
+                    (remaining, false, split)
+                }
+                Err(err) if err.is_transient() => {
+                    claim.unknown();
+                    if wait == Wait::NoWait || past_deadline() {
+                        break Err(err);
                     }
+                    let loud =
+                        !matches!(last_warning, Some(at) if at.elapsed() < RETRY_WARNING_EVERY);
+                    if loud {
+                        last_warning = Some(Instant::now());
+                    }
+                    observe::retrying(raw.kind_name(), raw.name(), &err, loud);
+                    (None, true, false)
                 }
-            }
-            Ok(Attempt::Busy { remaining }) => {
-                claim.answered();
-                if let Some(watch) = watch.as_mut() {
-                    watch.wake_used();
-                }
-                (remaining, false)
-            }
-            Err(err) if err.is_transient() => {
-                claim.unknown();
-                if wait == Wait::NoWait || past_deadline() {
-                    break Err(err);
-                }
-                let loud = !matches!(last_warning, Some(at) if at.elapsed() < RETRY_WARNING_EVERY);
-                if loud {
-                    last_warning = Some(Instant::now());
-                }
-                observe::retrying(raw.kind_name(), raw.name(), &err, loud);
-                (None, true)
-            }
-            Err(Error::NotReplicated {
-                wanted,
-                acknowledged,
-                ..
-            }) => {
-                // Granted, but not on enough replicas: never a silently unreplicated
-                // lock, the grant is given back.
-                claim.unknown();
-                break Err(Error::NotReplicated {
-                    name: raw.name().to_string(),
+                Err(Error::NotReplicated {
                     wanted,
                     acknowledged,
+                    ..
+                }) => {
+                    // Granted, but not on enough replicas: never a silently unreplicated
+                    // lock, the grant is given back.
+                    claim.unknown();
+                    break Err(Error::NotReplicated {
+                        name: raw.name().to_string(),
+                        wanted,
+                        acknowledged,
+                    });
+                }
+                Err(err) => {
+                    claim.answered();
+                    break Err(err);
+                }
+            };
+            if wait == Wait::NoWait {
+                observe::busy(raw.kind_name(), raw.name());
+                break Err(Error::Busy {
+                    name: raw.name().to_string(),
+                    remaining: decided.0,
                 });
             }
-            Err(err) => {
-                claim.answered();
-                break Err(err);
+            if past_deadline() {
+                break Err(timed_out(raw, started));
             }
+            decided
         };
-        if wait == Wait::NoWait {
-            observe::busy(raw.kind_name(), raw.name());
-            break Err(Error::Busy {
-                name: raw.name().to_string(),
-                remaining,
-            });
-        }
-        if past_deadline() {
-            observe::timed_out(raw.kind_name(), raw.name(), started.elapsed());
-            break Err(Error::TimedOut {
-                name: raw.name().to_string(),
-                waited: started.elapsed(),
-            });
-        }
-        let Some(active) = watch.as_mut() else {
+        let Some(active) = wakes.as_mut() else {
             // Subscribe, then re-check at once: a release between the failed attempt and
             // the subscription would otherwise go unnoticed.
             let channel = match raw.waiting() {
                 Waiting::Channel(channel) => channel.to_string(),
                 Waiting::Queue(queue) => queue.wake_channel(&claim.token),
             };
-            watch = Some(client.notifier().watch(&channel).await);
+            wakes = Some(raw.watch(&channel, budget_left()).await);
             continue;
         };
+        if split {
+            // Contenders split the votes: retry after a random delay (Redlock's rule,
+            // growing while they keep colliding), deaf to releases meanwhile: the
+            // give-backs of the split round announce releases, and woken by those the
+            // contenders would collide again at once, round after round.
+            let delay = rand::rng().random_range(Duration::ZERO..=split_delay);
+            split_delay = (split_delay * 2).min(SPLIT_DELAY.end);
+            tokio::time::sleep(delay.min(budget_left())).await;
+            continue;
+        }
         let live = active.is_live() && !failed;
         let refresh = join_queue.then(|| options.waiter_lease / 3);
-        let sleep = next_sleep(
+        let mut sleep = next_sleep(
             remaining,
             live,
             poll,
@@ -203,6 +246,9 @@ async fn acquire_in_span<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> 
             refresh,
             deadline,
         );
+        if live && active.may_miss_a_word() {
+            sleep = sleep.min(options.backoff.max);
+        }
         if !live {
             poll = poll.saturating_mul(2).min(options.backoff.max);
         }
@@ -211,9 +257,57 @@ async fn acquire_in_span<R: RawLock>(raw: &R, single: bool) -> Result<Guard<R>> 
             _ = tokio::time::sleep(sleep) => {}
         }
     };
-    drop(watch);
+    drop(wakes);
     claim.give_back().await;
     outcome
+}
+
+/// Takes a hold of `raw` (waiting per its options), runs `work` with the grant's fence
+/// while the hold is renewed, and releases it; [`Error::Lost`] (and `work` dropped at its
+/// next await) when the hold is lost first. The work of every kind's `with_lock`.
+pub(crate) async fn with_lock<R, F, Fut, T>(raw: &R, work: F) -> Result<T>
+where
+    R: RawLock,
+    F: FnOnce(u64) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let guard = acquire(raw, raw.options().wait).await?;
+    // On failure the guard is dropped, which releases it.
+    let fence = guard.fence().await?;
+    let mut lost = guard.lost_signal();
+    tokio::select! {
+        value = work(fence) => {
+            guard.unlock().await?;
+            Ok(value)
+        }
+        reason = lost.wait() => {
+            tracing::warn!(lock = %raw.name(), %reason, "lock lost; work cancelled");
+            drop(guard);
+            Err(Error::Lost { name: raw.name().to_string() })
+        }
+    }
+}
+
+/// Waits for this waiter's turn at `turnstile` until `deadline`; `None` when it passed.
+async fn take_turn(
+    turnstile: std::sync::Arc<Turnstile>,
+    deadline: Option<Instant>,
+) -> Option<tokio::sync::OwnedMutexGuard<Option<WakeSet>>> {
+    let queued = turnstile.lock_owned();
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), queued)
+            .await
+            .ok(),
+        None => Some(queued.await),
+    }
+}
+
+fn timed_out<R: RawLock>(raw: &R, started: Instant) -> Error {
+    observe::timed_out(raw.kind_name(), raw.name(), started.elapsed());
+    Error::TimedOut {
+        name: raw.name().to_string(),
+        waited: started.elapsed(),
+    }
 }
 
 /// The wait-scoped owner of one hold token: tracks whether a grant may have happened
@@ -234,7 +328,7 @@ pub(crate) struct Claim<R: RawLock> {
 impl<R: RawLock> Claim<R> {
     pub fn new(raw: R, queue: Option<QueueKeys>) -> Claim<R> {
         Claim {
-            token: raw.client().new_token(),
+            token: raw.session().new_token(),
             raw,
             queue,
             in_flight: false,
@@ -244,9 +338,10 @@ impl<R: RawLock> Claim<R> {
         }
     }
 
-    /// An attempt is about to be sent.
+    /// An attempt is about to be sent. (An attempt that settles its own leftovers gives
+    /// back itself what it may have been granted if it is dropped.)
     pub fn sending(&mut self, join_queue: bool) {
-        self.in_flight = true;
+        self.in_flight = !self.raw.settles_each_attempt();
         self.queued |= join_queue;
     }
 
@@ -258,7 +353,19 @@ impl<R: RawLock> Claim<R> {
     /// The attempt's reply was lost: it may have been granted.
     pub fn unknown(&mut self) {
         self.in_flight = false;
-        self.unknown = true;
+        if self.raw.settles_each_attempt() {
+            self.next_token();
+        } else {
+            self.unknown = true;
+        }
+    }
+
+    /// An attempt that settled its own leftovers leaves the next one a fresh token: its
+    /// give-back runs in the background and must not take a later attempt's grant.
+    pub fn next_token(&mut self) {
+        if self.raw.settles_each_attempt() {
+            self.token = self.raw.session().new_token();
+        }
     }
 
     /// The wait ended with a grant: the guard takes the hold over. When the client was
@@ -317,7 +424,7 @@ impl<R: RawLock> Claim<R> {
             let leave_queue = async {
                 let Some(queue) = &queue else { return };
                 let until = Instant::now() + options.waiter_lease;
-                if let Err(err) = retrying(until, || queue.leave(raw.client(), &token)).await {
+                if let Err(err) = retrying(until, || raw.leave_queue(queue, &token)).await {
                     tracing::debug!(lock = %raw.name(), error = %err, "leaving the queue failed; the waiter lease will expire");
                 }
             };
@@ -328,7 +435,7 @@ impl<R: RawLock> Claim<R> {
     /// The wait ended without a guard: give back what may be ours before returning.
     pub async fn give_back(mut self) {
         if let Some(cleanup) = self.cleanup() {
-            let done = self.raw.client().spawn_background(cleanup);
+            let done = self.raw.session().spawn_background(cleanup);
             let _ = done.await;
         }
     }
@@ -356,7 +463,7 @@ where
 impl<R: RawLock> Drop for Claim<R> {
     fn drop(&mut self) {
         if let Some(cleanup) = self.cleanup() {
-            drop(self.raw.client().spawn_background(cleanup));
+            drop(self.raw.session().spawn_background(cleanup));
         }
     }
 }

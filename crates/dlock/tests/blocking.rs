@@ -125,3 +125,50 @@ fn blocking_fair_mutex_semaphore_and_rwlock() {
     assert_eq!(config.readers().unwrap(), 1);
     r.unlock().unwrap();
 }
+
+/// The blocking Redlock: threads of one process take turns on one Redlock mutex, never
+/// two at once, each grant's fence above the last; `with_lock` and the lost iterator work
+/// as for a single server.
+#[test]
+fn blocking_redlock_threads_exclude_each_other() {
+    let masters = dlock_testkit::IndependentMasters::start(3);
+    let redlock = dlock::blocking::Redlock::connect(masters.urls()).unwrap();
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let last_fence = std::sync::Arc::new(std::sync::Mutex::new(0u64));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (redlock, inside, last_fence) =
+                (redlock.clone(), inside.clone(), last_fence.clone());
+            std::thread::spawn(move || {
+                let mutex = redlock.mutex("blocking-redlock").unwrap();
+                for _ in 0..5 {
+                    let guard = mutex.lock().unwrap();
+                    assert!(!inside.swap(true, std::sync::atomic::Ordering::SeqCst));
+                    let fence = guard.fence().unwrap();
+                    {
+                        let mut last = last_fence.lock().unwrap();
+                        assert!(fence > *last, "{fence} after {}", *last);
+                        *last = fence;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    inside.store(false, std::sync::atomic::Ordering::SeqCst);
+                    guard.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let mutex = redlock.mutex("blocking-redlock").unwrap();
+    let fence = mutex.with_lock(|guard| guard.fence().unwrap()).unwrap();
+    assert!(fence > *last_fence.lock().unwrap());
+    let any = mutex.clone().into_any();
+    let guard = any.try_lock().unwrap();
+    assert!(guard.is_held().unwrap());
+    drop(guard);
+    let mut lost = redlock.lost();
+    redlock.shutdown();
+    redlock.done();
+    assert!(lost.next().is_none());
+}

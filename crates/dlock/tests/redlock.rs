@@ -62,7 +62,7 @@ async fn five_nodes_grant_with_two_down_and_refuse_cleanly_with_three_down() {
     masters.server_mut(0).kill9();
     masters.server_mut(1).kill9();
     let guard = mutex.try_lock().await.unwrap();
-    assert!(guard.fence() > 0);
+    assert!(guard.fence().await.unwrap() > 0);
     for i in 2..5 {
         assert!(
             has_key(&masters, i, mutex.key()),
@@ -348,6 +348,14 @@ async fn renewal_keeps_the_lock_through_a_lost_node_and_fires_the_signal_without
         .expect("the lost signal fires");
     assert_eq!(reason, LostReason::Expired);
     drop(guard);
+    // The drop releases in the background, once a renewal still on the wire ended.
+    for _ in 0..250 {
+        if !has_key(&masters, 3, mutex.key()) && !has_key(&masters, 4, mutex.key()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!has_key(&masters, 3, mutex.key()) && !has_key(&masters, 4, mutex.key()));
 
     // A majority that no longer holds the token is a loss too: Taken.
     for i in 0..3 {
@@ -606,7 +614,7 @@ async fn first_regression(
                 .cmd(&["SET", mutex.key(), "someone-else"]);
         }
         let guard = mutex.try_lock().await.unwrap();
-        let fence = guard.fence();
+        let fence = guard.drawn_fence().expect("drawn with the grant");
         guard.unlock().await.unwrap();
         for &node in down {
             let _: i64 = masters.server(node).cmd(&["DEL", mutex.key()]);
@@ -828,4 +836,98 @@ async fn a_queued_waiter_keeps_its_budget_and_a_dropped_one_hands_its_turn_on() 
         .unwrap()
         .unwrap();
     guard.unlock().await.unwrap();
+}
+
+/// A Redlock hold is the one guard: `is_held` asks a majority, a hold found gone on a
+/// majority reaches the session's lost stream, `with_lock` runs under it, and `AnyLock`
+/// takes it like any kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_hold_is_the_one_guard() {
+    let masters = IndependentMasters::start(3);
+    let redlock = redlock(&masters).await;
+    let mutex = redlock.mutex("one-guard").unwrap();
+    let mut lost = redlock.session().lost();
+
+    let mut guard = mutex.lock().await.unwrap();
+    assert!(guard.is_held().await.unwrap());
+    assert_eq!(redlock.session().holds(), 1);
+    // Gone from one master: still held on a majority.
+    let _: i64 = masters.server(0).cmd(&["DEL", mutex.key()]);
+    assert!(guard.is_held().await.unwrap());
+    // Gone from a majority: not held, and an extend says so on the session's stream.
+    let _: i64 = masters.server(1).cmd(&["DEL", mutex.key()]);
+    assert!(!guard.is_held().await.unwrap());
+    let extended = guard.extend(Duration::from_secs(10)).await;
+    assert!(matches!(extended, Err(Error::Lost { .. })), "{extended:?}");
+    let reported = tokio::time::timeout(Duration::from_secs(5), lost.next())
+        .await
+        .expect("reported")
+        .expect("a lost hold");
+    assert_eq!(
+        (reported.name.as_str(), reported.reason),
+        ("one-guard", LostReason::Taken)
+    );
+    drop(guard);
+    assert!(gone_everywhere(&masters, mutex.key(), Duration::from_secs(5)).await);
+
+    // with_lock: the fence comes with the grant, the lock is free after.
+    let fence = mutex.with_lock(|fence| async move { fence }).await.unwrap();
+    assert!(fence > 0);
+    assert!(gone_everywhere(&masters, mutex.key(), Duration::from_secs(5)).await);
+
+    // The same mutex as an AnyLock: the same guard, the same exclusion.
+    let any: dlock::AnyLock = mutex.clone().into();
+    let held = any.lock().await.unwrap();
+    assert_eq!(held.drawn_fence().map(|f| f > fence), Some(true));
+    assert!(matches!(mutex.try_lock().await, Err(Error::Busy { .. })));
+    held.unlock().await.unwrap();
+    assert_eq!(redlock.session().holds(), 0);
+}
+
+/// Many Redlock holds are renewed by the handle's one scheduler, on a majority: one
+/// master down, several leases later every hold is still held and none was reported
+/// lost; a dead handle's holds are not (negative control: without renewal the same
+/// holds expire).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_redlock_holds_are_renewed_together_on_a_majority() {
+    let mut masters = IndependentMasters::start(3);
+    let redlock = Client::redlock_builder(masters.urls())
+        .node_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(800);
+    let take = |renewed: bool| {
+        let redlock = redlock.clone();
+        async move {
+            let mut guards = Vec::new();
+            for i in 0..20 {
+                let options = if renewed {
+                    LockOptions::default().renewed(ttl)
+                } else {
+                    LockOptions::default().ttl(ttl)
+                };
+                let name = format!("many-{renewed}-{i}");
+                let mutex = redlock.mutex_with(&name, options).unwrap();
+                guards.push(mutex.try_lock().await.unwrap());
+            }
+            guards
+        }
+    };
+    let renewed = take(true).await;
+    let manual = take(false).await;
+    masters.server_mut(2).kill9();
+    tokio::time::sleep(ttl * 4).await;
+    for guard in &renewed {
+        assert_eq!(guard.lost_signal().lost(), None, "{}", guard.name());
+        assert!(guard.is_held().await.unwrap(), "{}", guard.name());
+    }
+    for guard in &manual {
+        assert_eq!(guard.lost_signal().lost(), Some(LostReason::Expired));
+        assert!(!guard.is_held().await.unwrap(), "{}", guard.name());
+    }
+    for guard in renewed {
+        guard.unlock().await.unwrap();
+    }
+    redlock.shutdown().await;
 }

@@ -155,7 +155,7 @@ async fn redlock(masters: &IndependentMasters) {
     }
     let mutex = redlock.mutex_with("red", manual(20_000)).unwrap();
     let guard = mutex.try_lock().await.unwrap();
-    let fence = guard.fence();
+    let fence = guard.fence().await.unwrap();
     assert!(fence > AHEAD - 20, "{fence}");
     // Raised where needed for a majority to hold it (a node answering late may not be).
     let raised = (0..3)

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
-use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
+use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
@@ -111,7 +111,7 @@ impl Mutex {
     /// A fair mutex grants a single attempt only when nobody is queued ahead, and leaves
     /// no trace in its queue.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
-        acquire(self, true).await
+        acquire(self, crate::Wait::NoWait).await
     }
 
     /// Takes the lock, waiting according to the [`Wait`](crate::Wait) policy.
@@ -125,7 +125,7 @@ impl Mutex {
     /// the wait fails, anything that may have been granted to it, and its place in a fair
     /// mutex's queue, is given back.
     pub async fn lock(&self) -> Result<MutexGuard> {
-        acquire(self, false).await
+        acquire(self, self.core.options.wait).await
     }
 
     /// Runs `work` while holding the lock (renewed meanwhile) and returns its value.
@@ -151,21 +151,7 @@ impl Mutex {
         // The fence is always read here: draw it with the grant (no extra round trip).
         let mut eager = self.clone();
         eager.core.options = eager.core.options.fence_at_grant();
-        let guard = eager.lock().await?;
-        // On failure the guard is dropped, which releases it.
-        let fence = guard.fence().await?;
-        let mut lost = guard.lost_signal();
-        tokio::select! {
-            value = work(fence) => {
-                guard.unlock().await?;
-                Ok(value)
-            }
-            reason = lost.wait() => {
-                tracing::warn!(lock = %self.core.keys.name, %reason, "lock lost; work cancelled");
-                drop(guard);
-                Err(Error::Lost { name: self.core.keys.name.clone() })
-            }
-        }
+        crate::wait::with_lock(&eager, work).await
     }
 
     /// Releases the lock held with `token` (e.g. a token printed by `dlock acquire`).
@@ -238,7 +224,7 @@ impl Mutex {
     /// Resets the lease of the lock held with `token` to `ttl`. Fails with [`Error::Lost`]
     /// when that token no longer holds it.
     pub async fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
-        crate::guard::extend_hold(self, token, ttl).await
+        crate::raw::extend_on_server(self, token, ttl).await
     }
 
     /// The token that holds the lock now, if any (a plain `GET`; `None` when free).
@@ -347,7 +333,7 @@ impl Mutex {
     }
 }
 
-impl RawProtocol for Mutex {
+impl OnOneServer for Mutex {
     const HOLD: HoldKind = HoldKind::String;
 
     fn core(&self) -> &LockCore {

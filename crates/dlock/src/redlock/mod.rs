@@ -24,9 +24,11 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::client::{Client, ClientBuilder};
 use crate::error::{Error, Result};
+use crate::lease;
+use crate::notifier::Turnstile;
 use crate::options::LockOptions;
+use crate::renew::{Due, RenewTarget, Renewed, Renewer};
 use crate::session::Session;
-use crate::signal::LeaseCell;
 
 pub use mutex::{RedlockGuard, RedlockMutex};
 
@@ -237,18 +239,19 @@ impl RedlockBuilder {
             }
         }
         let servers = Arc::new(StdMutex::new(HashMap::new()));
-        let nodes: Vec<Node> = self
-            .urls
-            .iter()
-            .enumerate()
-            .map(|(index, url)| Node {
-                index,
-                label: crate::redact_url(url),
-                builder: self.template.clone().url(url),
-                client: tokio::sync::OnceCell::new(),
-                servers: servers.clone(),
-            })
-            .collect();
+        let nodes: Arc<Vec<Node>> = Arc::new(
+            self.urls
+                .iter()
+                .enumerate()
+                .map(|(index, url)| Node {
+                    index,
+                    label: crate::redact_url(url),
+                    builder: self.template.clone().url(url),
+                    client: tokio::sync::OnceCell::new(),
+                    servers: servers.clone(),
+                })
+                .collect(),
+        );
         let quorum = count / 2 + 1;
         // A clone of the template tells the prefix and label every node was given.
         let probe = self.template.clone();
@@ -265,6 +268,8 @@ impl RedlockBuilder {
                 ),
                 stats: Arc::default(),
                 turnstiles: StdMutex::new(HashMap::new()),
+                renewer: std::sync::OnceLock::new(),
+                late_requests: StdMutex::new(HashMap::new()),
             }),
         };
         // Ready once a majority is connected: a frozen or black-holed master would
@@ -327,7 +332,8 @@ impl RedlockBuilder {
 }
 
 pub(crate) struct Inner {
-    pub(crate) nodes: Vec<Node>,
+    /// Shared with the renewal scheduler.
+    pub(crate) nodes: Arc<Vec<Node>>,
     pub(crate) quorum: usize,
     node_timeout: Option<Duration>,
     pub(crate) raise_fences: bool,
@@ -339,15 +345,12 @@ pub(crate) struct Inner {
     pub(crate) stats: Arc<Counters>,
     /// Per lock key, the turn its waiters of this handle take (see [`Turnstile`]).
     turnstiles: StdMutex<HashMap<String, std::sync::Weak<Turnstile>>>,
+    /// Renews the holds of this handle on a majority, started on first use.
+    renewer: std::sync::OnceLock<Renewer>,
+    /// Per held token, when its granting round's requests end: its release waits for
+    /// them, or a late grant of that round on a slow node could land after it.
+    late_requests: StdMutex<HashMap<String, RequestsEnd>>,
 }
-
-/// Where the waiters of one handle for one lock take turns: the one holding it waits on
-/// the masters, the others wait for it, in order. Without it, one release (published on
-/// every master, each waking one waiter of this handle) would wake a different waiter on
-/// each master, and they would split the vote between them, round after round. The slot
-/// carries a granted waiter's subscriptions to the next one, so the next one need not
-/// subscribe and re-check while the lock is held.
-pub(crate) type Turnstile = tokio::sync::Mutex<Option<Vec<crate::notifier::Watch>>>;
 
 /// The counters behind [`RedlockStats`].
 #[derive(Default)]
@@ -384,7 +387,7 @@ pub struct RedlockStats {
 /// ])
 /// .await?;
 /// let guard = redlock.mutex("nightly-report")?.lock().await?;
-/// println!("fencing token {}", guard.fence());
+/// println!("fencing token {}", guard.fence().await?);
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
@@ -499,7 +502,10 @@ impl Redlock {
         // first (bounded: each request ends with its node timeout, a give-back with its
         // lease).
         session.until_idle(Duration::from_secs(5)).await;
-        for node in &self.inner.nodes {
+        if let Some(renewer) = self.inner.renewer.get() {
+            renewer.stop().await;
+        }
+        for node in self.inner.nodes.iter() {
             if let Some(client) = node.connected() {
                 client.shutdown().await;
             }
@@ -509,17 +515,36 @@ impl Redlock {
 
     /// The node timeout for a lock with lease `ttl` (see [`RedlockBuilder::node_timeout`]).
     pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
-        let response = self
-            .inner
-            .nodes
-            .iter()
-            .find_map(|n| n.connected().map(Client::response_timeout))
-            .unwrap_or(crate::client::DEFAULT_RESPONSE_TIMEOUT);
-        self.inner
-            .node_timeout
-            .unwrap_or(ttl / 10)
-            .min(response)
-            .max(Duration::from_millis(1))
+        node_timeout(&self.inner.nodes, self.inner.node_timeout, ttl)
+    }
+
+    /// The renewal scheduler of this handle's holds (started on first use).
+    pub(crate) fn renewer(&self) -> &Renewer {
+        self.inner.renewer.get_or_init(|| {
+            let target = Arc::new(QuorumRenewal {
+                nodes: self.inner.nodes.clone(),
+                quorum: self.inner.quorum,
+                node_timeout: self.inner.node_timeout,
+            });
+            Renewer::start(target, self.inner.session.runtime())
+        })
+    }
+
+    /// Keeps the end of a granted round's requests for the release of `token`.
+    pub(crate) fn keep_requests(&self, token: &str, mut requests: RequestsEnd) {
+        let mut late = self.inner.late_requests.lock().unwrap();
+        // Forget the rounds whose requests all ended (holds handed over as tokens, or
+        // released by a token elsewhere).
+        late.retain(|_, requests| !requests.ended());
+        if !requests.ended() {
+            late.insert(token.to_string(), requests);
+        }
+    }
+
+    /// The end of the requests of the round that granted `token` (none left: already ended).
+    pub(crate) fn take_requests(&self, token: &str) -> RequestsEnd {
+        let mut late = self.inner.late_requests.lock().unwrap();
+        late.remove(token).unwrap_or_default()
     }
 
     /// Checks an explicit node timeout against a lease.
@@ -534,11 +559,6 @@ impl Redlock {
             }
             _ => Ok(()),
         }
-    }
-
-    /// A fresh hold token, behind the holder label if there is one.
-    pub(crate) fn new_token(&self) -> String {
-        self.inner.session.new_token()
     }
 
     /// Sends `request` to every node at once, each bounded by `timeout`, and hands each
@@ -727,41 +747,6 @@ impl Redlock {
     fn spawn_tracked(&self, work: impl Future<Output = ()> + Send + 'static) {
         drop(self.inner.session.spawn_background(work));
     }
-
-    /// Records a live hold for shutdown, which stops its renewal and releases it on every
-    /// node; `None` once shutdown began.
-    pub(crate) fn track_hold(
-        &self,
-        keys: Arc<crate::keys::LockKeys>,
-        token: &str,
-        cell: &LeaseCell,
-        renewal: Option<tokio::task::AbortHandle>,
-    ) -> Option<u64> {
-        let (this, token) = (self.clone(), token.to_string());
-        self.inner.session.track_hold(
-            cell,
-            Box::new(move || {
-                Box::pin(async move {
-                    if let Some(renewal) = &renewal {
-                        renewal.abort();
-                    }
-                    let _ = this
-                        .release_everywhere(
-                            &keys,
-                            &token,
-                            Duration::from_secs(1),
-                            RequestsEnd::default(),
-                        )
-                        .await;
-                })
-            }),
-        )
-    }
-
-    /// Forgets a hold; true if it was still tracked (shutdown had not taken it).
-    pub(crate) fn untrack_hold(&self, id: u64) -> bool {
-        self.inner.session.untrack_hold(id)
-    }
 }
 
 /// What becomes of a fan-out's requests still out once its outcome is decided.
@@ -777,6 +762,125 @@ pub(crate) enum Rest {
 /// dropped): after that, nothing more of it is sent to that node.
 #[derive(Default)]
 pub(crate) struct RequestsEnd(Vec<(usize, tokio::sync::oneshot::Receiver<()>)>);
+
+impl RequestsEnd {
+    /// Forgets the requests that ended; true when none is left.
+    fn ended(&mut self) -> bool {
+        use tokio::sync::oneshot::error::TryRecvError;
+        // A receiver that saw its end must not be awaited again: dropped here.
+        self.0
+            .retain_mut(|(_, end)| matches!(end.try_recv(), Err(TryRecvError::Empty)));
+        self.0.is_empty()
+    }
+}
+
+/// The node timeout for a lease `ttl`: the configured one, or a tenth of the lease, at
+/// most the response timeout.
+fn node_timeout(nodes: &[Node], configured: Option<Duration>, ttl: Duration) -> Duration {
+    let response = nodes
+        .iter()
+        .find_map(|n| n.connected().map(Client::response_timeout))
+        .unwrap_or(crate::client::DEFAULT_RESPONSE_TIMEOUT);
+    configured
+        .unwrap_or(ttl / 10)
+        .min(response)
+        .max(Duration::from_millis(1))
+}
+
+/// Where a Redlock's holds are renewed: every master gets one batch of every due lease,
+/// and a lease counts as renewed when a majority renewed it within its new validity.
+struct QuorumRenewal {
+    nodes: Arc<Vec<Node>>,
+    quorum: usize,
+    node_timeout: Option<Duration>,
+}
+
+impl RenewTarget for QuorumRenewal {
+    fn renew<'a>(&'a self, due: &'a [Due]) -> futures_util::future::BoxFuture<'a, Vec<Renewed>> {
+        Box::pin(async move {
+            let count = self.nodes.len();
+            let shortest = due.iter().map(|lease| lease.ttl).min().unwrap_or_default();
+            let timeout = node_timeout(&self.nodes, self.node_timeout, shortest);
+            let leases: Arc<Vec<(String, String, u64)>> = Arc::new(
+                due.iter()
+                    .map(|lease| {
+                        let ttl_ms = lease.ttl.as_millis() as u64;
+                        (lease.key.clone(), lease.token.clone(), ttl_ms)
+                    })
+                    .collect(),
+            );
+            let sent = std::time::Instant::now();
+            let mut pending: FuturesUnordered<_> = (0..count)
+                .map(|index| {
+                    let (nodes, leases) = (self.nodes.clone(), leases.clone());
+                    async move {
+                        let renewed = tokio::time::timeout(timeout, async {
+                            let client = nodes[index].client().await?;
+                            let mut replies = Vec::with_capacity(leases.len());
+                            for chunk in leases.chunks(crate::renew::BATCH) {
+                                let mut call = crate::renew::RENEW.call();
+                                for (key, token, ttl_ms) in chunk {
+                                    call = call.key(key).arg("s").arg(token).arg(*ttl_ms);
+                                }
+                                let reply: Vec<i64> = call.run(&client).await?;
+                                replies.extend(reply);
+                            }
+                            Ok::<_, Error>(replies)
+                        })
+                        .await
+                        .unwrap_or_else(|_| Err(node_timed_out(timeout)));
+                        (index, renewed)
+                    }
+                })
+                .collect();
+            let (mut extended, mut gone) = (vec![0usize; due.len()], vec![0usize; due.len()]);
+            let mut failures = Vec::new();
+            let decided = |extended: &[usize], gone: &[usize]| {
+                (0..due.len()).all(|i| extended[i] >= self.quorum || gone[i] > count - self.quorum)
+            };
+            while let Some((index, renewed)) = pending.next().await {
+                match renewed {
+                    Ok(replies) => {
+                        for (position, reply) in replies.iter().enumerate().take(due.len()) {
+                            match *reply {
+                                1 => extended[position] += 1,
+                                _ => gone[position] += 1,
+                            }
+                        }
+                    }
+                    Err(err) => failures.push(format!("{}: {err}", self.nodes[index].label)),
+                }
+                if decided(&extended, &gone) {
+                    // The slower masters' renewals still land, in the background: a hold
+                    // kept on every master survives losing part of its quorum.
+                    if !pending.is_empty() {
+                        tokio::spawn(async move { while pending.next().await.is_some() {} });
+                    }
+                    break;
+                }
+            }
+            due.iter()
+                .enumerate()
+                .map(|(i, renewing)| {
+                    if extended[i] >= self.quorum
+                        && std::time::Instant::now() < lease::valid_until(sent, renewing.ttl)
+                    {
+                        Renewed::Yes(sent)
+                    } else if gone[i] > count - self.quorum {
+                        Renewed::Gone
+                    } else {
+                        Renewed::Failed(format!(
+                            "renewed on {} of {count} masters, {} needed ({})",
+                            extended[i],
+                            self.quorum,
+                            failures.join("; ")
+                        ))
+                    }
+                })
+                .collect()
+        })
+    }
+}
 
 /// What a release on every node found.
 #[derive(Debug, Default)]

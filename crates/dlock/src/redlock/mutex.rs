@@ -23,19 +23,20 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use rand::Rng;
-
 use super::{Redlock, Rest, Vote};
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::guard::Guard;
 use crate::keys::LockKeys;
 use crate::lease;
-use crate::notifier::Watch;
-use crate::observe;
-use crate::options::{jitter, Wait};
-use crate::options::{LockOptions, Renewal};
+use crate::notifier::{Turnstile, WakeSet};
+use crate::options::{LockOptions, Wait};
+use crate::queue::QueueKeys;
+use crate::raw::{private::RawProtocol, Attempt, HoldKind, Waiting};
+use crate::renew::Renewer;
 use crate::script::{lua_script, LuaScript};
-use crate::signal::{self, LeaseCell, LostReason, LostSignal};
+use crate::session::Session;
+use crate::wait::acquire;
 
 static RAISE: LazyLock<LuaScript> = lua_script!(
     bare "redlock fence raise",
@@ -44,13 +45,11 @@ static RAISE: LazyLock<LuaScript> = lua_script!(
     "redlock/raise.lua"
 );
 
-/// The bounds of the random delay after a split vote: it starts at the first and doubles
-/// up to the second while contenders keep colliding.
-const SPLIT_DELAY: std::ops::Range<Duration> =
-    Duration::from_millis(10)..Duration::from_millis(200);
-
-/// The kind name in logs and metrics.
-const KIND: &str = "redlock";
+/// Proof of holding a [`RedlockMutex`] on a majority of its masters: the one
+/// [`Guard`] every kind hands out. Its fence is drawn with the grant; renewal runs on the
+/// handle's scheduler, which renews a lease when a majority did; dropping it releases it
+/// on every master in the background.
+pub type RedlockGuard = Guard<RedlockMutex>;
 
 /// A mutex granted by a majority of a [`Redlock`]'s masters. Cheap to clone; made by
 /// [`Redlock::mutex`].
@@ -66,7 +65,7 @@ const KIND: &str = "redlock";
 /// )?;
 /// let guard = mutex.lock().await?;
 /// // Pass the fence to the storage you write to; it rejects writes with an older one.
-/// let fence = guard.fence();
+/// let fence = guard.fence().await?; // drawn with the grant: no round trip
 /// # let _ = fence;
 /// guard.unlock().await?;
 /// # Ok(()) }
@@ -82,7 +81,6 @@ pub struct RedlockMutex {
 enum Outcome {
     Granted {
         fence: u64,
-        sent: Instant,
     },
     /// Held by another owner on enough nodes; `remaining` is the shortest lease among
     /// them; `split` when some nodes granted us (contention: retry after a random delay).
@@ -141,7 +139,7 @@ impl RedlockMutex {
     /// One attempt on every node. Fails with [`Error::Busy`] when another owner holds it
     /// on too many nodes, [`Error::NoQuorum`] when too many nodes did not answer.
     pub async fn try_lock(&self) -> Result<RedlockGuard> {
-        self.acquire(Wait::NoWait).await
+        acquire(self, Wait::NoWait).await
     }
 
     /// Takes the lock, waiting according to the [`Wait`] policy. Waiting is notified on
@@ -151,7 +149,17 @@ impl RedlockMutex {
     /// Cancel-safe: when the returned future is dropped, whatever it may have been
     /// granted on any node is given back.
     pub async fn lock(&self) -> Result<RedlockGuard> {
-        self.acquire(self.options.wait).await
+        acquire(self, self.options.wait).await
+    }
+
+    /// Runs `work` while holding the lock (renewed on a majority meanwhile) and returns its
+    /// value; see [`Mutex::with_lock`](crate::Mutex::with_lock).
+    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        crate::wait::with_lock(self, work).await
     }
 
     /// Gives back the hold of `token` on every node. Fails with [`Error::Lost`] when no
@@ -170,6 +178,15 @@ impl RedlockMutex {
             .redlock
             .release_everywhere(&self.keys, token, timeout, after)
             .await;
+        // The nodes that did not answer may still hold it: retried in the background
+        // while its lease may last (a node back from a restart answers the retry).
+        self.redlock.give_back(
+            self.keys.clone(),
+            token.to_string(),
+            self.options.ttl,
+            outcome.failed.clone(),
+            super::RequestsEnd::default(),
+        );
         let nodes = self.redlock.nodes();
         if outcome.released > 0 && outcome.released + outcome.failures.len() >= self.quorum() {
             Ok(())
@@ -248,8 +265,8 @@ impl RedlockMutex {
 
     /// One round on every node with `token`: a grant by a majority within the lease's
     /// validity (fence raised where needed), or why not. Whatever was granted to a round
-    /// that does not count is given back by the caller's [`Attempt`].
-    async fn attempt(&self, claim: &mut Attempt<'_>) -> Result<Outcome> {
+    /// that does not count is given back by the caller's [`Round`].
+    async fn round(&self, claim: &mut Round<'_>) -> Result<Outcome> {
         let token = claim.token.as_str();
         let ttl = self.options.ttl;
         let ttl_ms = ttl.as_millis() as u64;
@@ -340,7 +357,7 @@ impl RedlockMutex {
                 .await;
             let valid = Instant::now() < lease::valid_until(sent, ttl);
             match fence {
-                Some(fence) if valid => return Ok(Outcome::Granted { fence, sent }),
+                Some(fence) if valid => return Ok(Outcome::Granted { fence }),
                 Some(_) => tally.failures.push((
                     usize::MAX,
                     Error::Connection(redis::RedisError::from(std::io::Error::new(
@@ -451,278 +468,12 @@ impl RedlockMutex {
             .count();
         (in_step + raised >= self.quorum()).then_some(fence)
     }
-
-    async fn acquire(&self, wait: Wait) -> Result<RedlockGuard> {
-        let started = Instant::now();
-        let deadline = match wait {
-            Wait::Timeout(timeout) => started.checked_add(timeout),
-            Wait::NoWait | Wait::Forever => None,
-        };
-        let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
-        // Waiters of one handle take turns: only the first waits on the masters, the
-        // others wait here for their turn (see `Turnstile`). A single attempt does not
-        // queue.
-        let mut turn = match wait {
-            Wait::NoWait => None,
-            _ => {
-                let turnstile = self.redlock.turnstile(&self.keys.key);
-                let turn = match turnstile.clone().try_lock_owned() {
-                    Ok(turn) => turn,
-                    Err(_) => {
-                        let queued = turnstile.lock_owned();
-                        match deadline {
-                            Some(deadline) => {
-                                let until = tokio::time::Instant::from_std(deadline);
-                                match tokio::time::timeout_at(until, queued).await {
-                                    Ok(turn) => turn,
-                                    Err(_) => return Err(self.timed_out(started)),
-                                }
-                            }
-                            None => queued.await,
-                        }
-                    }
-                };
-                Some(turn)
-            }
-        };
-        let connected = self
-            .redlock
-            .inner
-            .nodes
-            .iter()
-            .filter(|node| node.connected().is_some())
-            .count();
-        // The previous waiter's subscriptions, if it was granted and left them: live since
-        // before its grant, so every release after that grant has woken them. Start by
-        // waiting on them; the lock was just taken.
-        let mut watches: Option<Vec<Watch>> = turn
-            .as_mut()
-            .and_then(|turn| turn.take())
-            .filter(|inherited| inherited.len() == connected);
-        let mut wait_first = watches.is_some();
-        let mut poll = self.options.backoff.min;
-        let mut split_delay = SPLIT_DELAY.start;
-        let mut attempts: u32 = 0;
-        loop {
-            if self.redlock.is_closed() {
-                return Err(Error::Closed);
-            }
-            let (remaining, retry_soon, split) = if std::mem::take(&mut wait_first) {
-                (None, false, false)
-            } else {
-                for watch in watches.iter_mut().flatten() {
-                    watch.mark_seen();
-                    // A wake left over from a release before this round: the round sees
-                    // what that release did.
-                    watch.discard_stored_wake();
-                }
-                attempts += 1;
-                // A fresh token per round: a failed round's give-back runs in the
-                // background and must not delete a later round's grant.
-                let mut claim = Attempt::new(self, self.redlock.new_token());
-                let outcome = self.attempt(&mut claim).await;
-                for watch in watches.iter_mut().flatten() {
-                    watch.wake_used();
-                }
-                let decided = match outcome {
-                    Ok(Outcome::Granted { fence, sent }) => {
-                        let token = claim.keep();
-                        let requests = std::mem::take(&mut claim.requests);
-                        return self.granted(
-                            token,
-                            fence,
-                            sent,
-                            requests,
-                            attempts,
-                            started,
-                            || {
-                                // Hand the live subscriptions to the next waiter in turn:
-                                // any wake they hold now came before this grant.
-                                if let (Some(turn), Some(mut watches)) =
-                                    (turn.as_mut(), watches.take())
-                                {
-                                    for watch in &mut watches {
-                                        watch.discard_stored_wake();
-                                    }
-                                    **turn = Some(watches);
-                                }
-                            },
-                        );
-                    }
-                    // Nodes that answered busy are skipped by the give-back: a round every
-                    // node refused gives nothing back.
-                    Ok(Outcome::Busy { remaining, split }) => (remaining, false, split),
-                    Err(err) if err.is_transient() => {
-                        if wait == Wait::NoWait || past_deadline() {
-                            return Err(err);
-                        }
-                        observe::retrying(KIND, self.name(), &err, attempts == 1);
-                        (None, true, false)
-                    }
-                    Err(err) => return Err(err),
-                };
-                drop(claim);
-                if wait == Wait::NoWait {
-                    observe::busy(KIND, self.name());
-                    return Err(Error::Busy {
-                        name: self.name().to_string(),
-                        remaining: decided.0,
-                    });
-                }
-                if past_deadline() {
-                    return Err(self.timed_out(started));
-                }
-                decided
-            };
-            let Some(active) = watches.as_mut() else {
-                // Subscribe on every connected node, then re-check at once: a release in
-                // between would otherwise go unnoticed.
-                // All at once, within what is left of the budget.
-                let budget = deadline.map_or(Duration::MAX, |d| {
-                    d.saturating_duration_since(Instant::now())
-                });
-                let subscribing = self
-                    .redlock
-                    .inner
-                    .nodes
-                    .iter()
-                    .filter_map(|node| node.connected())
-                    .map(|client| {
-                        tokio::time::timeout(budget, client.notifier().watch(&self.keys.channel))
-                    });
-                let subscribed = futures_util::future::join_all(subscribing).await;
-                watches = Some(subscribed.into_iter().flatten().collect());
-                continue;
-            };
-            let budget_left = deadline.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            if split {
-                // Contenders split the votes: retry after a random delay (Redlock's rule,
-                // growing while they keep colliding), deaf to releases meanwhile: the
-                // give-backs of the split round announce releases, and woken by those the
-                // contenders would collide again at once, round after round.
-                let delay = rand::rng().random_range(Duration::ZERO..=split_delay);
-                split_delay = (split_delay * 2).min(SPLIT_DELAY.end);
-                tokio::time::sleep(delay.min(budget_left)).await;
-                continue;
-            }
-            let live = active.iter().any(Watch::is_live);
-            // Nodes failed: retry after a random, growing delay. Otherwise sleep until a
-            // release is announced or the holder's lease ends.
-            let mut sleep = match (retry_soon || !live, remaining) {
-                (true, Some(remaining)) => jitter(poll).min(remaining + slack()),
-                (true, None) => jitter(poll),
-                // Notified, but never longer than the backoff's bound: a wake goes to one
-                // waiter per client and node, and one that then loses a split vote does
-                // not pass it on (the others' give-backs announce again, but a waiter
-                // must not depend on that).
-                (false, Some(remaining)) => (remaining + slack()).min(self.options.backoff.max),
-                (false, None) => self.options.backoff.max,
-            };
-            if retry_soon || !live {
-                poll = poll.saturating_mul(2).min(self.options.backoff.max);
-            }
-            if let Some(deadline) = deadline {
-                sleep = sleep.min(deadline.saturating_duration_since(Instant::now()));
-            }
-            if retry_soon {
-                tokio::time::sleep(sleep).await;
-                continue;
-            }
-            // A release publishes on each master as it frees the lock there: a round sent
-            // on the first one's word could meet the others not yet freed and split.
-            // Wait for as many words as a round needs (of the masters that can send them).
-            let needed = self
-                .quorum()
-                .min(active.iter().filter(|w| w.is_live()).count());
-            until_heard(active, needed.max(1), sleep).await;
-        }
-    }
-
-    /// A round granted `token`: starts its guard (and runs `hand_over`, which passes the
-    /// waiter's subscriptions on), or gives the grant back when the handle was shut down.
-    #[allow(clippy::too_many_arguments)]
-    fn granted(
-        &self,
-        token: String,
-        fence: u64,
-        sent: Instant,
-        requests: super::RequestsEnd,
-        attempts: u32,
-        started: Instant,
-        hand_over: impl FnOnce(),
-    ) -> Result<RedlockGuard> {
-        match RedlockGuard::start(self.clone(), token.clone(), fence, sent) {
-            Some(mut guard) => {
-                guard.requests = requests;
-                self.redlock
-                    .inner
-                    .stats
-                    .grants
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                hand_over();
-                observe::acquired(KIND, self.name(), attempts, started.elapsed());
-                Ok(guard)
-            }
-            None => {
-                let every = (0..self.redlock.nodes()).collect();
-                self.redlock
-                    .give_back(self.keys.clone(), token, self.options.ttl, every, requests);
-                Err(Error::Closed)
-            }
-        }
-    }
-
-    fn timed_out(&self, started: Instant) -> Error {
-        observe::timed_out(KIND, self.name(), started.elapsed());
-        Error::TimedOut {
-            name: self.name().to_string(),
-            waited: started.elapsed(),
-        }
-    }
-}
-
-/// Waits until `needed` of `watches` were woken (each counts once), or `sleep` passed.
-async fn until_heard(watches: &mut [Watch], needed: usize, sleep: Duration) {
-    let until = tokio::time::Instant::now() + sleep;
-    let mut heard = vec![false; watches.len()];
-    let mut count = 0;
-    while count < needed {
-        let waiting: Vec<_> = watches
-            .iter_mut()
-            .zip(heard.iter())
-            .enumerate()
-            .filter(|(_, (_, heard))| !**heard)
-            .map(|(index, (watch, _))| {
-                Box::pin(async move {
-                    watch.notified().await;
-                    index
-                })
-            })
-            .collect();
-        if waiting.is_empty() {
-            return;
-        }
-        match tokio::time::timeout_at(until, futures_util::future::select_all(waiting)).await {
-            Ok((index, _, _)) => {
-                heard[index] = true;
-                count += 1;
-            }
-            Err(_) => return,
-        }
-    }
-}
-
-/// A little past a holder's expiry, random so that waiters do not all arrive at once.
-fn slack() -> Duration {
-    Duration::from_micros(rand::rng().random_range(500..2500))
 }
 
 /// One round's token until the round is granted: dropping it (a failed round, or the
 /// whole wait dropped by `timeout`/`select!` mid-round) gives back whatever any node
 /// may have granted to it, on every node, in the background.
-struct Attempt<'a> {
+struct Round<'a> {
     mutex: &'a RedlockMutex,
     token: String,
     /// Nodes that answered without granting: nothing to give back there.
@@ -732,9 +483,9 @@ struct Attempt<'a> {
     armed: bool,
 }
 
-impl<'a> Attempt<'a> {
+impl<'a> Round<'a> {
     fn new(mutex: &'a RedlockMutex, token: String) -> Self {
-        Attempt {
+        Round {
             mutex,
             token,
             refused: Vec::new(),
@@ -750,7 +501,7 @@ impl<'a> Attempt<'a> {
     }
 }
 
-impl Drop for Attempt<'_> {
+impl Drop for Round<'_> {
     fn drop(&mut self) {
         if self.armed {
             let targets = (0..self.mutex.redlock.nodes())
@@ -887,299 +638,131 @@ async fn extend_on_quorum(
     }
 }
 
-/// What the guard and its renewal task share.
-struct HoldShared {
-    cell: LeaseCell,
-    /// The lease renewals and extends ask for, in milliseconds (an extend changes it).
-    ttl_ms: std::sync::atomic::AtomicU64,
-    /// When the last successful round (grant, renewal or extend) started.
-    last_round: std::sync::Mutex<Instant>,
-    /// Wakes the renewal task after a manual extend, to plan from the new lease.
-    extended: tokio::sync::Notify,
-    /// Held by a renewal round or a manual extend: they never interleave, so the last
-    /// reply is the lease the nodes have.
-    round: tokio::sync::Mutex<()>,
-}
-
-/// Proof of holding a [`RedlockMutex`] on a majority of its masters.
-///
-/// **Dropping** it without [`unlock`](RedlockGuard::unlock) stops renewal and releases it
-/// on every node in the background.
-#[must_use = "dropping a guard releases the lock at once (in the background)"]
-pub struct RedlockGuard {
-    mutex: RedlockMutex,
-    token: String,
-    fence: u64,
-    shared: Arc<HoldShared>,
-    renewal: Option<tokio::task::JoinHandle<()>>,
-    /// When the granting round's requests end: a release waits for them, or a late
-    /// grant of that round on a slow node could land after it.
-    requests: super::RequestsEnd,
-    hold_id: u64,
-    done: bool,
-}
-
-impl std::fmt::Debug for RedlockGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedlockGuard")
-            .field("name", &self.mutex.name())
-            .field("fence", &self.fence)
-            .field("state", &self.shared.cell.state())
-            .finish()
+impl RawProtocol for RedlockMutex {
+    fn settles_each_attempt(&self) -> bool {
+        true
     }
-}
 
-impl RedlockGuard {
-    /// Starts holding a grant whose round was sent at `sent`; `None` after shutdown began.
-    fn start(mutex: RedlockMutex, token: String, fence: u64, sent: Instant) -> Option<Self> {
-        let ttl = mutex.options.ttl;
-        let shared = Arc::new(HoldShared {
-            cell: signal::new_cell(
-                lease::valid_until(sent, ttl),
-                mutex.keys.clone(),
-                &token,
-                mutex.redlock.inner.session.sink(),
-            ),
-            ttl_ms: std::sync::atomic::AtomicU64::new(ttl.as_millis() as u64),
-            last_round: std::sync::Mutex::new(sent),
-            extended: tokio::sync::Notify::new(),
-            round: tokio::sync::Mutex::new(()),
-        });
-        let renewal = match mutex.options.renewal {
-            Renewal::Manual => None,
-            Renewal::Auto { max_hold } => Some(mutex.redlock.inner.session.runtime().spawn(renew(
-                mutex.clone(),
-                token.clone(),
-                shared.clone(),
-                max_hold.and_then(|cap| sent.checked_add(cap)),
-            ))),
-        };
-        let abort = renewal.as_ref().map(|task| task.abort_handle());
-        let Some(hold_id) =
-            mutex
-                .redlock
-                .track_hold(mutex.keys.clone(), &token, &shared.cell, abort)
-        else {
-            if let Some(task) = renewal {
-                task.abort();
+    fn hold_key(&self) -> (&str, HoldKind) {
+        (&self.keys.key, HoldKind::String)
+    }
+
+    fn session(&self) -> &Session {
+        self.redlock.session()
+    }
+
+    fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
+    fn options(&self) -> &LockOptions {
+        &self.options
+    }
+
+    fn kind_name(&self) -> &'static str {
+        "redlock"
+    }
+
+    fn waiting(&self) -> Waiting<'_> {
+        Waiting::Channel(&self.keys.channel)
+    }
+
+    /// One round on every master with a token of its own: a round that is not granted
+    /// gives back, in the background, whatever any master granted it.
+    async fn attempt(&self, token: &str, _join_queue: bool) -> Result<Attempt> {
+        let mut round = Round::new(self, token.to_string());
+        match self.round(&mut round).await? {
+            Outcome::Granted { fence } => {
+                round.keep();
+                // A release of this hold waits for the round's requests still out.
+                self.redlock
+                    .keep_requests(token, std::mem::take(&mut round.requests));
+                self.redlock
+                    .inner
+                    .stats
+                    .grants
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(Attempt::Granted {
+                    fence: Some(fence),
+                    holds: 1,
+                })
             }
-            return None;
-        };
-        Some(RedlockGuard {
-            mutex,
-            token,
-            fence,
-            shared,
-            renewal,
-            requests: super::RequestsEnd::default(),
-            hold_id,
-            done: false,
-        })
-    }
-
-    /// The lock name.
-    pub fn name(&self) -> &str {
-        self.mutex.name()
-    }
-
-    /// The random token that identifies this hold on every node.
-    pub fn token(&self) -> &str {
-        &self.token
-    }
-
-    /// The fencing token of this grant: larger than that of every earlier grant of the
-    /// same lock by a majority of the same masters (see the module's notes on how it
-    /// stays monotonic across quorums). Drawn with the grant.
-    pub fn fence(&self) -> u64 {
-        self.fence
-    }
-
-    /// Until when this hold may be assumed held, by the local monotonic clock: the start
-    /// of the last successful round (grant, renewal or extend) plus the lease, minus
-    /// [`drift_allowance`](crate::drift_allowance).
-    pub fn valid_until(&self) -> Instant {
-        self.shared.cell.state().valid_until
-    }
-
-    /// How much of the validity is left (zero once it passed).
-    pub fn remaining(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
-    }
-
-    /// A signal that fires when this hold may have been lost: a renewal could not reach
-    /// a majority before the validity ended ([`LostReason::Expired`]), or a majority no
-    /// longer holds it ([`LostReason::Taken`]).
-    pub fn lost_signal(&self) -> LostSignal {
-        LostSignal::new(&self.shared.cell)
-    }
-
-    /// Resolves when this hold may have been lost, with the reason.
-    pub async fn lost(&self) -> LostReason {
-        self.lost_signal().wait().await
-    }
-
-    /// Resets the lease to `ttl` on every node that still holds it; succeeds when a
-    /// majority did within the new validity. [`Error::Lost`] (and the lost signal) when
-    /// a majority no longer holds it; [`Error::NoQuorum`] when too many nodes did not
-    /// answer (the old validity still stands).
-    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        lease::validate_ttl(ttl)?;
-        self.mutex.redlock.validate_node_timeout(ttl)?;
-        let _round = self.shared.round.lock().await;
-        let sent = Instant::now();
-        let extended =
-            extend_on_quorum(&self.mutex.redlock, &self.mutex.keys, &self.token, ttl).await;
-        match extended {
-            Ok(sent) => {
-                signal::renewed(&self.shared.cell, lease::valid_until(sent, ttl));
-                self.shared
-                    .ttl_ms
-                    .store(ttl.as_millis() as u64, std::sync::atomic::Ordering::Release);
-                *self.shared.last_round.lock().unwrap() = sent;
-                self.shared.extended.notify_one();
-                Ok(())
-            }
-            Err(err @ Error::Lost { .. }) => {
-                signal::declare_lost(&self.shared.cell, LostReason::Taken);
-                Err(err)
-            }
-            Err(err) => {
-                // Nodes that answered (or answer late) did set the new lease, which may be
-                // shorter than the old one: assume the shorter of the two, and have the
-                // renewal plan from it.
-                signal::shortened(&self.shared.cell, lease::valid_until(sent, ttl));
-                self.shared.extended.notify_one();
-                Err(err)
-            }
+            // Nodes that answered busy are skipped by the give-back: a round every node
+            // refused gives nothing back.
+            Outcome::Busy { remaining, split } => Ok(Attempt::Busy { remaining, split }),
         }
     }
 
-    /// Stops renewal, then gives the hold back on every node. Fails with [`Error::Lost`]
-    /// when a majority no longer held it, with [`Error::NoQuorum`] when too many nodes did
-    /// not answer (their copies end with the lease).
-    pub async fn unlock(mut self) -> Result<()> {
-        self.stop_renewal().await;
-        let after = std::mem::take(&mut self.requests);
-        let released = self.mutex.release_after(&self.token, after).await;
-        self.done = true;
-        self.mutex.redlock.untrack_hold(self.hold_id);
-        if released.is_ok() {
-            observe::released(KIND, self.name());
-        }
-        released
+    async fn release(&self, token: &str) -> Result<()> {
+        let after = self.redlock.take_requests(token);
+        self.release_after(token, after).await
     }
 
-    /// Gives up the guard without releasing: renewal stops and the lock stays held until
-    /// its lease ends or someone releases it with the returned token.
-    pub fn into_token(mut self) -> String {
-        self.done = true;
-        if let Some(task) = self.renewal.take() {
-            task.abort();
-        }
-        self.mutex.redlock.untrack_hold(self.hold_id);
-        std::mem::take(&mut self.token)
+    async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
+        self.extend_token(token, ttl).await
     }
 
-    async fn stop_renewal(&mut self) {
-        if self.renewal.is_some() {
-            // Taken so no round is on the wire when the task ends. The task is taken only
-            // then: if this future is dropped while waiting, the drop aborts it.
-            let _round = self.shared.round.lock().await;
-            if let Some(task) = self.renewal.take() {
-                task.abort();
-            }
-        }
-    }
-}
-
-impl Drop for RedlockGuard {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        if let Some(task) = self.renewal.take() {
-            task.abort();
-        }
-        if self.mutex.redlock.untrack_hold(self.hold_id) {
-            self.mutex.redlock.give_back(
-                self.mutex.keys.clone(),
-                std::mem::take(&mut self.token),
-                Duration::from_millis(
-                    self.shared
-                        .ttl_ms
-                        .load(std::sync::atomic::Ordering::Acquire),
-                ),
-                (0..self.mutex.redlock.nodes()).collect(),
-                std::mem::take(&mut self.requests),
-            );
-        }
-    }
-}
-
-/// Keeps a hold renewed on a majority: a round a third of the lease after the last
-/// successful one, retried sooner when it fails, until the validity ends (declared
-/// [`LostReason::Expired`]; the lost signal fires by its own timer even before) or a
-/// majority says the hold is gone.
-async fn renew(
-    mutex: RedlockMutex,
-    token: String,
-    shared: Arc<HoldShared>,
-    hold_until: Option<Instant>,
-) {
-    let mut failing = false;
-    loop {
-        let ttl = Duration::from_millis(shared.ttl_ms.load(std::sync::atomic::Ordering::Acquire));
-        let last = *shared.last_round.lock().unwrap();
-        let now = Instant::now();
-        // A third of the lease after the last round, and no later than a third of the
-        // way to the validity's end (which a failed shorter extend may have moved up).
-        let left = shared
-            .cell
-            .state()
-            .valid_until
-            .saturating_duration_since(now);
-        let due = if failing {
-            now + (ttl / 10).max(Duration::from_millis(5))
+    /// Held when a majority of the masters hold it; [`Error::NoQuorum`] when too few
+    /// answered to tell.
+    async fn is_held(&self, token: &str) -> Result<bool> {
+        let timeout = self.redlock.node_timeout(self.options.ttl);
+        let (nodes, quorum) = (self.redlock.nodes(), self.quorum());
+        let (mut held, mut not_held, mut failures) = (0, 0, Vec::new());
+        let (key, token) = (self.keys.key.clone(), token.to_string());
+        self.redlock
+            .fan_out(
+                timeout,
+                Rest::Drop,
+                move |client| {
+                    let (key, token) = (key.clone(), token.clone());
+                    async move { crate::raw::held_on(&client, &key, HoldKind::String, &token).await }
+                },
+                |(index, vote)| {
+                    match vote {
+                        Ok(true) => held += 1,
+                        Ok(false) => not_held += 1,
+                        Err(err) => failures.push((index, err)),
+                    }
+                    held >= quorum || not_held > nodes - quorum
+                },
+            )
+            .await;
+        if held >= quorum {
+            Ok(true)
+        } else if not_held > nodes - quorum {
+            Ok(false)
         } else {
-            (last + ttl / 3).min(now + left / 3)
-        };
-        tokio::select! {
-            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
-            // A manual extend set a new lease: plan again from it.
-            _ = shared.extended.notified() => {
-                failing = false;
-                continue;
-            }
+            Err(self.no_quorum(held, self.describe(failures)))
         }
-        let state = shared.cell.state();
-        let now = Instant::now();
-        if state.lost.is_some() {
-            return;
-        }
-        if now >= state.valid_until {
-            // No majority renewed it in time: declared, as the single-node renewer does.
-            signal::declare_lost(&shared.cell, LostReason::Expired);
-            return;
-        }
-        if hold_until.is_some_and(|cap| now >= cap) {
-            return; // Capped: the lease runs out and the lost signal fires.
-        }
-        let _round = shared.round.lock().await;
-        let ttl = Duration::from_millis(shared.ttl_ms.load(std::sync::atomic::Ordering::Acquire));
-        match extend_on_quorum(&mutex.redlock, &mutex.keys, &token, ttl).await {
-            Ok(sent) => {
-                signal::renewed(&shared.cell, lease::valid_until(sent, ttl));
-                *shared.last_round.lock().unwrap() = sent;
-                failing = false;
-            }
-            Err(Error::Lost { .. }) => {
-                signal::declare_lost(&shared.cell, LostReason::Taken);
-                return;
-            }
-            Err(err) => {
-                observe::renew_failed(&mutex.keys.key, &err);
-                failing = true;
-            }
-        }
+    }
+
+    async fn draw_fence(&self, _token: &str) -> Result<u64> {
+        Err(Error::unexpected_reply("a Redlock grant without its fence"))
+    }
+
+    /// Subscribes on every connected master at once, within `budget`; woken when a
+    /// majority of the live ones announced a release.
+    async fn watch(&self, channel: &str, budget: Duration) -> WakeSet {
+        let subscribing = self
+            .redlock
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|node| node.connected())
+            .map(|client| tokio::time::timeout(budget, client.notifier().watch(channel)));
+        let subscribed = futures_util::future::join_all(subscribing).await;
+        WakeSet::quorum(subscribed.into_iter().flatten().collect(), self.quorum())
+    }
+
+    async fn leave_queue(&self, _queue: &QueueKeys, _token: &str) -> Result<()> {
+        Ok(()) // no queue
+    }
+
+    fn renewer(&self) -> &Renewer {
+        self.redlock.renewer()
+    }
+
+    fn turnstile(&self) -> Option<Arc<Turnstile>> {
+        Some(self.redlock.turnstile(&self.keys.key))
     }
 }

@@ -13,7 +13,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::options::LockOptions;
-use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
+use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
@@ -84,7 +84,7 @@ impl ReentrantMutex {
         &self.core.keys.name
     }
 
-    fn owned_by(&self, owner: &Owner) -> OwnedBy {
+    pub(crate) fn owned_by(&self, owner: &Owner) -> OwnedBy {
         OwnedBy {
             mutex: self.clone(),
             owner: owner.clone(),
@@ -93,13 +93,13 @@ impl ReentrantMutex {
 
     /// One attempt to take (or re-enter) the lock for `owner`.
     pub async fn try_lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        acquire(&self.owned_by(owner), true).await
+        acquire(&self.owned_by(owner), crate::Wait::NoWait).await
     }
 
     /// Takes (or re-enters) the lock for `owner`, waiting per the options' wait policy.
     /// Cancel-safe like [`Mutex::lock`](crate::Mutex::lock).
     pub async fn lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        acquire(&self.owned_by(owner), false).await
+        acquire(&self.owned_by(owner), self.core.options.wait).await
     }
 
     /// Gives back one (any) hold of `owner` and returns the holds left. Fails with
@@ -220,7 +220,7 @@ impl Guard<OwnedBy> {
     }
 }
 
-impl RawProtocol for OwnedBy {
+impl OnOneServer for OwnedBy {
     const HOLD: HoldKind = HoldKind::Reentrant;
 
     fn core(&self) -> &LockCore {

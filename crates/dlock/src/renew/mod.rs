@@ -1,5 +1,7 @@
-//! The watchdog: one renewal scheduler per [`Client`](crate::Client), batching every held
-//! auto-renewed lease into few script calls.
+//! The watchdog: one renewal scheduler per lock handle (a [`Client`](crate::Client), a
+//! [`Redlock`](crate::Redlock)), batching every held auto-renewed lease into few script
+//! calls. Where the leases live is a [`RenewTarget`]: one server (a [`Backend`]), or a
+//! Redlock's masters, which renew a lease when a majority of them did.
 //!
 //! A lease is due for renewal a third of its TTL after its last successful renewal. When
 //! the scheduler wakes for the earliest due lease it also renews every lease due within the
@@ -16,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
@@ -114,12 +117,12 @@ impl Shared {
 }
 
 /// The renewal scheduler of one client.
-pub(crate) struct Renewer {
+pub struct Renewer {
     shared: Arc<Shared>,
 }
 
 impl Renewer {
-    pub(crate) fn start(backend: Backend, runtime: &tokio::runtime::Handle) -> Renewer {
+    pub(crate) fn start(target: Arc<dyn RenewTarget>, runtime: &tokio::runtime::Handle) -> Renewer {
         let (wake, wakeups) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             entries: StdMutex::new(HashMap::new()),
@@ -129,7 +132,7 @@ impl Renewer {
             wake_at: StdMutex::new(None),
             wake,
         });
-        runtime.spawn(run(backend, shared.clone(), wakeups));
+        runtime.spawn(run(target, shared.clone(), wakeups));
         Renewer { shared }
     }
 
@@ -212,7 +215,11 @@ impl Drop for Registration {
     }
 }
 
-async fn run(backend: Backend, shared: Arc<Shared>, mut wakeups: mpsc::UnboundedReceiver<()>) {
+async fn run(
+    target: Arc<dyn RenewTarget>,
+    shared: Arc<Shared>,
+    mut wakeups: mpsc::UnboundedReceiver<()>,
+) {
     loop {
         if shared.stopped.load(Ordering::Acquire) {
             return;
@@ -238,18 +245,81 @@ async fn run(backend: Backend, shared: Arc<Shared>, mut wakeups: mpsc::Unbounded
             }
             _ = sleep => {}
         }
-        round(&backend, &shared).await;
+        round(target.as_ref(), &shared).await;
     }
 }
 
 /// A lease due for renewal.
-struct Due {
+pub(crate) struct Due {
     id: u64,
-    key: String,
-    kind: HoldKind,
-    token: String,
-    ttl: Duration,
-    replicas: Option<Replicas>,
+    pub key: String,
+    pub kind: HoldKind,
+    pub token: String,
+    pub ttl: Duration,
+    pub replicas: Option<Replicas>,
+}
+
+/// What one lease's renewal came to.
+pub(crate) enum Renewed {
+    /// Renewed by a request sent at this instant.
+    Yes(Instant),
+    /// Not held any more.
+    Gone,
+    /// Not renewed this time (retried while the lease lasts).
+    Failed(String),
+}
+
+/// Where a renewer's leases live, and how one round renews them.
+pub(crate) trait RenewTarget: Send + Sync + 'static {
+    /// Renews every lease of `due`; what came of each, in order.
+    fn renew<'a>(&'a self, due: &'a [Due]) -> BoxFuture<'a, Vec<Renewed>>;
+}
+
+impl RenewTarget for Backend {
+    /// Batches per slot (and per replica count, each with its `WAIT`), sent concurrently:
+    /// on a cluster there is one per slot in use, and waiting for each in turn would make
+    /// a round of many locks as slow as their number.
+    fn renew<'a>(&'a self, due: &'a [Due]) -> BoxFuture<'a, Vec<Renewed>> {
+        Box::pin(async move {
+            // Leases whose renewals wait for replicas go in batches of their own, each
+            // with its `WAIT`. (A client renews such leases on a scheduler of their own,
+            // so a slow replica does not hold up the renewal of its other leases.)
+            let mut groups: HashMap<Option<Replicas>, Vec<(usize, String)>> = HashMap::new();
+            for (index, lease) in due.iter().enumerate() {
+                let entry = (index, lease.key.clone());
+                groups.entry(lease.replicas).or_default().push(entry);
+            }
+            let mut batches: Vec<(Option<Replicas>, Vec<usize>)> = Vec::new();
+            for (replicas, leases) in groups {
+                for batch in self.batches(leases, |(_, key)| key.as_str(), BATCH) {
+                    batches.push((replicas, batch.into_iter().map(|(i, _)| i).collect()));
+                }
+            }
+            let sends = batches.into_iter().map(|(replicas, chunk)| {
+                let leases: Vec<&Due> = chunk.iter().map(|&index| &due[index]).collect();
+                async move {
+                    let sent = Instant::now();
+                    let reply = renew_batch(self, &leases, replicas).await;
+                    (chunk, sent, reply)
+                }
+            });
+            let replies = futures_util::stream::iter(sends)
+                .buffer_unordered(CONCURRENT_BATCHES)
+                .collect::<Vec<_>>()
+                .await;
+            let mut outcomes: Vec<Renewed> = due.iter().map(|_| Renewed::Gone).collect();
+            for (chunk, sent, reply) in replies {
+                for (position, &index) in chunk.iter().enumerate() {
+                    outcomes[index] = match reply.as_ref().map(|r| r.get(position).copied()) {
+                        Ok(Some(1)) => Renewed::Yes(sent),
+                        Ok(_) => Renewed::Gone,
+                        Err(err) => Renewed::Failed(err.to_string()),
+                    };
+                }
+            }
+            outcomes
+        })
+    }
 }
 
 /// Renews one batch (one slot on a cluster); with `replicas`, in one pipeline with a
@@ -257,7 +327,7 @@ struct Due {
 /// (retried while the leases last), since a failover would lose it.
 async fn renew_batch(
     backend: &Backend,
-    chunk: &[Due],
+    chunk: &[&Due],
     replicas: Option<Replicas>,
 ) -> redis::RedisResult<Vec<i64>> {
     let mut call = RENEW.call();
@@ -287,7 +357,7 @@ async fn renew_batch(
 }
 
 /// Renews every lease that is due now or within the next sixth of its TTL.
-async fn round(backend: &Backend, shared: &Shared) {
+async fn round(target: &dyn RenewTarget, shared: &Shared) {
     let in_flight = shared.in_flight.lock().await;
     let now = Instant::now();
     let due: Vec<Due> = {
@@ -321,56 +391,36 @@ async fn round(backend: &Backend, shared: &Shared) {
             })
             .collect()
     };
-    // Leases whose renewals wait for replicas go in batches of their own, each with its
-    // `WAIT`. (A client renews such leases on a scheduler of their own, so a slow replica
-    // does not hold up the renewal of its other leases.)
-    let mut groups: HashMap<Option<Replicas>, Vec<Due>> = HashMap::new();
-    for lease in due {
-        groups.entry(lease.replicas).or_default().push(lease);
+    if due.is_empty() {
+        return;
     }
-    // Batches run concurrently: on a cluster there is one per slot in use, and waiting for
-    // each in turn would make a round of many locks as slow as their number.
-    let batches = groups.into_iter().flat_map(|(replicas, leases)| {
-        backend
-            .batches(leases, |lease| lease.key.as_str(), BATCH)
-            .into_iter()
-            .map(move |batch| (replicas, batch))
-    });
-    let sends = batches.map(|(replicas, chunk)| async move {
-        let sent = Instant::now();
-        let reply = renew_batch(backend, &chunk, replicas).await;
-        (chunk, sent, reply)
-    });
-    let replies = futures_util::stream::iter(sends)
-        .buffer_unordered(CONCURRENT_BATCHES)
-        .collect::<Vec<_>>()
-        .await;
-    for (chunk, sent, reply) in replies {
-        let mut entries = shared.entries.lock().unwrap();
-        for (index, Due { id, ttl, .. }) in chunk.iter().enumerate() {
-            let Some(entry) = entries.get_mut(id) else {
-                continue; // unregistered meanwhile
-            };
-            match reply.as_ref().map(|r| r.get(index).copied()) {
-                Ok(Some(1)) => {
-                    tracing::trace!(lock = %entry.spec.key, "renewed");
-                    signal::renewed(&entry.spec.cell, lease::valid_until(sent, *ttl));
-                    entry.next_due = sent + *ttl / 3;
-                    entry.retrying = false;
-                }
-                Ok(_) => {
-                    signal::declare_lost(&entry.spec.cell, LostReason::Taken);
-                    entries.remove(id);
-                }
-                Err(err) => {
-                    observe::renew_failed(&entry.spec.key, err);
-                    // Retry soon, but not in a tight loop.
-                    entry.next_due = Instant::now()
-                        + (*ttl / 10).clamp(Duration::from_millis(5), Duration::from_millis(250));
-                    entry.retrying = true;
-                }
+    let outcomes = target.renew(&due).await;
+    let mut entries = shared.entries.lock().unwrap();
+    for (renewing, outcome) in due.iter().zip(outcomes) {
+        let Some(entry) = entries.get_mut(&renewing.id) else {
+            continue; // unregistered meanwhile
+        };
+        match outcome {
+            Renewed::Yes(sent) => {
+                tracing::trace!(lock = %entry.spec.key, "renewed");
+                signal::renewed(&entry.spec.cell, lease::valid_until(sent, renewing.ttl));
+                entry.next_due = sent + renewing.ttl / 3;
+                entry.retrying = false;
+            }
+            Renewed::Gone => {
+                signal::declare_lost(&entry.spec.cell, LostReason::Taken);
+                entries.remove(&renewing.id);
+            }
+            Renewed::Failed(err) => {
+                observe::renew_failed(&entry.spec.key, &err);
+                // Retry soon, but not in a tight loop.
+                entry.next_due = Instant::now()
+                    + (renewing.ttl / 10)
+                        .clamp(Duration::from_millis(5), Duration::from_millis(250));
+                entry.retrying = true;
             }
         }
     }
+    drop(entries);
     drop(in_flight);
 }

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
-use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
+use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::reentrant::Owner;
 use crate::script::{lua_script, LuaScript};
 use crate::wait::{acquire, Claim};
@@ -110,35 +110,39 @@ impl RwLock {
             .key(&self.writers.leases)
     }
 
-    fn reading(&self, owner: &Owner) -> Reading {
+    pub(crate) fn reading(&self, owner: &Owner) -> Reading {
         Reading {
             lock: self.clone(),
             owner: owner.clone(),
         }
     }
 
+    pub(crate) fn writing(&self) -> Writing {
+        Writing { lock: self.clone() }
+    }
+
     /// One attempt to take a read hold for `owner`.
     pub async fn try_read(&self, owner: &Owner) -> Result<ReadGuard> {
-        acquire(&self.reading(owner), true).await
+        acquire(&self.reading(owner), crate::Wait::NoWait).await
     }
 
     /// Takes a read hold for `owner`, waiting per the wait policy. Readers waiting for a
     /// writer are all woken by its release. Cancel-safe like
     /// [`Mutex::lock`](crate::Mutex::lock).
     pub async fn read(&self, owner: &Owner) -> Result<ReadGuard> {
-        acquire(&self.reading(owner), false).await
+        acquire(&self.reading(owner), self.core.options.wait).await
     }
 
     /// One attempt to take the write lock.
     pub async fn try_write(&self) -> Result<WriteGuard> {
-        acquire(&Writing { lock: self.clone() }, true).await
+        acquire(&Writing { lock: self.clone() }, crate::Wait::NoWait).await
     }
 
     /// Takes the write lock, waiting per the wait policy. While it waits, new readers wait
     /// behind it; it is woken alone when the last reader or the previous writer leaves.
     /// Cancel-safe: a dropped wait gives its queue place back at once.
     pub async fn write(&self) -> Result<WriteGuard> {
-        acquire(&Writing { lock: self.clone() }, false).await
+        acquire(&Writing { lock: self.clone() }, self.core.options.wait).await
     }
 
     /// The number of readers (distinct owners) holding now.
@@ -167,13 +171,13 @@ impl RwLock {
     /// is not held.
     pub async fn extend_read_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
         // The owner is not needed to find a hold by its token.
-        crate::guard::extend_hold(&self.reading(&Owner::from_id("")), token, ttl).await
+        crate::raw::extend_on_server(&self.reading(&Owner::from_id("")), token, ttl).await
     }
 
     /// Resets the lease of the write lock held with `token` to `ttl`; [`Error::Lost`] when
     /// not ours.
     pub async fn extend_write_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
-        crate::guard::extend_hold(&Writing { lock: self.clone() }, token, ttl).await
+        crate::raw::extend_on_server(&Writing { lock: self.clone() }, token, ttl).await
     }
 
     async fn release_read(&self, hold: &str) -> Result<()> {
@@ -297,7 +301,7 @@ impl Guard<Writing> {
     }
 }
 
-impl RawProtocol for Reading {
+impl OnOneServer for Reading {
     const HOLD: HoldKind = HoldKind::Entry;
 
     fn core(&self) -> &LockCore {
@@ -329,7 +333,7 @@ impl RawProtocol for Reading {
     }
 }
 
-impl RawProtocol for Writing {
+impl OnOneServer for Writing {
     const HOLD: HoldKind = HoldKind::String;
 
     fn core(&self) -> &LockCore {

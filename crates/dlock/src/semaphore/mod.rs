@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
-use crate::raw::{private::RawProtocol, Attempt, HoldKind, LockCore, Waiting};
+use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 use crate::wait::acquire;
 
@@ -91,13 +91,13 @@ impl Semaphore {
     /// One attempt to take a permit; [`Error::Busy`] when all are held or others are
     /// queued ahead.
     pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
-        acquire(self, true).await
+        acquire(self, crate::Wait::NoWait).await
     }
 
     /// Takes a permit, waiting in arrival order per the wait policy. Cancel-safe: a
     /// dropped wait gives back its queue place (and a permit that may have been granted).
     pub async fn acquire(&self) -> Result<SemaphorePermit> {
-        acquire(self, false).await
+        acquire(self, self.core.options.wait).await
     }
 
     /// Gives back the permit held with `token`; [`Error::Lost`] when its lease had ended.
@@ -123,7 +123,7 @@ impl Semaphore {
     /// Resets the lease of the permit held with `token` to `ttl`; [`Error::Lost`] when its
     /// lease had ended.
     pub async fn extend_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
-        crate::guard::extend_hold(self, token, ttl).await
+        crate::raw::extend_on_server(self, token, ttl).await
     }
 
     /// The number of permits held now (leases still running).
@@ -137,7 +137,7 @@ impl Semaphore {
     }
 }
 
-impl RawProtocol for Semaphore {
+impl OnOneServer for Semaphore {
     const HOLD: HoldKind = HoldKind::Entry;
 
     fn core(&self) -> &LockCore {
