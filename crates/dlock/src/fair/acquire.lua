@@ -23,15 +23,10 @@ end
 if not current and queue_rank(KEYS[3], ARGV[1]) == 0 then
   local fence = next_fence(KEYS[2])
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  queue_leave(KEYS[3], KEYS[4], ARGV[1])
-  -- The next in line now watches this holder's lease.
-  wake(ARGV[4], queue_head(KEYS[3]))
+  queue_granted(KEYS[3], KEYS[4], ARGV[4], ARGV[1])
   return {1, fence}
 end
-local rank = queue_rank(KEYS[3], ARGV[1])
-if ARGV[5] == '1' then
-  rank = queue_join(KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[3]))
-end
+local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[5], ARGV[3])
 if rank == 0 and current then
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end

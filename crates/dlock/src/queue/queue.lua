@@ -71,3 +71,19 @@ local function wake(prefix, waiter)
     notify(prefix .. waiter, 'one')
   end
 end
+
+-- `waiter` was granted: it leaves the queue, and the next in line is woken to take what
+-- is still free or to watch the new hold's lease.
+local function queue_granted(queue, leases, prefix, waiter)
+  queue_leave(queue, leases, waiter)
+  wake(prefix, queue_head(queue))
+end
+
+-- The rank of `waiter` in the queue (0: first in line); with `join` = '1' it takes or
+-- refreshes its leased place first.
+local function queue_place(queue, leases, waiter, now, join, lease_ms)
+  if join == '1' then
+    return queue_join(queue, leases, waiter, now, tonumber(lease_ms))
+  end
+  return queue_rank(queue, waiter)
+end

@@ -30,17 +30,13 @@ if queue_rank(KEYS[3], ARGV[1]) < free then
   redis.call('HSET', KEYS[1], KIND, 'semaphore')
   entry_put(KEYS[1], ARGV[1], now + lease, fence)
   keep_alive(KEYS[1], lease)
-  queue_leave(KEYS[3], KEYS[4], ARGV[1])
   -- The next in line takes a permit still free, or else now watches the soonest lease
   -- (queued behind us it slept until woken: were a holder to crash, no release would
   -- wake it before its place's refresh, long after the lease had freed the permit).
-  wake(ARGV[5], queue_head(KEYS[3]))
+  queue_granted(KEYS[3], KEYS[4], ARGV[5], ARGV[1])
   return {1, fence}
 end
-local rank = queue_rank(KEYS[3], ARGV[1])
-if ARGV[6] == '1' then
-  rank = queue_join(KEYS[3], KEYS[4], ARGV[1], now, tonumber(ARGV[4]))
-end
+local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4])
 if rank == 0 and soonest then
   return {0, math.max(soonest - now, 0), 0}
 end
