@@ -1290,10 +1290,11 @@ async fn rwlock_reads(
     let loops = (0..tasks).map(|_| {
         let lock = lock.clone();
         async move {
-            let owner = Owner::new();
+            // A reader of its own in each task.
+            let reader = lock.for_owner(&Owner::new());
             let mut cycles = 0u64;
             while Instant::now() < deadline {
-                lock.read(&owner).await?.unlock().await?;
+                reader.read().await?.unlock().await?;
                 cycles += 1;
             }
             Ok(cycles)
@@ -1338,10 +1339,10 @@ async fn rwlock_writer(
     for _ in 0..8 {
         let lock = lock.clone();
         readers.push(tokio::spawn(async move {
-            let owner = Owner::new();
+            let reader = lock.for_owner(&Owner::new());
             let mut reads = 0u64;
             while Instant::now() < deadline {
-                let read = lock.read(&owner).await?;
+                let read = reader.read().await?;
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 read.unlock().await?;
                 reads += 1;

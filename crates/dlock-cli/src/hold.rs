@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{AnyGuard, AnyLock, Client, LockOptions, Owner, Redlock};
+use dlock::{AnyGuard, AnyLock, Client, LockOptions, Redlock};
 
 /// Where the locks live: one deployment (a server, a cluster, a Sentinel master), or
 /// several independent masters that grant by majority (Redlock, `--redis` repeated).
@@ -130,9 +130,9 @@ pub fn lock_of(
     Ok(if kind.fair {
         client.fair_mutex_with(name, options)?.into()
     } else if kind.read {
-        AnyLock::read(&client.rwlock_with(name, options)?, &Owner::new())
+        client.rwlock_with(name, options)?.reader().clone().into()
     } else if kind.write {
-        AnyLock::write(&client.rwlock_with(name, options)?)
+        client.rwlock_with(name, options)?.writer().clone().into()
     } else if let Some(permits) = kind.permits {
         client.semaphore_with(name, permits, options)?.into()
     } else {

@@ -691,18 +691,12 @@ fn the_readmes_acl_line_is_enough_for_every_primitive_and_nothing_more() {
             .unwrap();
         let owner = dlock::Owner::new();
         let ledger = client.reentrant_mutex("ledger").unwrap();
-        let outer = ledger.lock(&owner).await.unwrap();
-        let inner = ledger.lock(&owner).await.unwrap();
+        let outer = ledger.for_owner(&owner).lock().await.unwrap();
+        let inner = ledger.for_owner(&owner).lock().await.unwrap();
         inner.unlock().await.unwrap();
         outer.unlock().await.unwrap();
         let config = client.rwlock("config").unwrap();
-        let read = config
-            .write()
-            .await
-            .unwrap()
-            .downgrade(&owner)
-            .await
-            .unwrap();
+        let read = config.write().await.unwrap().downgrade().await.unwrap();
         assert_eq!(client.inspect("config").await.unwrap().holders.len(), 1);
         read.unlock().await.unwrap();
         client.shutdown().await;

@@ -221,7 +221,7 @@ fn lock_of(
     Ok(match primitive {
         Primitive::Mutex => client.mutex_with(name, options)?.into(),
         Primitive::Fair => client.fair_mutex_with(name, options)?.into(),
-        Primitive::Write => dlock::AnyLock::write(&client.rwlock_with(name, options)?),
+        Primitive::Write => client.rwlock_with(name, options)?.writer().clone().into(),
         Primitive::Sem1 | Primitive::Sem3 => client
             .semaphore_with(name, primitive.limit() as u32, options)?
             .into(),
@@ -263,9 +263,7 @@ impl Locker {
                 let lock = match primitive {
                     Primitive::Mutex => client.mutex_with(name, options)?.into_any(),
                     Primitive::Fair => client.fair_mutex_with(name, options)?.into_any(),
-                    Primitive::Write => {
-                        dlock::blocking::AnyLock::write(&client.rwlock_with(name, options)?)
-                    }
+                    Primitive::Write => client.rwlock_with(name, options)?.writer().into_any(),
                     Primitive::Sem1 | Primitive::Sem3 => client
                         .semaphore_with(name, primitive.limit() as u32, options)?
                         .into_any(),

@@ -1,35 +1,36 @@
-//! [`AnyLock`]: a lock whose kind is chosen at run time (from a flag, a config file), with
-//! the verbs every kind shares written once: take it, take it with a wait of this call's
-//! own, give back or extend a hold by its token, run work under it. Its guard is the one
-//! [`Guard`], so a program that serves several kinds needs no enum of its own.
+//! [`AnyLock`]: a lock whose kind is chosen at run time (from a flag, a config file). It is
+//! the one [`Lock`] handle over a protocol that sends each verb to the kind's own, and its
+//! guard is the one [`Guard`], so a program that serves several kinds needs no enum of its
+//! own.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
 use crate::guard::Guard;
 use crate::keys::LockKeys;
-use crate::mutex::Mutex;
+use crate::lock::Lock;
+use crate::mutex::RawMutex;
 use crate::notifier::{Turnstile, WakeSet};
-use crate::options::{LockOptions, Wait};
+use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{private::RawProtocol, Attempt, HoldKind, Waiting};
-use crate::redlock::RedlockMutex;
-use crate::reentrant::{OwnedBy, Owner, ReentrantMutex};
+use crate::redlock::RawRedlock;
+use crate::reentrant::OwnedBy;
 use crate::renew::Renewer;
-use crate::rwlock::{Reading, RwLock, Writing};
-use crate::semaphore::Semaphore;
+use crate::rwlock::{Reading, Writing};
+use crate::semaphore::RawSemaphore;
 use crate::session::Session;
-use crate::wait::acquire;
 
 /// Proof of holding an [`AnyLock`]: the one [`Guard`], with the same verbs as every
 /// kind's.
-pub type AnyGuard = Guard<AnyLock>;
+pub type AnyGuard = Guard<AnyKind>;
 
-/// A lock of any kind, chosen at run time: a plain or fair [`Mutex`], a
-/// [`ReentrantMutex`] or the read side of an [`RwLock`] for an [`Owner`] bound here, the
-/// write side, a [`Semaphore`], a [`RedlockMutex`]. Cheap to clone.
+/// A lock of any kind, chosen at run time: a plain or fair [`Mutex`](crate::Mutex), a
+/// [`ReentrantMutex`](crate::ReentrantMutex) or the read side of an
+/// [`RwLock`](crate::RwLock) for its handle's owner, the write side, a
+/// [`Semaphore`](crate::Semaphore), a [`RedlockMutex`](crate::RedlockMutex). The one [`Lock`] handle
+/// with every verb; made from any kind's handle with `.into()`. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn demo(client: dlock::Client, fair: bool) -> dlock::Result<()> {
@@ -47,17 +48,21 @@ pub type AnyGuard = Guard<AnyLock>;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
+pub type AnyLock = Lock<AnyKind>;
+
+/// The protocol of a kind chosen at run time: the kind of an [`AnyLock`] handle and its
+/// [`AnyGuard`]. Each verb goes to the kind's own protocol.
 #[derive(Debug, Clone)]
-pub struct AnyLock(Kind);
+pub struct AnyKind(Kind);
 
 #[derive(Debug, Clone)]
 enum Kind {
-    Mutex(Mutex),
+    Mutex(RawMutex),
     Reentrant(OwnedBy),
     Read(Reading),
     Write(Writing),
-    Semaphore(Semaphore),
-    Redlock(RedlockMutex),
+    Semaphore(RawSemaphore),
+    Redlock(RawRedlock),
 }
 
 /// Runs `$body` with `$raw` bound to the kind's own raw protocol.
@@ -74,102 +79,27 @@ macro_rules! delegate {
     };
 }
 
-impl AnyLock {
-    /// The read side of `rwlock`, held by `owner` (re-entered by a second read of the same
-    /// owner).
-    pub fn read(rwlock: &RwLock, owner: &Owner) -> AnyLock {
-        AnyLock(Kind::Read(rwlock.reading(owner)))
-    }
-
-    /// The write side of `rwlock`.
-    pub fn write(rwlock: &RwLock) -> AnyLock {
-        AnyLock(Kind::Write(rwlock.writing()))
-    }
-
-    /// `mutex` held (and re-entered) by `owner`.
-    pub fn reentrant(mutex: &ReentrantMutex, owner: &Owner) -> AnyLock {
-        AnyLock(Kind::Reentrant(mutex.owned_by(owner)))
-    }
-
-    /// The lock name (without the prefix).
-    pub fn name(&self) -> &str {
-        RawProtocol::name(self)
-    }
-
-    /// The kind, as logs and metrics name it: `mutex`, `fair`, `reentrant`, `read`,
-    /// `write`, `semaphore`, `redlock`.
-    pub fn kind(&self) -> &'static str {
-        self.kind_name()
-    }
-
-    /// The options in force.
-    pub fn lock_options(&self) -> &LockOptions {
-        self.options()
-    }
-
-    /// One attempt; [`Error::Busy`](crate::Error::Busy) when held by others.
-    pub async fn try_lock(&self) -> Result<AnyGuard> {
-        acquire(self, Wait::NoWait).await
-    }
-
-    /// Takes the lock, waiting per its options' [`Wait`]. Cancel-safe like
-    /// [`Mutex::lock`].
-    pub async fn lock(&self) -> Result<AnyGuard> {
-        acquire(self, self.options().wait).await
-    }
-
-    /// Takes the lock, waiting per `wait` for this call only.
-    pub async fn lock_with(&self, wait: Wait) -> Result<AnyGuard> {
-        acquire(self, wait).await
-    }
-
-    /// Runs `work` with the grant's fence while holding the lock; see
-    /// [`Mutex::with_lock`].
-    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(u64) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        crate::wait::with_lock(self, work).await
-    }
-
-    /// Gives back the hold `token` of this kind (for example one printed by
-    /// `dlock acquire`); [`Error::Lost`](crate::Error::Lost) when it is not held. For a
-    /// mutex this also takes a write lock's or a fair mutex's token (they share the
-    /// format) and wakes whoever waits, the way they wait.
-    pub async fn release_token(&self, token: &str) -> Result<()> {
-        match &self.0 {
-            Kind::Mutex(mutex) => mutex.release_token(token).await,
-            _ => self.release(token).await,
-        }
-    }
-
-    /// Restarts the lease of the hold `token` at `ttl`;
-    /// [`Error::Lost`](crate::Error::Lost) when it is not held.
-    pub async fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
-        self.extend(token, ttl).await
-    }
+/// Every kind's handle becomes an [`AnyLock`] with `.into()`.
+macro_rules! into_any {
+    ($($raw:ty => $variant:ident),* $(,)?) => {
+        $(impl From<Lock<$raw>> for AnyLock {
+            fn from(lock: Lock<$raw>) -> AnyLock {
+                Lock::of(AnyKind(Kind::$variant(lock.raw)))
+            }
+        })*
+    };
 }
 
-impl From<Mutex> for AnyLock {
-    fn from(mutex: Mutex) -> AnyLock {
-        AnyLock(Kind::Mutex(mutex))
-    }
-}
+into_any!(
+    RawMutex => Mutex,
+    OwnedBy => Reentrant,
+    Reading => Read,
+    Writing => Write,
+    RawSemaphore => Semaphore,
+    RawRedlock => Redlock,
+);
 
-impl From<Semaphore> for AnyLock {
-    fn from(semaphore: Semaphore) -> AnyLock {
-        AnyLock(Kind::Semaphore(semaphore))
-    }
-}
-
-impl From<RedlockMutex> for AnyLock {
-    fn from(mutex: RedlockMutex) -> AnyLock {
-        AnyLock(Kind::Redlock(mutex))
-    }
-}
-
-impl RawProtocol for AnyLock {
+impl RawProtocol for AnyKind {
     fn settles_each_attempt(&self) -> bool {
         delegate!(self, raw => raw.settles_each_attempt())
     }
@@ -200,6 +130,17 @@ impl RawProtocol for AnyLock {
 
     async fn release(&self, token: &str) -> Result<()> {
         delegate!(self, raw => raw.release(token).await)
+    }
+
+    async fn release_token(&self, token: &str) -> Result<()> {
+        delegate!(self, raw => raw.release_token(token).await)
+    }
+
+    fn fence_at_grant(&self) -> Self {
+        AnyKind(match &self.0 {
+            Kind::Mutex(raw) => Kind::Mutex(raw.fence_at_grant()),
+            other => other.clone(),
+        })
     }
 
     async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {

@@ -21,18 +21,119 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 use crate::error::{Error, Result};
+use crate::mutex::RawMutex;
 use crate::options::LockOptions;
 use crate::raw::RawLock;
-use crate::reentrant::Owner;
+use crate::redlock::RawRedlock;
+use crate::reentrant::{OwnedBy, Owner};
 use crate::rwlock::{Reading, Writing};
+use crate::semaphore::RawSemaphore;
 use crate::signal::{LostReason, LostSignal};
 
-/// A blocking handle to one Redis deployment. Cheap to clone.
+/// A blocking handle: the async handle `H` and the runtime that runs its calls, its
+/// notifier and its renewals. Made by [`Client::connect`] (one Redis deployment) or
+/// [`Redlock::connect`] (independent masters). Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct Client {
-    inner: crate::Client,
+pub struct Handle<H> {
+    inner: H,
     runtime: Arc<Runtime>,
 }
+
+mod sealed {
+    use std::future::Future;
+
+    /// An async handle with a session: [`crate::Client`] or [`crate::Redlock`].
+    pub trait Connected: Clone + Send + Sync + 'static {
+        fn session(&self) -> &crate::Session;
+        fn shutdown(&self) -> impl Future<Output = ()> + Send;
+    }
+
+    impl Connected for crate::Client {
+        fn session(&self) -> &crate::Session {
+            crate::Client::session(self)
+        }
+        fn shutdown(&self) -> impl Future<Output = ()> + Send {
+            crate::Client::shutdown(self)
+        }
+    }
+
+    impl Connected for crate::Redlock {
+        fn session(&self) -> &crate::Session {
+            crate::Redlock::session(self)
+        }
+        fn shutdown(&self) -> impl Future<Output = ()> + Send {
+            crate::Redlock::shutdown(self)
+        }
+    }
+}
+
+impl<H: sealed::Connected> Handle<H> {
+    /// Connects on a runtime of its own.
+    fn open(connect: impl std::future::Future<Output = Result<H>>) -> Result<Handle<H>> {
+        let runtime = own_runtime()?;
+        let inner = runtime.block_on(connect)?;
+        Ok(Handle {
+            inner,
+            runtime: Arc::new(runtime),
+        })
+    }
+
+    /// The async handle underneath.
+    pub fn get_ref(&self) -> &H {
+        &self.inner
+    }
+
+    /// Releases every lock still held through this handle and refuses new ones; see
+    /// [`crate::Client::shutdown`].
+    pub fn shutdown(&self) {
+        self.runtime.block_on(self.inner.shutdown())
+    }
+
+    /// Every hold of this handle that may be lost from now on; see
+    /// [`Session::lost`](crate::Session::lost). Read it on a thread of its own.
+    pub fn lost(&self) -> LostHolds {
+        LostHolds::of(self.inner.session(), &self.runtime)
+    }
+
+    /// Blocks until [`shutdown`](Handle::shutdown) has given every hold back; see
+    /// [`Session::done`](crate::Session::done).
+    pub fn done(&self) {
+        self.runtime.block_on(self.inner.session().done())
+    }
+
+    /// The handle's [`Session`](crate::Session): its holds and whether it is closed.
+    pub fn session(&self) -> &crate::Session {
+        self.inner.session()
+    }
+
+    fn wrap<R>(&self, inner: crate::Lock<R>) -> Lock<R> {
+        Lock {
+            inner,
+            runtime: self.runtime.clone(),
+        }
+    }
+}
+
+/// A blocking handle to one Redis deployment.
+pub type Client = Handle<crate::Client>;
+
+/// A blocking handle on several independent masters that grant locks by majority: the
+/// blocking form of [`crate::Redlock`].
+///
+/// ```no_run
+/// # fn demo() -> dlock::Result<()> {
+/// let redlock = dlock::blocking::Redlock::connect([
+///     "redis://10.0.0.1:6379",
+///     "redis://10.0.0.2:6379",
+///     "redis://10.0.0.3:6379",
+/// ])?;
+/// let guard = redlock.mutex("nightly-report")?.lock()?;
+/// println!("fence {}", guard.fence()?); // drawn with the grant
+/// guard.unlock()?;
+/// redlock.shutdown();
+/// # Ok(()) }
+/// ```
+pub type Redlock = Handle<crate::Redlock>;
 
 impl Client {
     /// Connects with default options.
@@ -42,42 +143,7 @@ impl Client {
 
     /// Connects with the options of an async [`ClientBuilder`](crate::ClientBuilder).
     pub fn connect_with(builder: crate::ClientBuilder) -> Result<Client> {
-        let runtime = own_runtime()?;
-        let inner = runtime.block_on(builder.connect())?;
-        Ok(Client {
-            inner,
-            runtime: Arc::new(runtime),
-        })
-    }
-
-    /// Releases every lock still held through this client and refuses new ones; see
-    /// [`crate::Client::shutdown`].
-    pub fn shutdown(&self) {
-        self.runtime.block_on(self.inner.shutdown())
-    }
-
-    /// Every hold of this client that may be lost from now on; see
-    /// [`Session::lost`](crate::Session::lost). Read it on a thread of its own.
-    pub fn lost(&self) -> LostHolds {
-        LostHolds::of(self.inner.session(), &self.runtime)
-    }
-
-    /// Blocks until [`shutdown`](Client::shutdown) has given every hold back; see
-    /// [`Session::done`](crate::Session::done).
-    pub fn done(&self) {
-        self.runtime.block_on(self.inner.session().done())
-    }
-
-    /// The client's [`Session`](crate::Session): its holds and whether it is closed.
-    pub fn session(&self) -> &crate::Session {
-        self.inner.session()
-    }
-
-    fn wrap<T>(&self, inner: T) -> Blocking<T> {
-        Blocking {
-            inner,
-            runtime: self.runtime.clone(),
-        }
+        Handle::open(builder.connect())
     }
 
     /// A mutex with default options (30 s lease renewed automatically, wait forever).
@@ -122,7 +188,10 @@ impl Client {
 
     /// A read-write lock with the given options.
     pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
-        Ok(self.wrap(self.inner.rwlock_with(name, options)?))
+        Ok(RwLock {
+            inner: self.inner.rwlock_with(name, options)?,
+            runtime: self.runtime.clone(),
+        })
     }
 
     /// A reentrant mutex with default options.
@@ -153,28 +222,6 @@ fn own_runtime() -> Result<Runtime> {
         .map_err(|e| Error::InvalidArgument(format!("cannot start the dlock runtime: {e}")))
 }
 
-/// A blocking handle on several independent masters that grant locks by majority: the
-/// blocking form of [`crate::Redlock`]. Cheap to clone.
-///
-/// ```no_run
-/// # fn demo() -> dlock::Result<()> {
-/// let redlock = dlock::blocking::Redlock::connect([
-///     "redis://10.0.0.1:6379",
-///     "redis://10.0.0.2:6379",
-///     "redis://10.0.0.3:6379",
-/// ])?;
-/// let guard = redlock.mutex("nightly-report")?.lock()?;
-/// println!("fence {}", guard.fence()?); // drawn with the grant
-/// guard.unlock()?;
-/// redlock.shutdown();
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct Redlock {
-    inner: crate::Redlock,
-    runtime: Arc<Runtime>,
-}
-
 impl Redlock {
     /// Connects to `urls`, independent masters, with default settings.
     pub fn connect<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> Result<Redlock> {
@@ -183,17 +230,7 @@ impl Redlock {
 
     /// Connects with the settings of an async [`RedlockBuilder`](crate::RedlockBuilder).
     pub fn connect_with(builder: crate::RedlockBuilder) -> Result<Redlock> {
-        let runtime = own_runtime()?;
-        let inner = runtime.block_on(builder.connect())?;
-        Ok(Redlock {
-            inner,
-            runtime: Arc::new(runtime),
-        })
-    }
-
-    /// The async handle underneath.
-    pub fn get_ref(&self) -> &crate::Redlock {
-        &self.inner
+        Handle::open(builder.connect())
     }
 
     /// A Redlock mutex with default options.
@@ -203,61 +240,67 @@ impl Redlock {
 
     /// A Redlock mutex with the given options (see [`crate::Redlock::mutex_with`]).
     pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<RedlockMutex> {
-        Ok(Blocking {
-            inner: self.inner.mutex_with(name, options)?,
-            runtime: self.runtime.clone(),
-        })
-    }
-
-    /// Releases every lock still held through this handle and refuses new ones; see
-    /// [`crate::Redlock::shutdown`].
-    pub fn shutdown(&self) {
-        self.runtime.block_on(self.inner.shutdown())
-    }
-
-    /// Every hold of this handle that may be lost from now on; see [`Client::lost`].
-    pub fn lost(&self) -> LostHolds {
-        LostHolds::of(self.inner.session(), &self.runtime)
-    }
-
-    /// Blocks until [`shutdown`](Redlock::shutdown) has given every hold back.
-    pub fn done(&self) {
-        self.runtime.block_on(self.inner.session().done())
-    }
-
-    /// The handle's [`Session`](crate::Session).
-    pub fn session(&self) -> &crate::Session {
-        self.inner.session()
+        Ok(self.wrap(self.inner.mutex_with(name, options)?))
     }
 }
 
-/// An async lock handle and the runtime that runs its calls.
+/// The blocking form of the one [`crate::Lock`] handle: the same verbs, each blocking
+/// until it is done. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct Blocking<T> {
-    inner: T,
+pub struct Lock<R> {
+    inner: crate::Lock<R>,
     runtime: Arc<Runtime>,
 }
 
-impl<T> Blocking<T> {
+impl<R: RawLock> Lock<R> {
     /// The async handle underneath.
-    pub fn get_ref(&self) -> &T {
+    pub fn get_ref(&self) -> &crate::Lock<R> {
         &self.inner
     }
 
-    fn guard<R: RawLock>(&self, guard: Result<crate::Guard<R>>) -> Result<Guard<R>> {
+    fn guard(&self, guard: Result<crate::Guard<R>>) -> Result<Guard<R>> {
         Ok(Guard {
             inner: Some(guard?),
             runtime: self.runtime.clone(),
         })
     }
 
-    /// Runs `work` under the hold `taken`, then releases it: the one `with_lock`.
-    fn hold_for<R: RawLock, V>(
-        &self,
-        taken: Result<Guard<R>>,
-        work: impl FnOnce(&Guard<R>) -> V,
-    ) -> Result<V> {
-        let guard = taken?;
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// The kind, as logs and metrics name it (see [`crate::Lock::kind`]).
+    pub fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &LockOptions {
+        self.inner.options()
+    }
+
+    /// One attempt; [`Error::Busy`] when held by others.
+    pub fn try_lock(&self) -> Result<Guard<R>> {
+        self.guard(self.runtime.block_on(self.inner.try_lock()))
+    }
+
+    /// Takes the lock, waiting per the options' wait policy ([`Error::TimedOut`] past the
+    /// budget).
+    pub fn lock(&self) -> Result<Guard<R>> {
+        self.guard(self.runtime.block_on(self.inner.lock()))
+    }
+
+    /// Takes the lock, waiting per `wait` for this call only.
+    pub fn lock_with(&self, wait: crate::Wait) -> Result<Guard<R>> {
+        self.guard(self.runtime.block_on(self.inner.lock_with(wait)))
+    }
+
+    /// Runs `work` while holding the lock (renewed meanwhile). A running closure cannot be
+    /// cancelled, so it gets the guard and should check [`Guard::lost`] between steps; if
+    /// the lock was lost by the time it returns, the result is [`Error::Lost`].
+    pub fn with_lock<T>(&self, work: impl FnOnce(&Guard<R>) -> T) -> Result<T> {
+        let guard = self.lock()?;
         let value = work(&guard);
         if guard.lost().is_some() {
             return Err(Error::Lost {
@@ -267,154 +310,8 @@ impl<T> Blocking<T> {
         guard.unlock()?;
         Ok(value)
     }
-}
 
-/// Blocking counterpart of [`crate::Mutex`] (plain or fair).
-pub type Mutex = Blocking<crate::Mutex>;
-/// Blocking counterpart of [`crate::ReentrantMutex`].
-pub type ReentrantMutex = Blocking<crate::ReentrantMutex>;
-/// Blocking counterpart of [`crate::Semaphore`].
-pub type Semaphore = Blocking<crate::Semaphore>;
-/// Blocking counterpart of [`crate::RwLock`].
-pub type RwLock = Blocking<crate::RwLock>;
-
-/// Blocking counterpart of [`crate::RedlockMutex`].
-pub type RedlockMutex = Blocking<crate::RedlockMutex>;
-/// Blocking counterpart of [`crate::AnyLock`].
-pub type AnyLock = Blocking<crate::AnyLock>;
-
-/// Blocking counterpart of [`crate::MutexGuard`].
-pub type MutexGuard = Guard<crate::Mutex>;
-/// Blocking counterpart of [`crate::ReentrantGuard`].
-pub type ReentrantGuard = Guard<crate::reentrant::OwnedBy>;
-/// Blocking counterpart of [`crate::SemaphorePermit`].
-pub type SemaphorePermit = Guard<crate::Semaphore>;
-/// Blocking counterpart of [`crate::ReadGuard`].
-pub type ReadGuard = Guard<Reading>;
-/// Blocking counterpart of [`crate::WriteGuard`].
-pub type WriteGuard = Guard<Writing>;
-/// Blocking counterpart of [`crate::RedlockGuard`].
-pub type RedlockGuard = Guard<crate::RedlockMutex>;
-/// Blocking counterpart of [`crate::AnyGuard`].
-pub type AnyGuard = Guard<crate::AnyLock>;
-
-impl Mutex {
-    /// The lock name.
-    pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    /// One attempt; [`Error::Busy`] when held by someone else.
-    pub fn try_lock(&self) -> Result<MutexGuard> {
-        self.guard(self.runtime.block_on(self.inner.try_lock()))
-    }
-
-    /// Takes the lock, waiting per the wait policy ([`Error::TimedOut`] past the budget).
-    pub fn lock(&self) -> Result<MutexGuard> {
-        self.guard(self.runtime.block_on(self.inner.lock()))
-    }
-
-    /// Runs `work` while holding the lock (renewed meanwhile). A running closure cannot be
-    /// cancelled, so it gets the guard and should check [`Guard::lost`] between steps; if
-    /// the lock was lost by the time it returns, the result is [`Error::Lost`].
-    pub fn with_lock<T>(&self, work: impl FnOnce(&MutexGuard) -> T) -> Result<T> {
-        self.hold_for(self.lock(), work)
-    }
-
-    /// Releases the lock held with `token`.
-    pub fn release_token(&self, token: &str) -> Result<()> {
-        self.runtime.block_on(self.inner.release_token(token))
-    }
-
-    /// Resets the lease of the lock held with `token`.
-    pub fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
-        self.runtime.block_on(self.inner.extend_token(token, ttl))
-    }
-}
-
-impl RedlockMutex {
-    /// The lock name.
-    pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    /// One round on every master; [`Error::Busy`] when another owner holds a majority.
-    pub fn try_lock(&self) -> Result<RedlockGuard> {
-        self.guard(self.runtime.block_on(self.inner.try_lock()))
-    }
-
-    /// Takes the lock on a majority, waiting per the wait policy.
-    pub fn lock(&self) -> Result<RedlockGuard> {
-        self.guard(self.runtime.block_on(self.inner.lock()))
-    }
-
-    /// Runs `work` while holding the lock; see [`Mutex::with_lock`].
-    pub fn with_lock<T>(&self, work: impl FnOnce(&RedlockGuard) -> T) -> Result<T> {
-        self.hold_for(self.lock(), work)
-    }
-
-    /// Gives back the hold of `token` on every master.
-    pub fn release_token(&self, token: &str) -> Result<()> {
-        self.runtime.block_on(self.inner.release_token(token))
-    }
-
-    /// Resets the lease of the hold of `token` on a majority.
-    pub fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
-        self.runtime.block_on(self.inner.extend_token(token, ttl))
-    }
-}
-
-impl AnyLock {
-    /// The read side of `rwlock`, held by `owner`.
-    pub fn read(rwlock: &RwLock, owner: &Owner) -> AnyLock {
-        Blocking {
-            inner: crate::AnyLock::read(&rwlock.inner, owner),
-            runtime: rwlock.runtime.clone(),
-        }
-    }
-
-    /// The write side of `rwlock`.
-    pub fn write(rwlock: &RwLock) -> AnyLock {
-        Blocking {
-            inner: crate::AnyLock::write(&rwlock.inner),
-            runtime: rwlock.runtime.clone(),
-        }
-    }
-
-    /// `mutex` held (and re-entered) by `owner`.
-    pub fn reentrant(mutex: &ReentrantMutex, owner: &Owner) -> AnyLock {
-        Blocking {
-            inner: crate::AnyLock::reentrant(&mutex.inner, owner),
-            runtime: mutex.runtime.clone(),
-        }
-    }
-
-    /// The lock name.
-    pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    /// One attempt; [`Error::Busy`] when held by others.
-    pub fn try_lock(&self) -> Result<AnyGuard> {
-        self.guard(self.runtime.block_on(self.inner.try_lock()))
-    }
-
-    /// Takes the lock, waiting per its options.
-    pub fn lock(&self) -> Result<AnyGuard> {
-        self.guard(self.runtime.block_on(self.inner.lock()))
-    }
-
-    /// Takes the lock, waiting per `wait` for this call only.
-    pub fn lock_with(&self, wait: crate::Wait) -> Result<AnyGuard> {
-        self.guard(self.runtime.block_on(self.inner.lock_with(wait)))
-    }
-
-    /// Runs `work` while holding the lock; see [`Mutex::with_lock`].
-    pub fn with_lock<T>(&self, work: impl FnOnce(&AnyGuard) -> T) -> Result<T> {
-        self.hold_for(self.lock(), work)
-    }
-
-    /// Gives back the hold `token` (see [`crate::AnyLock::release_token`]).
+    /// Gives back the hold `token` (see [`crate::Lock::release_token`]).
     pub fn release_token(&self, token: &str) -> Result<()> {
         self.runtime.block_on(self.inner.release_token(token))
     }
@@ -425,47 +322,74 @@ impl AnyLock {
     }
 }
 
-impl<T: Into<crate::AnyLock>> Blocking<T> {
+impl<R: RawLock> Lock<R>
+where
+    crate::Lock<R>: Into<crate::AnyLock>,
+{
     /// This lock as an [`AnyLock`], for code that serves several kinds.
     pub fn into_any(self) -> AnyLock {
-        Blocking {
+        Lock {
             inner: self.inner.into(),
             runtime: self.runtime,
         }
     }
 }
 
+/// Blocking counterpart of [`crate::Mutex`] (plain or fair).
+pub type Mutex = Lock<RawMutex>;
+/// Blocking counterpart of [`crate::ReentrantMutex`].
+pub type ReentrantMutex = Lock<OwnedBy>;
+/// Blocking counterpart of [`crate::Semaphore`].
+pub type Semaphore = Lock<RawSemaphore>;
+/// Blocking counterpart of [`crate::RedlockMutex`].
+pub type RedlockMutex = Lock<RawRedlock>;
+/// Blocking counterpart of [`crate::AnyLock`].
+pub type AnyLock = Lock<crate::AnyKind>;
+
+/// Blocking counterpart of [`crate::MutexGuard`].
+pub type MutexGuard = Guard<RawMutex>;
+/// Blocking counterpart of [`crate::ReentrantGuard`].
+pub type ReentrantGuard = Guard<OwnedBy>;
+/// Blocking counterpart of [`crate::SemaphorePermit`].
+pub type SemaphorePermit = Guard<RawSemaphore>;
+/// Blocking counterpart of [`crate::ReadGuard`].
+pub type ReadGuard = Guard<Reading>;
+/// Blocking counterpart of [`crate::WriteGuard`].
+pub type WriteGuard = Guard<Writing>;
+/// Blocking counterpart of [`crate::RedlockGuard`].
+pub type RedlockGuard = Guard<RawRedlock>;
+/// Blocking counterpart of [`crate::AnyGuard`].
+pub type AnyGuard = Guard<crate::AnyKind>;
+
 impl ReentrantMutex {
-    /// One attempt for `owner`.
-    pub fn try_lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        self.guard(self.runtime.block_on(self.inner.try_lock(owner)))
+    /// The owner this handle acts for.
+    pub fn owner(&self) -> &Owner {
+        self.inner.owner()
     }
 
-    /// Takes (or re-enters) the lock for `owner`.
-    pub fn lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        self.guard(self.runtime.block_on(self.inner.lock(owner)))
+    /// A handle on the same lock acting for `owner`.
+    pub fn for_owner(&self, owner: &Owner) -> ReentrantMutex {
+        Lock {
+            inner: self.inner.for_owner(owner),
+            runtime: self.runtime.clone(),
+        }
     }
 
-    /// Gives back one hold of `owner`; returns the holds left.
-    pub fn release_as(&self, owner: &Owner) -> Result<u32> {
-        self.runtime.block_on(self.inner.release_as(owner))
+    /// Gives back one hold of the owner; returns the holds left.
+    pub fn release_one(&self) -> Result<u32> {
+        self.runtime.block_on(self.inner.release_one())
     }
 
-    /// How many holds `owner` has now.
-    pub fn hold_count(&self, owner: &Owner) -> Result<u32> {
-        self.runtime.block_on(self.inner.hold_count(owner))
+    /// How many holds the owner has now.
+    pub fn hold_count(&self) -> Result<u32> {
+        self.runtime.block_on(self.inner.hold_count())
     }
 }
 
 impl Semaphore {
-    /// One attempt to take a permit.
-    pub fn try_acquire(&self) -> Result<SemaphorePermit> {
-        self.guard(self.runtime.block_on(self.inner.try_acquire()))
-    }
-
-    /// Takes a permit, waiting in arrival order.
-    pub fn acquire(&self) -> Result<SemaphorePermit> {
-        self.guard(self.runtime.block_on(self.inner.acquire()))
+    /// N, the number of permits this client allows.
+    pub fn permits(&self) -> u32 {
+        self.inner.permits()
     }
 
     /// The number of permits held now.
@@ -474,25 +398,75 @@ impl Semaphore {
     }
 }
 
+/// Blocking counterpart of [`crate::RwLock`], reading for the owner bound to it.
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    inner: crate::RwLock,
+    runtime: Arc<Runtime>,
+}
+
 impl RwLock {
-    /// Takes a read hold for `owner`.
-    pub fn read(&self, owner: &Owner) -> Result<ReadGuard> {
-        self.guard(self.runtime.block_on(self.inner.read(owner)))
+    /// The async handle underneath.
+    pub fn get_ref(&self) -> &crate::RwLock {
+        &self.inner
+    }
+
+    fn side<R>(&self, inner: &crate::Lock<R>) -> Lock<R>
+    where
+        crate::Lock<R>: Clone,
+    {
+        Lock {
+            inner: inner.clone(),
+            runtime: self.runtime.clone(),
+        }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// The owner this handle reads for.
+    pub fn owner(&self) -> &Owner {
+        self.inner.owner()
+    }
+
+    /// A handle on the same lock reading for `owner`.
+    pub fn for_owner(&self, owner: &Owner) -> RwLock {
+        RwLock {
+            inner: self.inner.for_owner(owner),
+            runtime: self.runtime.clone(),
+        }
+    }
+
+    /// The read side, a blocking [`Lock`] of its own.
+    pub fn reader(&self) -> Lock<Reading> {
+        self.side(self.inner.reader())
+    }
+
+    /// The write side, a blocking [`Lock`] of its own.
+    pub fn writer(&self) -> Lock<Writing> {
+        self.side(self.inner.writer())
+    }
+
+    /// Takes a read hold for the owner.
+    pub fn read(&self) -> Result<ReadGuard> {
+        self.reader().lock()
     }
 
     /// One attempt at a read hold.
-    pub fn try_read(&self, owner: &Owner) -> Result<ReadGuard> {
-        self.guard(self.runtime.block_on(self.inner.try_read(owner)))
+    pub fn try_read(&self) -> Result<ReadGuard> {
+        self.reader().try_lock()
     }
 
     /// Takes the write lock.
     pub fn write(&self) -> Result<WriteGuard> {
-        self.guard(self.runtime.block_on(self.inner.write()))
+        self.writer().lock()
     }
 
     /// One attempt at the write lock.
     pub fn try_write(&self) -> Result<WriteGuard> {
-        self.guard(self.runtime.block_on(self.inner.try_write()))
+        self.writer().try_lock()
     }
 
     /// The number of readers holding now.
@@ -590,10 +564,10 @@ impl<R: RawLock> Guard<R> {
 }
 
 impl WriteGuard {
-    /// Turns the write lock into a read hold of `owner` without a gap.
-    pub fn downgrade(mut self, owner: &Owner) -> Result<ReadGuard> {
+    /// Turns the write lock into a read hold of the handle's owner without a gap.
+    pub fn downgrade(mut self) -> Result<ReadGuard> {
         let guard = self.take();
-        let read = self.runtime.block_on(guard.downgrade(owner))?;
+        let read = self.runtime.block_on(guard.downgrade())?;
         Ok(Guard {
             inner: Some(read),
             runtime: self.runtime.clone(),

@@ -1,7 +1,7 @@
 //! The [`Client`]: one shared Redis connection, options, and the shared release notifier.
 
 use std::future::Future;
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::notifier::Notifier;
 use crate::renew::Renewer;
 use crate::script::{describe, lua_script, LuaScript};
-use crate::session::Session;
+use crate::session::{Lane, Session};
 
 static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
 static LIVE_ENTRIES: LazyLock<LuaScript> =
@@ -58,11 +58,6 @@ pub(crate) struct ClientInner {
     connect_timeout: Duration,
     /// The runtime, holds, background work, closed flag and tokens of this client.
     session: Session,
-    notifier: OnceLock<Notifier>,
-    renewer: OnceLock<Renewer>,
-    /// Renews the leases of locks with replicas: a round of theirs waits for `WAIT`, which
-    /// must not hold up the renewal of the client's other leases.
-    acknowledged_renewer: OnceLock<Renewer>,
     response_timeout: Duration,
 }
 
@@ -215,9 +210,6 @@ impl ClientBuilder {
                 prefix: self.prefix,
                 connect_timeout: self.connect_timeout,
                 session: Session::new(tokio::runtime::Handle::current(), self.holder_label),
-                notifier: OnceLock::new(),
-                renewer: OnceLock::new(),
-                acknowledged_renewer: OnceLock::new(),
                 response_timeout: self.response_timeout,
             }),
             replicas: None,
@@ -520,27 +512,13 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) {
-        let session = &self.inner.session;
-        session.close();
-        // Waiters wake up, see the client closed and give back what they may hold.
-        if let Some(notifier) = self.inner.notifier.get() {
-            notifier.stop();
-        }
-        // Waits in progress and give-backs of dropped guards and cancelled waits finish
-        // first; bounded (see Session::until_idle).
+        // Waits in progress and give-backs end with the response timeout at worst.
         let bound = self
             .inner
             .response_timeout
             .saturating_mul(3)
             .max(Duration::from_secs(5));
-        session.until_idle(bound).await;
-        for renewer in [&self.inner.renewer, &self.inner.acknowledged_renewer] {
-            if let Some(renewer) = renewer.get() {
-                renewer.stop().await;
-            }
-        }
-        session.release_all().await;
-        session.finish();
+        self.inner.session.shutdown(bound).await;
     }
 
     /// The session of this client: its lost signal for every hold, and its end. See
@@ -703,25 +681,22 @@ impl Client {
     /// The shared renewal scheduler, started on first use.
     ///
     pub(crate) fn renewer(&self) -> &Renewer {
-        let renewer = match self.replicas {
-            Some(_) => &self.inner.acknowledged_renewer,
-            None => &self.inner.renewer,
+        let lane = match self.replicas {
+            Some(_) => Lane::Acknowledged,
+            None => Lane::Plain,
         };
-        renewer.get_or_init(|| {
-            Renewer::start(
-                Arc::new(self.inner.backend.clone()),
-                self.inner.session.runtime(),
-            )
-        })
+        self.inner
+            .session
+            .renewer(lane, || Arc::new(self.inner.backend.clone()))
     }
 
     /// The shared release notifier, started on first use.
     pub(crate) fn notifier(&self) -> &Notifier {
-        self.inner.notifier.get_or_init(|| {
+        self.inner.session.notifier(|runtime| {
             Notifier::start(
                 self.inner.backend.clone(),
                 self.inner.connect_timeout,
-                self.inner.session.runtime(),
+                runtime,
             )
         })
     }

@@ -48,6 +48,7 @@ mod guard;
 pub mod inspect;
 mod keys;
 mod lease;
+mod lock;
 pub mod mutex;
 mod notifier;
 mod observe;
@@ -65,7 +66,7 @@ mod session;
 mod signal;
 mod wait;
 
-pub use any::{AnyGuard, AnyLock};
+pub use any::{AnyGuard, AnyKind, AnyLock};
 pub use client::{
     redact as redact_url, Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     MAX_HOLDER_LABEL, MAX_TIMEOUT, MIN_REDIS_VERSION,
@@ -75,6 +76,7 @@ pub use guard::Guard;
 pub use inspect::{Holder, LockInfo, LockKind};
 pub use keys::{check_name, MAX_NAME_LEN};
 pub use lease::{drift_allowance, MAX_TTL, MIN_TTL};
+pub use lock::Lock;
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{
     Backoff, LockOptions, Renewal, Replicas, Wait, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF,

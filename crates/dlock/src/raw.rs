@@ -20,10 +20,10 @@ use crate::renew::Renewer;
 use crate::script::{lua_script, LuaScript};
 use crate::session::Session;
 
-/// A kind of lock that [`Guard`](crate::Guard) can hold: the plain or fair
-/// [`Mutex`](crate::Mutex), a [`ReentrantMutex`](crate::reentrant::ReentrantMutex) owner,
-/// the read or write side of an [`RwLock`](crate::RwLock), a
-/// [`Semaphore`](crate::Semaphore), a [`RedlockMutex`](crate::RedlockMutex).
+/// A kind of lock that a [`Lock`](crate::Lock) handle takes and a [`Guard`](crate::Guard)
+/// holds: the plain or fair mutex, a reentrant mutex's owner, the read or write side of
+/// an [`RwLock`](crate::RwLock), a semaphore, a Redlock mutex, or any of them chosen at
+/// run time.
 ///
 /// Sealed: it is implemented by dlock's primitives only.
 pub trait RawLock: private::RawProtocol {}
@@ -165,6 +165,16 @@ pub mod private {
         /// Gives the hold back; [`crate::Error::Lost`] when it was not held (nothing else
         /// is touched).
         fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send;
+        /// Gives back a hold known only by its token (not taken through this handle):
+        /// the guard's release unless the kind's token may stand for several of its forms.
+        fn release_token(&self, token: &str) -> impl Future<Output = Result<()>> + Send {
+            self.release(token)
+        }
+        /// This kind with its fence drawn with every grant, for work that reads it at
+        /// once ([`Lock::with_lock`](crate::Lock::with_lock)).
+        fn fence_at_grant(&self) -> Self {
+            self.clone()
+        }
         /// Restarts the lease of the hold `token` at `ttl`; [`crate::Error::Lost`] when it
         /// is not held.
         fn extend(&self, token: &str, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
@@ -218,6 +228,8 @@ pub mod private {
         ) -> impl Future<Output = Result<Attempt>> + Send;
         /// See [`RawProtocol::release`].
         fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send;
+        /// The named lock, to change its options.
+        fn core_mut(&mut self) -> &mut LockCore;
     }
 
     impl<T: OnOneServer> RawProtocol for T {
@@ -257,6 +269,22 @@ pub mod private {
             OnOneServer::release(self, token)
         }
 
+        async fn release_token(&self, token: &str) -> Result<()> {
+            match T::HOLD {
+                // A mutex, a fair mutex and a write lock share the format: a token of any
+                // of them is released, and its waiters woken, by one script.
+                HoldKind::String => release_string_hold(self.core(), token).await,
+                _ => OnOneServer::release(self, token).await,
+            }
+        }
+
+        fn fence_at_grant(&self) -> Self {
+            let mut eager = self.clone();
+            let core = eager.core_mut();
+            core.options = core.options.fence_at_grant();
+            eager
+        }
+
         async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
             extend_on_server(self, token, ttl).await
         }
@@ -293,6 +321,32 @@ static HELD: LazyLock<LuaScript> =
     lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
 static FENCE: LazyLock<LuaScript> =
     lua_script!(bare "fence", "mutex/bare.lua", "fencing.lua", "mutex/fence.lua");
+
+static RELEASE_TOKEN: LazyLock<LuaScript> =
+    lua_script!("release by token", "queue/queue.lua", "release_token.lua");
+
+/// Releases the string hold `token` at `core`'s key, whatever kind took it, and wakes
+/// whoever waits for the name the way they wait (see `release_token.lua`).
+async fn release_string_hold(core: &LockCore, token: &str) -> Result<()> {
+    let queue = QueueKeys::new(&core.keys);
+    let released: i64 = RELEASE_TOKEN
+        .call()
+        .key(&core.keys.key)
+        .key(&queue.queue)
+        .key(&queue.leases)
+        .arg(token)
+        .arg(&core.keys.channel)
+        .arg(&queue.wake_prefix)
+        .run(&core.client)
+        .await?;
+    match released {
+        1 => Ok(()),
+        0 => Err(Error::Lost {
+            name: core.keys.name.clone(),
+        }),
+        other => Err(Error::unexpected_reply(other)),
+    }
+}
 
 /// Whether `client`'s server holds the hold `token` of `kind` at `key`.
 pub(crate) async fn held_on(

@@ -8,9 +8,11 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::notifier::Notifier;
+use crate::renew::{RenewTarget, Renewer};
 use crate::signal::{self, LeaseCell, LostHold, LostReason, LostSink};
 
 /// How many lost holds a slow watcher of [`Session::lost`] may fall behind by before it
@@ -73,6 +75,21 @@ struct Inner {
     watching: AtomicBool,
     /// Wakes the deadline watcher when a hold is tracked.
     tracked: tokio::sync::Notify,
+    /// The release notifier of the session's waiters, started on first use (a client's;
+    /// a Redlock's waiters listen on its masters' clients).
+    notifier: OnceLock<Notifier>,
+    /// The renewal schedulers of its holds, one per [`Lane`], started on first use.
+    renewers: [OnceLock<Renewer>; 2],
+}
+
+/// Which renewal scheduler renews a hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lane {
+    /// Most holds.
+    Plain = 0,
+    /// Holds whose renewals wait for replicas (`WAIT`): a round of theirs must not hold
+    /// up the others.
+    Acknowledged = 1,
 }
 
 /// A live hold, as the session sees it: how to give it back, and its lease state.
@@ -97,6 +114,8 @@ impl Session {
                 lost,
                 watching: AtomicBool::new(false),
                 tracked: tokio::sync::Notify::new(),
+                notifier: OnceLock::new(),
+                renewers: [OnceLock::new(), OnceLock::new()],
             }),
         }
     }
@@ -141,11 +160,6 @@ impl Session {
             done: self.inner.done.subscribe(),
             missed: 0,
         }
-    }
-
-    /// The runtime the session's background work runs on.
-    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
-        &self.inner.runtime
     }
 
     /// Where a new hold of this session reports its loss.
@@ -215,23 +229,56 @@ impl Session {
         receiver
     }
 
-    /// Begins shutdown: no hold is tracked and no wait starts from now on.
-    pub(crate) fn close(&self) {
-        self.inner.closed.store(true, Ordering::Release);
+    /// The release notifier, started by `start` on first use.
+    pub(crate) fn notifier(
+        &self,
+        start: impl FnOnce(&tokio::runtime::Handle) -> Notifier,
+    ) -> &Notifier {
+        self.inner
+            .notifier
+            .get_or_init(|| start(&self.inner.runtime))
     }
 
-    /// Waits until no wait or give-back is running, at most `bound` (a request that cannot
-    /// reach Redis ends with its timeout; a wait whose future is never polled again would
-    /// otherwise hold shutdown up).
-    pub(crate) async fn until_idle(&self, bound: Duration) {
+    /// The renewal scheduler of `lane`, renewing on the target `target` makes on first
+    /// use.
+    pub(crate) fn renewer(
+        &self,
+        lane: Lane,
+        target: impl FnOnce() -> Arc<dyn RenewTarget>,
+    ) -> &Renewer {
+        self.inner.renewers[lane as usize]
+            .get_or_init(|| Renewer::start(target(), &self.inner.runtime))
+    }
+
+    /// Shuts the session down, the same way for every handle that has one: no hold is
+    /// tracked and no wait starts from now on; waiters wake (the notifier stops) and give
+    /// back what they may hold; every hold still tracked is given back (its lost signal
+    /// fires with [`LostReason::Released`]); waits and give-backs in progress finish,
+    /// within `bound` (a request that cannot reach Redis ends with its timeout, and a wait
+    /// whose future is never polled again would otherwise hold shutdown up); renewal
+    /// stops; then [`Session::done`] resolves and [`LostHolds`] streams end.
+    pub(crate) async fn shutdown(&self, bound: Duration) {
+        // track_hold checks it under the lock release_all drains the holds with: no hold
+        // slips in after.
+        self.inner.closed.store(true, Ordering::Release);
+        if let Some(notifier) = self.inner.notifier.get() {
+            notifier.stop();
+        }
+        self.release_all().await;
         let _ = tokio::time::timeout(bound, self.inner.background.until_none()).await;
+        // No hold is tracked after close: nothing is left to renew.
+        for renewer in &self.inner.renewers {
+            if let Some(renewer) = renewer.get() {
+                renewer.stop().await;
+            }
+        }
+        self.inner.done.send_replace(true);
     }
 
     /// Gives back every hold still tracked: each one's lost signal fires with
     /// [`LostReason::Released`] first, then all give-backs run at once.
-    pub(crate) async fn release_all(&self) {
+    async fn release_all(&self) {
         let holds: Vec<TrackedHold> = {
-            // Taken under the lock track_hold checks `closed` under: no hold slips in after.
             let mut holds = self.inner.holds.lock().unwrap();
             holds.drain().map(|(_, hold)| hold).collect()
         };
@@ -246,11 +293,6 @@ impl Session {
             (hold.give_back)()
         });
         futures_util::future::join_all(releases).await;
-    }
-
-    /// Ends shutdown: [`Session::done`] resolves and [`LostHolds`] streams end.
-    pub(crate) fn finish(&self) {
-        self.inner.done.send_replace(true);
     }
 }
 

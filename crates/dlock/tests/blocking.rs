@@ -79,17 +79,17 @@ fn blocking_reentrant_mutex() {
     let client = Client::connect(&server.url()).unwrap();
     let mutex = client.reentrant_mutex("ledger").unwrap();
     let owner = Owner::new();
-    let outer = mutex.lock(&owner).unwrap();
-    let inner = mutex.lock(&owner).unwrap();
+    let outer = mutex.for_owner(&owner).lock().unwrap();
+    let inner = mutex.for_owner(&owner).lock().unwrap();
     assert_eq!(inner.holds_at_grant(), 2);
     inner.unlock().unwrap();
-    assert_eq!(mutex.hold_count(&owner).unwrap(), 1);
+    assert_eq!(mutex.for_owner(&owner).hold_count().unwrap(), 1);
     assert!(matches!(
-        mutex.try_lock(&Owner::new()),
+        mutex.for_owner(&Owner::new()).try_lock(),
         Err(Error::Busy { .. })
     ));
     drop(outer);
-    assert_eq!(mutex.hold_count(&owner).unwrap(), 0);
+    assert_eq!(mutex.for_owner(&owner).hold_count().unwrap(), 0);
 }
 
 #[test]
@@ -104,9 +104,9 @@ fn blocking_fair_mutex_semaphore_and_rwlock() {
     held.unlock().unwrap();
 
     let pool = client.semaphore_with("pool", 2, no_wait).unwrap();
-    let a = pool.acquire().unwrap();
-    let b = pool.try_acquire().unwrap();
-    assert!(matches!(pool.try_acquire(), Err(Error::Busy { .. })));
+    let a = pool.lock().unwrap();
+    let b = pool.try_lock().unwrap();
+    assert!(matches!(pool.try_lock(), Err(Error::Busy { .. })));
     assert_eq!(pool.held().unwrap(), 2);
     drop(a); // gives the permit back before returning
     assert_eq!(pool.held().unwrap(), 1);
@@ -114,14 +114,14 @@ fn blocking_fair_mutex_semaphore_and_rwlock() {
 
     let config = client.rwlock_with("config", no_wait).unwrap();
     let (me, you) = (Owner::new(), Owner::new());
-    let r1 = config.read(&me).unwrap();
-    let r2 = config.try_read(&you).unwrap();
+    let r1 = config.for_owner(&me).read().unwrap();
+    let r2 = config.for_owner(&you).try_read().unwrap();
     assert_eq!(config.readers().unwrap(), 2);
     assert!(matches!(config.try_write(), Err(Error::Busy { .. })));
     drop(r1);
     r2.unlock().unwrap();
     let w = config.write().unwrap();
-    let r = w.downgrade(&me).unwrap();
+    let r = w.downgrade().unwrap();
     assert_eq!(config.readers().unwrap(), 1);
     r.unlock().unwrap();
 }

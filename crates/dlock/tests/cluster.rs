@@ -89,8 +89,8 @@ async fn every_kind_excludes_and_hands_off_on_names_over_every_master() {
     // Readers share, and exclude a writer, on a cluster too.
     let lock = first.rwlock_with("report", options).unwrap();
     let (a, b) = (dlock::Owner::new(), dlock::Owner::new());
-    let r1 = lock.try_read(&a).await.unwrap();
-    let r2 = lock.try_read(&b).await.unwrap();
+    let r1 = lock.for_owner(&a).try_read().await.unwrap();
+    let r2 = lock.for_owner(&b).try_read().await.unwrap();
     assert!(matches!(lock.try_write().await, Err(Error::Busy { .. })));
     r1.unlock().await.unwrap();
     r2.unlock().await.unwrap();
@@ -145,7 +145,7 @@ async fn hammer(cluster: &RedisCluster, kind: Kind, locked: bool) -> i64 {
                     continue;
                 }
                 if kind == Kind::Permit {
-                    let permit = semaphore.acquire().await.unwrap();
+                    let permit = semaphore.lock().await.unwrap();
                     unsafe_increment(&mut conn, &counter).await;
                     permit.unlock().await.unwrap();
                 } else {

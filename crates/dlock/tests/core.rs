@@ -518,14 +518,24 @@ async fn a_reused_owner_id_after_expiry_starts_from_one_hold() {
         .wait(Wait::NoWait);
     let owner = Owner::from_id("service-a");
     let lock = client.rwlock_with("config", short).unwrap();
-    let _abandoned = lock.try_read(&owner).await.unwrap().into_token();
+    let _abandoned = lock
+        .for_owner(&owner)
+        .try_read()
+        .await
+        .unwrap()
+        .into_token();
     let reentrant = client.reentrant_mutex_with("ledger", short).unwrap();
-    let _abandoned = reentrant.try_lock(&owner).await.unwrap().into_token();
+    let _abandoned = reentrant
+        .for_owner(&owner)
+        .try_lock()
+        .await
+        .unwrap()
+        .into_token();
     tokio::time::sleep(Duration::from_millis(400)).await;
     // Everything of the expired holders went with their keys.
     assert_eq!(exists(&server, &["config".into(), "ledger".into()]), 0);
 
-    let read = lock.try_read(&owner).await.unwrap();
+    let read = lock.for_owner(&owner).try_read().await.unwrap();
     assert_eq!(
         read.holds_at_grant(),
         1,
@@ -539,10 +549,10 @@ async fn a_reused_owner_id_after_expiry_starts_from_one_hold() {
         .await
         .unwrap();
 
-    let again = reentrant.try_lock(&owner).await.unwrap();
+    let again = reentrant.for_owner(&owner).try_lock().await.unwrap();
     assert_eq!(again.holds_at_grant(), 1);
     again.unlock().await.unwrap();
-    assert_eq!(reentrant.hold_count(&owner).await.unwrap(), 0);
+    assert_eq!(reentrant.for_owner(&owner).hold_count().await.unwrap(), 0);
 }
 
 #[tokio::test]
@@ -697,11 +707,11 @@ async fn a_tls_handshake_against_a_plain_port_fails_fast_and_says_tls() {
     );
 }
 
-/// A reentrant owner's `release_as` whose reply is lost: the resend on the new connection
+/// A reentrant owner's `release_one` whose reply is lost: the resend on the new connection
 /// must not give back a second hold (before the fix it did, and the owner, with two
 /// guards, held nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_release_as_reply_gives_back_one_hold_only() {
+async fn a_lost_release_one_reply_gives_back_one_hold_only() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let client = Client::builder(&proxy.url())
@@ -714,25 +724,25 @@ async fn a_lost_release_as_reply_gives_back_one_hold_only() {
         .unwrap();
     let owner = Owner::new();
     let (outer, inner) = (
-        mutex.lock(&owner).await.unwrap(),
-        mutex.lock(&owner).await.unwrap(),
+        mutex.for_owner(&owner).lock().await.unwrap(),
+        mutex.for_owner(&owner).lock().await.unwrap(),
     );
-    assert_eq!(mutex.release_as(&owner).await.unwrap(), 1); // warms the script up
-    let again = mutex.lock(&owner).await.unwrap();
-    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 2);
+    assert_eq!(mutex.for_owner(&owner).release_one().await.unwrap(), 1); // warms the script up
+    let again = mutex.for_owner(&owner).lock().await.unwrap();
+    assert_eq!(mutex.for_owner(&owner).hold_count().await.unwrap(), 2);
     // The release script's reply (`:1`, the holds left) is lost with its connection.
     proxy.drop_next_replies_where(1, |reply| reply == b":1\r\n");
-    let left = mutex.release_as(&owner).await;
+    let left = mutex.for_owner(&owner).release_one().await;
     assert_eq!(proxy.dropped(), 1, "the reply was not lost: {left:?}");
     assert_eq!(
-        mutex.hold_count(&owner).await.unwrap(),
+        mutex.for_owner(&owner).hold_count().await.unwrap(),
         1,
-        "one release_as gave back two holds"
+        "one release_one gave back two holds"
     );
     for guard in [outer, inner, again] {
         let _ = guard.unlock().await;
     }
-    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 0);
+    assert_eq!(mutex.for_owner(&owner).hold_count().await.unwrap(), 0);
 }
 
 /// An operator's forced release whose reply is lost: the first run evicted the holder

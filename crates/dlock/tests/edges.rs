@@ -46,7 +46,7 @@ async fn a_read_hold_extended_shorter_is_not_believed_longer() {
     let a = Client::connect(&server.url()).await.unwrap();
     let opts = fixed(Duration::from_secs(10));
     let lock = a.rwlock_with("rx", opts).unwrap();
-    let mut g = lock.try_read(&Owner::new()).await.unwrap();
+    let mut g = lock.for_owner(&Owner::new()).try_read().await.unwrap();
     g.extend(Duration::from_millis(300)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let w = lock.try_write().await;
@@ -100,8 +100,13 @@ async fn read_holds_expire_with_their_last_live_holder() {
     let short = c
         .rwlock_with("rw", fixed(Duration::from_millis(300)))
         .unwrap();
-    let g1 = long.try_read(&Owner::new()).await.unwrap();
-    let _g2 = short.try_read(&Owner::new()).await.unwrap().into_token();
+    let g1 = long.for_owner(&Owner::new()).try_read().await.unwrap();
+    let _g2 = short
+        .for_owner(&Owner::new())
+        .try_read()
+        .await
+        .unwrap()
+        .into_token();
     g1.unlock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(short.readers().await.unwrap(), 0, "no live reader");
@@ -126,8 +131,8 @@ async fn permits_expire_with_their_last_live_holder() {
     let short = c
         .semaphore_with("sem", 3, fixed(Duration::from_millis(300)))
         .unwrap();
-    let p1 = long.try_acquire().await.unwrap();
-    let _p2 = short.try_acquire().await.unwrap().into_token();
+    let p1 = long.try_lock().await.unwrap();
+    let _p2 = short.try_lock().await.unwrap().into_token();
     p1.unlock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(short.held().await.unwrap(), 0);
@@ -150,12 +155,11 @@ async fn a_downgrade_cancelled_under_pause_leaves_nothing() {
             LockOptions::default().renewed(Duration::from_secs(30)),
         )
         .unwrap();
-    let me = Owner::new();
     // warm up scripts
     lock.write()
         .await
         .unwrap()
-        .downgrade(&me)
+        .downgrade()
         .await
         .unwrap()
         .unlock()
@@ -163,7 +167,7 @@ async fn a_downgrade_cancelled_under_pause_leaves_nothing() {
         .unwrap();
     let w = lock.write().await.unwrap();
     let _: () = server.cmd(&["CLIENT", "PAUSE", "500", "ALL"]);
-    let r = tokio::time::timeout(Duration::from_millis(100), w.downgrade(&me)).await;
+    let r = tokio::time::timeout(Duration::from_millis(100), w.downgrade()).await;
     assert!(r.is_err());
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -583,9 +587,9 @@ async fn a_release_by_token_wakes_the_waiters_of_whatever_kind_took_the_lock() {
                     }
                     _ => {
                         // Two readers on one client: both must be let in.
-                        let lock = waiters.rwlock_with(&name, options).unwrap();
-                        let (me, you) = (Owner::new(), Owner::new());
-                        let (a, b) = tokio::join!(lock.read(&me), lock.read(&you));
+                        let me = waiters.rwlock_with(&name, options).unwrap();
+                        let you = me.for_owner(&Owner::new());
+                        let (a, b) = tokio::join!(me.read(), you.read());
                         a.and(b).map(|g| g.into_token())
                     }
                 }
@@ -605,7 +609,7 @@ async fn a_release_by_token_wakes_the_waiters_of_whatever_kind_took_the_lock() {
     let semaphore = holders
         .semaphore_with("by-token-permit", 2, options)
         .unwrap();
-    let permit = semaphore.try_acquire().await.unwrap();
+    let permit = semaphore.try_lock().await.unwrap();
     let refused = operator
         .mutex("by-token-permit")
         .unwrap()

@@ -76,9 +76,9 @@ async fn take(client: &Client, kind: Kind, first: bool) -> Holder {
         ),
         Kind::Semaphore => {
             let semaphore = client.semaphore_with("herd", 2, options()).unwrap();
-            let mut permits = vec![semaphore.acquire().await.unwrap()];
+            let mut permits = vec![semaphore.lock().await.unwrap()];
             if first {
-                permits.push(semaphore.acquire().await.unwrap());
+                permits.push(semaphore.lock().await.unwrap());
             }
             Holder::Permits(permits)
         }
@@ -190,7 +190,7 @@ async fn readers_waiting_for_a_writer_are_woken_together() {
     for _ in 0..20 {
         let lock = lock.clone();
         readers.push(tokio::spawn(async move {
-            lock.read(&Owner::new()).await.unwrap()
+            lock.for_owner(&Owner::new()).read().await.unwrap()
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;

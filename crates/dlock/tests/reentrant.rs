@@ -19,9 +19,9 @@ async fn the_same_owner_reenters_and_the_lock_frees_at_zero() {
     let client = Client::connect(&server.url()).await.unwrap();
     let mutex = client.reentrant_mutex_with("ledger", options()).unwrap();
     let owner = Owner::new();
-    let first = mutex.try_lock(&owner).await.unwrap();
-    let second = mutex.try_lock(&owner).await.unwrap();
-    let third = mutex.lock(&owner).await.unwrap();
+    let first = mutex.for_owner(&owner).try_lock().await.unwrap();
+    let second = mutex.for_owner(&owner).try_lock().await.unwrap();
+    let third = mutex.for_owner(&owner).lock().await.unwrap();
     assert_eq!(
         (
             first.holds_at_grant(),
@@ -30,15 +30,15 @@ async fn the_same_owner_reenters_and_the_lock_frees_at_zero() {
         ),
         (1, 2, 3)
     );
-    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 3);
+    assert_eq!(mutex.for_owner(&owner).hold_count().await.unwrap(), 3);
     third.unlock().await.unwrap();
-    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 2);
+    assert_eq!(mutex.for_owner(&owner).hold_count().await.unwrap(), 2);
     second.unlock().await.unwrap();
-    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 1);
+    assert_eq!(mutex.for_owner(&owner).hold_count().await.unwrap(), 1);
     let exists: i64 = server.cmd(&["EXISTS", "ledger"]);
     assert_eq!(exists, 1, "still held with one hold left");
     first.unlock().await.unwrap();
-    assert_eq!(mutex.hold_count(&owner).await.unwrap(), 0);
+    assert_eq!(mutex.for_owner(&owner).hold_count().await.unwrap(), 0);
     let exists: i64 = server.cmd(&["EXISTS", "ledger"]);
     assert_eq!(exists, 0, "released at zero");
 }
@@ -49,21 +49,21 @@ async fn other_owners_are_excluded_and_wrong_owner_releases_refused() {
     let client = Client::connect(&server.url()).await.unwrap();
     let mutex = client.reentrant_mutex_with("ledger", options()).unwrap();
     let (alice, bob) = (Owner::new(), Owner::new());
-    let held = mutex.try_lock(&alice).await.unwrap();
+    let held = mutex.for_owner(&alice).try_lock().await.unwrap();
     assert!(matches!(
-        mutex.try_lock(&bob).await,
+        mutex.for_owner(&bob).try_lock().await,
         Err(Error::Busy { .. })
     ));
     assert!(matches!(
-        mutex.release_as(&bob).await,
+        mutex.for_owner(&bob).release_one().await,
         Err(Error::Lost { .. })
     ));
     assert_eq!(
-        mutex.hold_count(&alice).await.unwrap(),
+        mutex.for_owner(&alice).hold_count().await.unwrap(),
         1,
         "intact after bob's refusal"
     );
-    assert_eq!(mutex.hold_count(&bob).await.unwrap(), 0);
+    assert_eq!(mutex.for_owner(&bob).hold_count().await.unwrap(), 0);
 
     // Bob waits; Alice's release wakes him.
     let waiting = {
@@ -74,7 +74,7 @@ async fn other_owners_are_excluded_and_wrong_owner_releases_refused() {
             )
             .unwrap();
         let bob = bob.clone();
-        tokio::spawn(async move { mutex.lock(&bob).await })
+        tokio::spawn(async move { mutex.for_owner(&bob).lock().await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let fence = held.fence().await.unwrap();
@@ -90,13 +90,13 @@ async fn fencing_is_drawn_once_per_outermost_grant() {
     let client = Client::connect(&server.url()).await.unwrap();
     let mutex = client.reentrant_mutex_with("ledger", options()).unwrap();
     let owner = Owner::new();
-    let outer = mutex.try_lock(&owner).await.unwrap();
-    let inner = mutex.try_lock(&owner).await.unwrap();
+    let outer = mutex.for_owner(&owner).try_lock().await.unwrap();
+    let inner = mutex.for_owner(&owner).try_lock().await.unwrap();
     assert_eq!(inner.fence().await.unwrap(), outer.fence().await.unwrap());
     let first_fence = outer.fence().await.unwrap();
     inner.unlock().await.unwrap();
     outer.unlock().await.unwrap();
-    let again = mutex.try_lock(&owner).await.unwrap();
+    let again = mutex.for_owner(&owner).try_lock().await.unwrap();
     assert!(again.fence().await.unwrap() > first_fence);
     let counter: u64 = server.cmd(&["GET", "{ledger}:fence"]);
     assert_eq!(counter, again.fence().await.unwrap());
@@ -150,10 +150,10 @@ async fn renewal_and_lost_signal_work_for_reentrant_holds() {
         .reentrant_mutex_with("ledger", options().renewed(Duration::from_millis(300)))
         .unwrap();
     let owner = Owner::new();
-    let guard = mutex.try_lock(&owner).await.unwrap();
+    let guard = mutex.for_owner(&owner).try_lock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(
-        mutex.hold_count(&owner).await.unwrap(),
+        mutex.for_owner(&owner).hold_count().await.unwrap(),
         1,
         "renewed past three leases"
     );
@@ -174,7 +174,10 @@ async fn foreign_values_at_the_key_are_wrong_type() {
     for name in ["plain", "foreign"] {
         let mutex = client.reentrant_mutex_with(name, options()).unwrap();
         assert!(
-            matches!(mutex.try_lock(&owner).await, Err(Error::WrongType { .. })),
+            matches!(
+                mutex.for_owner(&owner).try_lock().await,
+                Err(Error::WrongType { .. })
+            ),
             "{name}"
         );
     }

@@ -160,21 +160,21 @@ async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
     // Every kind asks for the acknowledgement the same way.
     let owner = dlock::Owner::new();
     let rw = client.rwlock_with("acked-rw", acked).unwrap();
-    rw.try_read(&owner).await.unwrap().unlock().await.unwrap();
-    let semaphore = client.semaphore_with("acked-sem", 2, acked).unwrap();
-    semaphore
-        .try_acquire()
+    rw.for_owner(&owner)
+        .try_read()
         .await
         .unwrap()
         .unlock()
         .await
         .unwrap();
+    let semaphore = client.semaphore_with("acked-sem", 2, acked).unwrap();
+    semaphore.try_lock().await.unwrap().unlock().await.unwrap();
 
     // Another kind on the name is named as such under acknowledgement too (the script's
     // error arrives inside the WAIT pipeline): WrongType, not a refusal.
     let _: () = group.master().cmd(&["SET", "acked-typed", "a-string"]);
     let typed = client.semaphore_with("acked-typed", 2, acked).unwrap();
-    match typed.try_acquire().await {
+    match typed.try_lock().await {
         Err(Error::WrongType { key, .. }) => assert_eq!(key, "acked-typed"),
         other => panic!("expected WrongType, got {other:?}"),
     }
@@ -260,7 +260,7 @@ async fn replica_acknowledgement_grants_only_what_the_replicas_have() {
     group.wait_for_replicas();
     let write = rw.try_write().await.unwrap();
     group.replica(0).pause();
-    match write.downgrade(&owner).await {
+    match write.downgrade().await {
         Err(Error::NotReplicated { .. }) => {}
         other => panic!("expected NotReplicated, got {other:?}"),
     }

@@ -89,21 +89,21 @@ async fn single_node(client: &Client, server: &RedisServer) {
     // Reentrant mutex: enter twice, give one back by owner, the other by its guard.
     let reentrant = client.reentrant_mutex_with("r", long).unwrap();
     let owner = Owner::new();
-    let outer = reentrant.lock(&owner).await.unwrap();
-    let inner = reentrant.lock(&owner).await.unwrap();
+    let outer = reentrant.for_owner(&owner).lock().await.unwrap();
+    let inner = reentrant.for_owner(&owner).lock().await.unwrap();
     assert_eq!(inner.holds_at_grant(), 2);
-    assert_eq!(reentrant.release_as(&owner).await.unwrap(), 1);
-    assert_eq!(reentrant.hold_count(&owner).await.unwrap(), 1);
-    // Whichever hold release_as gave back, the other guard's unlock gives back the last.
+    assert_eq!(reentrant.for_owner(&owner).release_one().await.unwrap(), 1);
+    assert_eq!(reentrant.for_owner(&owner).hold_count().await.unwrap(), 1);
+    // Whichever hold release_one gave back, the other guard's unlock gives back the last.
     let (first, second) = (outer.unlock().await, inner.unlock().await);
     assert!(first.is_ok() != second.is_ok(), "{first:?} {second:?}");
-    assert_eq!(reentrant.hold_count(&owner).await.unwrap(), 0);
+    assert_eq!(reentrant.for_owner(&owner).hold_count().await.unwrap(), 0);
 
     // Read-write lock: write, downgrade, read, the readers count, releases.
     let rwlock = client.rwlock_with("rw", long).unwrap();
     let writer = rwlock.try_write().await.unwrap();
-    let reader = writer.downgrade(&owner).await.unwrap();
-    let other = rwlock.try_read(&Owner::new()).await.unwrap();
+    let reader = writer.downgrade().await.unwrap();
+    let other = rwlock.for_owner(&Owner::new()).try_read().await.unwrap();
     assert_eq!(rwlock.readers().await.unwrap(), 2);
     reader.unlock().await.unwrap();
     other.unlock().await.unwrap();
@@ -112,8 +112,8 @@ async fn single_node(client: &Client, server: &RedisServer) {
 
     // Semaphore: permits, the holders count, a release by token.
     let semaphore = client.semaphore_with("s", 2, long).unwrap();
-    let one = semaphore.try_acquire().await.unwrap();
-    let two = semaphore.try_acquire().await.unwrap();
+    let one = semaphore.try_lock().await.unwrap();
+    let two = semaphore.try_lock().await.unwrap();
     assert_eq!(semaphore.held().await.unwrap(), 2);
     one.unlock().await.unwrap();
     semaphore.release_token(&two.into_token()).await.unwrap();
@@ -129,7 +129,7 @@ async fn single_node(client: &Client, server: &RedisServer) {
 
     // Looking from outside; another kind on a name; an operator's forced release.
     let held = client.semaphore_with("s", 2, long).unwrap();
-    let permit = held.try_acquire().await.unwrap();
+    let permit = held.try_lock().await.unwrap();
     let info = client.inspect("s").await.unwrap();
     assert_eq!(info.holders.len(), 1);
     let clash = client.mutex_with("s", long).unwrap();

@@ -21,7 +21,7 @@ async fn several_readers_hold_at_once_and_exclude_writers() {
     let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
     let mut guards = Vec::new();
     for _ in 0..3 {
-        guards.push(lock.try_read(&Owner::new()).await.unwrap());
+        guards.push(lock.for_owner(&Owner::new()).try_read().await.unwrap());
     }
     assert_eq!(lock.readers().await.unwrap(), 3, "three readers overlap");
     assert!(matches!(lock.try_write().await, Err(Error::Busy { .. })));
@@ -36,7 +36,7 @@ async fn several_readers_hold_at_once_and_exclude_writers() {
     let writer = lock.try_write().await.unwrap();
     assert!(writer.fence().await.unwrap() > fences[2]);
     assert!(matches!(
-        lock.try_read(&Owner::new()).await,
+        lock.for_owner(&Owner::new()).try_read().await,
         Err(Error::Busy { .. })
     ));
     assert!(matches!(lock.try_write().await, Err(Error::Busy { .. })));
@@ -75,7 +75,7 @@ async fn overlap_seen(server: &RedisServer, locked: bool) -> bool {
                     }
                 } else {
                     let guard = if locked {
-                        Some(lock.read(&owner).await.unwrap())
+                        Some(lock.for_owner(&owner).read().await.unwrap())
                     } else {
                         None
                     };
@@ -126,7 +126,7 @@ async fn a_writer_gets_in_while_readers_keep_arriving() {
             tokio::time::sleep(Duration::from_millis(5 * i)).await; // staggered: never all out
             let mut reads = 0u32;
             while !stop.load(Ordering::SeqCst) {
-                let guard = lock.read(&owner).await.unwrap();
+                let guard = lock.for_owner(&owner).read().await.unwrap();
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 guard.unlock().await.unwrap();
                 reads += 1;
@@ -158,7 +158,7 @@ async fn readers_reenter_even_while_a_writer_waits() {
     let client = Client::connect(&server.url()).await.unwrap();
     let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
     let me = Owner::new();
-    let first = lock.try_read(&me).await.unwrap();
+    let first = lock.for_owner(&me).try_read().await.unwrap();
     let writer = {
         let lock = client
             .rwlock_with("config", options(Wait::Timeout(Duration::from_secs(10))))
@@ -171,13 +171,17 @@ async fn readers_reenter_even_while_a_writer_waits() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let second = lock
-        .try_read(&me)
+        .for_owner(&me)
+        .try_read()
         .await
         .expect("re-entry is not blocked by a waiting writer");
     assert_eq!((first.holds_at_grant(), second.holds_at_grant()), (1, 2));
     assert_eq!(second.fence().await.unwrap(), first.fence().await.unwrap());
     assert!(
-        matches!(lock.try_read(&Owner::new()).await, Err(Error::Busy { .. })),
+        matches!(
+            lock.for_owner(&Owner::new()).try_read().await,
+            Err(Error::Busy { .. })
+        ),
         "a new reader waits behind the writer"
     );
     second.unlock().await.unwrap();
@@ -195,10 +199,9 @@ async fn a_writer_downgrades_without_a_gap() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
-    let me = Owner::new();
     let writer = lock.try_write().await.unwrap();
     let fence = writer.fence().await.unwrap();
-    let read = writer.downgrade(&me).await.unwrap();
+    let read = writer.downgrade().await.unwrap();
     assert_eq!(read.fence().await.unwrap(), fence);
     let kind: String = server.cmd(&["TYPE", "config"]);
     assert_eq!(
@@ -211,7 +214,8 @@ async fn a_writer_downgrades_without_a_gap() {
         "still read-held"
     );
     let other = lock
-        .try_read(&Owner::new())
+        .for_owner(&Owner::new())
+        .try_read()
         .await
         .expect("other readers may join");
     other.unlock().await.unwrap();
@@ -232,8 +236,8 @@ async fn one_readers_expiry_does_not_release_another() {
         )
         .unwrap();
     let long = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
-    let expiring = short.try_read(&Owner::new()).await.unwrap();
-    let staying = long.try_read(&Owner::new()).await.unwrap();
+    let expiring = short.for_owner(&Owner::new()).try_read().await.unwrap();
+    let staying = long.for_owner(&Owner::new()).try_read().await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(long.readers().await.unwrap(), 1);
     assert!(
@@ -257,7 +261,7 @@ async fn readers_held_back_by_a_writer_that_gives_up_proceed_at_once() {
             .backoff(Duration::from_secs(20), Duration::from_secs(20))
     };
     let lock = client.rwlock_with("config", slow(Wait::NoWait)).unwrap();
-    let first_reader = lock.try_read(&Owner::new()).await.unwrap();
+    let first_reader = lock.for_owner(&Owner::new()).try_read().await.unwrap();
     let impatient = client
         .rwlock_with("config", slow(Wait::Timeout(Duration::from_millis(500))))
         .unwrap();
@@ -268,7 +272,8 @@ async fn readers_held_back_by_a_writer_that_gives_up_proceed_at_once() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let reader_lock = client.rwlock_with("config", slow(Wait::Forever)).unwrap();
-    let second_reader = tokio::spawn(async move { reader_lock.read(&Owner::new()).await });
+    let second_reader =
+        tokio::spawn(async move { reader_lock.for_owner(&Owner::new()).read().await });
     assert!(matches!(writer.await.unwrap(), Err(Error::TimedOut { .. })));
     // Without the announcement the reader would look again only after 20 s.
     let second = tokio::time::timeout(Duration::from_secs(8), second_reader)
@@ -308,7 +313,7 @@ async fn a_crashed_writer_waiter_holds_readers_back_only_for_its_waiter_lease() 
     let reader_lock = client
         .rwlock_with("config", options(Wait::Timeout(Duration::from_secs(20))))
         .unwrap();
-    let reader = tokio::spawn(async move { reader_lock.read(&Owner::new()).await });
+    let reader = tokio::spawn(async move { reader_lock.for_owner(&Owner::new()).read().await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     writer.unlock().await.unwrap();
     // The release woke the ghost, not the reader; the reader must look again when the

@@ -28,7 +28,7 @@ async fn most_concurrent(server: &RedisServer, limited: bool) -> usize {
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
                 let permit = if limited {
-                    Some(semaphore.acquire().await.unwrap())
+                    Some(semaphore.lock().await.unwrap())
                 } else {
                     None
                 };
@@ -71,10 +71,10 @@ async fn expired_permits_are_reclaimed_by_the_next_acquirer() {
         .wait(Wait::NoWait);
     let semaphore = client.semaphore_with("pool", 2, fixed).unwrap();
     // Two holders vanish without giving their permits back.
-    std::mem::forget(semaphore.try_acquire().await.unwrap());
-    std::mem::forget(semaphore.try_acquire().await.unwrap());
+    std::mem::forget(semaphore.try_lock().await.unwrap());
+    std::mem::forget(semaphore.try_lock().await.unwrap());
     assert!(matches!(
-        semaphore.try_acquire().await,
+        semaphore.try_lock().await,
         Err(Error::Busy { .. })
     ));
     assert_eq!(semaphore.held().await.unwrap(), 2);
@@ -82,7 +82,7 @@ async fn expired_permits_are_reclaimed_by_the_next_acquirer() {
         .semaphore_with("pool", 2, options(Wait::Timeout(Duration::from_secs(5))))
         .unwrap();
     let permit = waiter
-        .acquire()
+        .lock()
         .await
         .expect("an expired permit was reclaimed");
     let fields: Vec<String> = server.cmd(&["HKEYS", "pool"]);
@@ -99,8 +99,8 @@ async fn every_permit_has_its_own_token_fence_and_lost_signal() {
     let semaphore = client
         .semaphore_with("pool", 3, options(Wait::NoWait))
         .unwrap();
-    let a = semaphore.try_acquire().await.unwrap();
-    let b = semaphore.try_acquire().await.unwrap();
+    let a = semaphore.try_lock().await.unwrap();
+    let b = semaphore.try_lock().await.unwrap();
     assert_ne!(a.token(), b.token());
     assert!(b.fence().await.unwrap() > a.fence().await.unwrap());
     let _: i64 = server.cmd(&["HDEL", "pool", &format!("h:{}", a.token())]);
@@ -130,11 +130,11 @@ async fn a_freed_permit_wakes_a_waiter() {
     let semaphore = client
         .semaphore_with("pool", 1, long(Wait::NoWait))
         .unwrap();
-    let held = semaphore.try_acquire().await.unwrap();
+    let held = semaphore.try_lock().await.unwrap();
     let waiter = client
         .semaphore_with("pool", 1, long(Wait::Timeout(Duration::from_secs(8))))
         .unwrap();
-    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    let waiting = tokio::spawn(async move { waiter.lock().await });
     let deadline = Instant::now() + Duration::from_secs(5);
     while server.cmd::<i64>(&["ZCARD", "{pool}:queue"]) != 1 {
         assert!(Instant::now() < deadline);
@@ -163,7 +163,7 @@ async fn invalid_permits_and_wrong_types_are_typed_errors() {
         .semaphore_with("pool", 2, options(Wait::NoWait))
         .unwrap();
     assert!(matches!(
-        semaphore.try_acquire().await,
+        semaphore.try_lock().await,
         Err(Error::WrongType { .. })
     ));
 }
@@ -181,20 +181,20 @@ async fn clients_with_different_n_each_enforce_their_own() {
         .unwrap();
     let mut held = Vec::new();
     for _ in 0..3 {
-        held.push(three.try_acquire().await.unwrap());
+        held.push(three.try_lock().await.unwrap());
     }
-    assert!(matches!(three.try_acquire().await, Err(Error::Busy { .. })));
-    held.push(five.try_acquire().await.expect("N = 5 admits a fourth"));
-    held.push(five.try_acquire().await.expect("and a fifth"));
-    assert!(matches!(five.try_acquire().await, Err(Error::Busy { .. })));
+    assert!(matches!(three.try_lock().await, Err(Error::Busy { .. })));
+    held.push(five.try_lock().await.expect("N = 5 admits a fourth"));
+    held.push(five.try_lock().await.expect("and a fifth"));
+    assert!(matches!(five.try_lock().await, Err(Error::Busy { .. })));
     assert_eq!(five.held().await.unwrap(), 5);
     for permit in held.drain(..3) {
         permit.unlock().await.unwrap();
     }
     // Two held: N = 3 admits one more, then is full.
-    held.push(three.try_acquire().await.unwrap());
-    assert!(matches!(three.try_acquire().await, Err(Error::Busy { .. })));
-    assert!(five.try_acquire().await.is_ok(), "while N = 5 still admits");
+    held.push(three.try_lock().await.unwrap());
+    assert!(matches!(three.try_lock().await, Err(Error::Busy { .. })));
+    assert!(five.try_lock().await.is_ok(), "while N = 5 still admits");
 }
 
 /// Waits until `n` waiters are queued on `name`.
@@ -226,18 +226,18 @@ async fn after_a_crash_the_next_in_line_gets_the_permit_when_the_lease_ends() {
     let semaphore = client
         .semaphore_with("pool", 1, slow(Duration::from_secs(30), Wait::NoWait))
         .unwrap();
-    let held = semaphore.try_acquire().await.unwrap();
+    let held = semaphore.try_lock().await.unwrap();
     let wait = Wait::Timeout(Duration::from_secs(8));
     // The first waiter's permit will be abandoned: a 500 ms lease, not renewed.
     let crashing = client
         .semaphore_with("pool", 1, slow(Duration::from_millis(500), wait))
         .unwrap();
-    let first = tokio::spawn(async move { crashing.acquire().await });
+    let first = tokio::spawn(async move { crashing.lock().await });
     queued(&server, "pool", 1).await;
     let next = client
         .semaphore_with("pool", 1, slow(Duration::from_secs(30), wait))
         .unwrap();
-    let second = tokio::spawn(async move { next.acquire().await });
+    let second = tokio::spawn(async move { next.lock().await });
     queued(&server, "pool", 2).await;
     held.unlock().await.unwrap();
     let abandoned = first.await.unwrap().unwrap();

@@ -10,18 +10,16 @@
 //! each other on the same key. The fencing counter lives beside it (same hash slot), never
 //! expires and only grows. The fair mutex adds a queue of leased waiter places.
 
-use std::future::Future;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
-use crate::wait::acquire;
 
 pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
     grant bare "mutex acquire",
@@ -35,17 +33,12 @@ static FAIR_ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
 static FAIR_RELEASE: LazyLock<LuaScript> =
     lua_script!("fair mutex release", "queue/queue.lua", "fair/release.lua");
-static RELEASE_TOKEN: LazyLock<LuaScript> = lua_script!(
-    "release by token",
-    "queue/queue.lua",
-    "mutex/release_token.lua"
-);
 
 /// Proof of holding a [`Mutex`] (plain or fair). See [`Guard`] for what every guard does.
-pub type MutexGuard = Guard<Mutex>;
+pub type MutexGuard = Guard<RawMutex>;
 
-/// A named distributed mutex. Cheap to clone; made by [`Client::mutex`] (or
-/// [`Client::fair_mutex`] for FIFO order).
+/// A named distributed mutex: the one [`Lock`] handle over the mutex's protocol. Cheap to
+/// clone; made by [`Client::mutex`] (or [`Client::fair_mutex`] for FIFO order).
 ///
 /// ```no_run
 /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
@@ -63,120 +56,61 @@ pub type MutexGuard = Guard<Mutex>;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
+pub type Mutex = Lock<RawMutex>;
+
+/// The protocol of the plain or fair mutex: the kind of a [`Mutex`] handle and its
+/// [`MutexGuard`].
 #[derive(Debug, Clone)]
-pub struct Mutex {
+pub struct RawMutex {
     core: LockCore,
     /// The waiter queue of a fair mutex; `None` for the plain one.
     queue: Option<QueueKeys>,
 }
 
-impl Mutex {
-    pub(crate) fn new(client: Client, name: &str, options: LockOptions) -> Result<Mutex> {
-        Ok(Mutex {
+impl RawMutex {
+    fn new(client: Client, name: &str, options: LockOptions) -> Result<RawMutex> {
+        Ok(RawMutex {
             core: LockCore::new(client, name, options)?,
             queue: None,
         })
     }
 
     /// A fair mutex: granted strictly in arrival order (see [`Client::fair_mutex`]).
-    pub(crate) fn new_fair(client: Client, name: &str, options: LockOptions) -> Result<Mutex> {
-        let mut mutex = Mutex::new(client, name, options)?;
+    fn new_fair(client: Client, name: &str, options: LockOptions) -> Result<RawMutex> {
+        let mut mutex = RawMutex::new(client, name, options)?;
         mutex.queue = Some(QueueKeys::new(&mutex.core.keys));
         Ok(mutex)
     }
+}
 
+impl Lock<RawMutex> {
     /// True for a fair (FIFO) mutex.
     pub fn is_fair(&self) -> bool {
-        self.queue.is_some()
+        self.raw.queue.is_some()
     }
 
-    /// The lock name (without the client prefix).
-    pub fn name(&self) -> &str {
-        &self.core.keys.name
+    /// The token that holds the lock now, if any (a plain `GET`; `None` when free).
+    pub async fn holder(&self) -> Result<Option<String>> {
+        let core = &self.raw.core;
+        core.client.get_string(&core.keys.key, "string").await
     }
 
-    /// The Redis key that holds the lock.
-    pub fn key(&self) -> &str {
-        &self.core.keys.key
+    /// The last fencing token drawn for this lock (0 when never drawn). A plain mutex
+    /// holder that has not read its fence yet has not drawn one.
+    pub async fn last_fence(&self) -> Result<u64> {
+        let core = &self.raw.core;
+        let value = core.client.get_string(&core.keys.fence, "counter").await?;
+        match value {
+            None => Ok(0),
+            Some(text) => match text.parse() {
+                Ok(fence) => Ok(fence),
+                Err(_) => Err(core.client.wrong_type(&core.keys.fence, "counter").await),
+            },
+        }
     }
+}
 
-    /// The options in force.
-    pub fn options(&self) -> &LockOptions {
-        &self.core.options
-    }
-
-    /// One attempt to take the lock. Fails with [`Error::Busy`] (telling the holder's
-    /// remaining lease) when someone else holds it.
-    ///
-    /// A fair mutex grants a single attempt only when nobody is queued ahead, and leaves
-    /// no trace in its queue.
-    pub async fn try_lock(&self) -> Result<MutexGuard> {
-        acquire(self, crate::Wait::NoWait).await
-    }
-
-    /// Takes the lock, waiting according to the [`Wait`](crate::Wait) policy.
-    ///
-    /// Waiting is notified: a release wakes one waiter of this client at once; an
-    /// abandoned lock is taken as soon as its lease runs out. Transient connection errors
-    /// are retried within the wait budget. Fails with [`Error::TimedOut`] when the budget
-    /// is used up ([`Error::Busy`] for [`Wait::NoWait`](crate::Wait::NoWait)).
-    ///
-    /// Cancel-safe: when the returned future is dropped (by `timeout`, `select!`, ...) or
-    /// the wait fails, anything that may have been granted to it, and its place in a fair
-    /// mutex's queue, is given back.
-    pub async fn lock(&self) -> Result<MutexGuard> {
-        acquire(self, self.core.options.wait).await
-    }
-
-    /// Runs `work` while holding the lock (renewed meanwhile) and returns its value.
-    ///
-    /// `work` receives the fencing token of the grant (drawn before `work` starts; see
-    /// [`Guard::fence`]). If the lock is lost before `work` finishes, its future is
-    /// dropped at its next await point and the result is [`Error::Lost`]; otherwise the
-    /// lock is released and the value returned.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
-    /// let report = client
-    ///     .mutex("nightly-report")?
-    ///     .with_lock(|fence| async move { format!("built under fence {fence}") })
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(u64) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        // The fence is always read here: draw it with the grant (no extra round trip).
-        let mut eager = self.clone();
-        eager.core.options = eager.core.options.fence_at_grant();
-        crate::wait::with_lock(&eager, work).await
-    }
-
-    /// Releases the lock held with `token` (e.g. a token printed by `dlock acquire`).
-    /// Fails with [`Error::Lost`] when that token no longer holds it; the current holder,
-    /// if any, is untouched.
-    ///
-    /// The token may have been taken as a plain mutex, a fair mutex or a write lock (they
-    /// share the format): whoever waits for the name is woken the way they wait, the next
-    /// in the queue or the waiters on the release channel. A token of another kind
-    /// (a read hold, a permit, a reentrant hold) fails with [`Error::WrongType`].
-    pub async fn release_token(&self, token: &str) -> Result<()> {
-        let queue = QueueKeys::new(&self.core.keys);
-        let released: i64 = RELEASE_TOKEN
-            .call()
-            .key(&self.core.keys.key)
-            .key(&queue.queue)
-            .key(&queue.leases)
-            .arg(token)
-            .arg(&self.core.keys.channel)
-            .arg(&queue.wake_prefix)
-            .run(&self.core.client)
-            .await?;
-        self.released(released).await
-    }
-
+impl RawMutex {
     /// A guard's own release: its kind's script (the plain one is the raw
     /// compare-and-delete; the fair one wakes only the next in line).
     async fn release_hold(&self, token: &str) -> Result<()> {
@@ -220,44 +154,9 @@ impl Mutex {
             other => Err(Error::unexpected_reply(other)),
         }
     }
-
-    /// Resets the lease of the lock held with `token` to `ttl`. Fails with [`Error::Lost`]
-    /// when that token no longer holds it.
-    pub async fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
-        crate::raw::extend_on_server(self, token, ttl).await
-    }
-
-    /// The token that holds the lock now, if any (a plain `GET`; `None` when free).
-    pub async fn holder(&self) -> Result<Option<String>> {
-        self.core
-            .client
-            .get_string(&self.core.keys.key, "string")
-            .await
-    }
-
-    /// The last fencing token drawn for this lock (0 when never drawn). A plain mutex
-    /// holder that has not read its fence yet has not drawn one.
-    pub async fn last_fence(&self) -> Result<u64> {
-        let value = self
-            .core
-            .client
-            .get_string(&self.core.keys.fence, "counter")
-            .await?;
-        match value {
-            None => Ok(0),
-            Some(text) => match text.parse() {
-                Ok(fence) => Ok(fence),
-                Err(_) => Err(self
-                    .core
-                    .client
-                    .wrong_type(&self.core.keys.fence, "counter")
-                    .await),
-            },
-        }
-    }
 }
 
-impl Mutex {
+impl RawMutex {
     /// The plain mutex's attempt. The fast path is the raw `SET key token NX PX lease`,
     /// the same single command as redis-py's `Lock` or redsync: no Lua and no fencing
     /// counter on the hot path (the fence is drawn on first read; see
@@ -333,7 +232,7 @@ impl Mutex {
     }
 }
 
-impl OnOneServer for Mutex {
+impl OnOneServer for RawMutex {
     const HOLD: HoldKind = HoldKind::String;
 
     fn core(&self) -> &LockCore {
@@ -377,28 +276,40 @@ impl OnOneServer for Mutex {
     async fn release(&self, token: &str) -> Result<()> {
         self.release_hold(token).await
     }
+
+    fn core_mut(&mut self) -> &mut LockCore {
+        &mut self.core
+    }
 }
 
 impl Client {
     /// A mutex named `name` with default options (30 s lease renewed automatically,
     /// wait forever).
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        Mutex::new(self.clone(), name, LockOptions::default())
+        Ok(Lock::of(RawMutex::new(
+            self.clone(),
+            name,
+            LockOptions::default(),
+        )?))
     }
 
     /// A mutex named `name` with the given options.
     pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
-        Mutex::new(self.clone(), name, options)
+        Ok(Lock::of(RawMutex::new(self.clone(), name, options)?))
     }
 
     /// A fair mutex named `name` with default options: granted strictly in arrival order;
     /// a release wakes only the next waiter. Same storage and guard as [`Client::mutex`].
     pub fn fair_mutex(&self, name: &str) -> Result<Mutex> {
-        Mutex::new_fair(self.clone(), name, LockOptions::default())
+        Ok(Lock::of(RawMutex::new_fair(
+            self.clone(),
+            name,
+            LockOptions::default(),
+        )?))
     }
 
     /// A fair mutex named `name` with the given options.
     pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
-        Mutex::new_fair(self.clone(), name, options)
+        Ok(Lock::of(RawMutex::new_fair(self.clone(), name, options)?))
     }
 }

@@ -28,9 +28,9 @@ use crate::lease;
 use crate::notifier::Turnstile;
 use crate::options::LockOptions;
 use crate::renew::{Due, RenewTarget, Renewed, Renewer};
-use crate::session::Session;
+use crate::session::{Lane, Session};
 
-pub use mutex::{RedlockGuard, RedlockMutex};
+pub use mutex::{RawRedlock, RedlockGuard, RedlockMutex};
 
 /// How long connecting waits for the other masters once a majority is connected.
 const CONNECT_GRACE: Duration = Duration::from_millis(250);
@@ -139,25 +139,10 @@ impl RedlockBuilder {
     }
 
     /// Every node's client takes the settings of `builder` (prefix, holder label,
-    /// timeouts, TLS certificates); only its URL is replaced by each node's.
+    /// timeouts, TLS certificates for `rediss://` nodes); only its URL is replaced by each
+    /// node's.
     pub fn node_settings(mut self, builder: ClientBuilder) -> Self {
         self.template = builder;
-        self
-    }
-
-    /// For `rediss://` URLs: trust this CA certificate (PEM) on every node.
-    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.template = self.template.tls_root_certificate(pem);
-        self
-    }
-
-    /// For `rediss://` URLs: present this client certificate and key (PEM) to every node.
-    pub fn tls_client_certificate(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.template = self.template.tls_client_certificate(cert_pem, key_pem);
         self
     }
 
@@ -268,7 +253,6 @@ impl RedlockBuilder {
                 ),
                 stats: Arc::default(),
                 turnstiles: StdMutex::new(HashMap::new()),
-                renewer: std::sync::OnceLock::new(),
                 late_requests: StdMutex::new(HashMap::new()),
             }),
         };
@@ -345,8 +329,6 @@ pub(crate) struct Inner {
     pub(crate) stats: Arc<Counters>,
     /// Per lock key, the turn its waiters of this handle take (see [`Turnstile`]).
     turnstiles: StdMutex<HashMap<String, std::sync::Weak<Turnstile>>>,
-    /// Renews the holds of this handle on a majority, started on first use.
-    renewer: std::sync::OnceLock<Renewer>,
     /// Per held token, when its granting round's requests end: its release waits for
     /// them, or a late grant of that round on a slow node could land after it.
     late_requests: StdMutex<HashMap<String, RequestsEnd>>,
@@ -425,7 +407,7 @@ impl Redlock {
     /// A mutex named `name` with default options (30 s lease renewed automatically, wait
     /// forever).
     pub fn mutex(&self, name: &str) -> Result<RedlockMutex> {
-        RedlockMutex::new(self.clone(), name, LockOptions::default())
+        mutex::RawRedlock::new(self.clone(), name, LockOptions::default())
     }
 
     /// A mutex named `name` with the given options. [`LockOptions::replicas`] does not
@@ -433,7 +415,7 @@ impl Redlock {
     /// [`LockOptions::fence_at_grant`] is implied (the fence is always drawn with the
     /// grant); the waiter lease is unused (no queue).
     pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<RedlockMutex> {
-        RedlockMutex::new(self.clone(), name, options)
+        mutex::RawRedlock::new(self.clone(), name, options)
     }
 
     /// How contended its locks have been so far (see [`RedlockStats`]).
@@ -495,22 +477,14 @@ impl Redlock {
     /// with [`LostReason::Released`](crate::LostReason::Released)), then shuts each node's client down. Locks acquired
     /// after this fail with [`Error::Closed`].
     pub async fn shutdown(&self) {
-        let session = &self.inner.session;
-        session.close();
-        session.release_all().await;
-        // Give-backs of dropped guards and failed rounds, and requests still out, finish
-        // first (bounded: each request ends with its node timeout, a give-back with its
-        // lease).
-        session.until_idle(Duration::from_secs(5)).await;
-        if let Some(renewer) = self.inner.renewer.get() {
-            renewer.stop().await;
-        }
+        // Give-backs of dropped guards and failed rounds, and requests still out, end
+        // with their node timeout, a give-back with its lease.
+        self.inner.session.shutdown(Duration::from_secs(5)).await;
         for node in self.inner.nodes.iter() {
             if let Some(client) = node.connected() {
                 client.shutdown().await;
             }
         }
-        session.finish();
     }
 
     /// The node timeout for a lock with lease `ttl` (see [`RedlockBuilder::node_timeout`]).
@@ -520,13 +494,12 @@ impl Redlock {
 
     /// The renewal scheduler of this handle's holds (started on first use).
     pub(crate) fn renewer(&self) -> &Renewer {
-        self.inner.renewer.get_or_init(|| {
-            let target = Arc::new(QuorumRenewal {
+        self.inner.session.renewer(Lane::Plain, || {
+            Arc::new(QuorumRenewal {
                 nodes: self.inner.nodes.clone(),
                 quorum: self.inner.quorum,
                 node_timeout: self.inner.node_timeout,
-            });
-            Renewer::start(target, self.inner.session.runtime())
+            })
         })
     }
 

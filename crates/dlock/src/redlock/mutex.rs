@@ -29,14 +29,14 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::keys::LockKeys;
 use crate::lease;
+use crate::lock::Lock;
 use crate::notifier::{Turnstile, WakeSet};
-use crate::options::{LockOptions, Wait};
+use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{private::RawProtocol, Attempt, HoldKind, Waiting};
 use crate::renew::Renewer;
 use crate::script::{lua_script, LuaScript};
 use crate::session::Session;
-use crate::wait::acquire;
 
 static RAISE: LazyLock<LuaScript> = lua_script!(
     bare "redlock fence raise",
@@ -49,32 +49,63 @@ static RAISE: LazyLock<LuaScript> = lua_script!(
 /// [`Guard`] every kind hands out. Its fence is drawn with the grant; renewal runs on the
 /// handle's scheduler, which renews a lease when a majority did; dropping it releases it
 /// on every master in the background.
-pub type RedlockGuard = Guard<RedlockMutex>;
+pub type RedlockGuard = Guard<RawRedlock>;
 
-/// A mutex granted by a majority of a [`Redlock`]'s masters. Cheap to clone; made by
-/// [`Redlock::mutex`].
+/// A mutex granted by a majority of a [`Redlock`]'s masters: the one [`Lock`] handle over
+/// the Redlock protocol. Cheap to clone; made by [`Redlock::mutex`].
 ///
 /// ```no_run
 /// # async fn demo(redlock: dlock::Redlock) -> dlock::Result<()> {
-/// use std::time::Duration;
-/// use dlock::{LockOptions, Wait};
-///
-/// let mutex = redlock.mutex_with(
-///     "billing:close-month",
-///     LockOptions::default().renewed(Duration::from_secs(10)).wait(Wait::Timeout(Duration::from_secs(5))),
-/// )?;
-/// let guard = mutex.lock().await?;
-/// // Pass the fence to the storage you write to; it rejects writes with an older one.
-/// let fence = guard.fence().await?; // drawn with the grant: no round trip
-/// # let _ = fence;
-/// guard.unlock().await?;
+/// # async fn close_month(_fence: u64) {}
+/// // The fence is drawn with the grant: pass it to the storage you write to, which
+/// // rejects writes with an older one.
+/// redlock
+///     .mutex("billing:close-month")?
+///     .with_lock(|fence| close_month(fence))
+///     .await?;
 /// # Ok(()) }
 /// ```
+pub type RedlockMutex = Lock<RawRedlock>;
+
+/// The Redlock protocol: the kind of a [`RedlockMutex`] handle and its [`RedlockGuard`].
 #[derive(Debug, Clone)]
-pub struct RedlockMutex {
+pub struct RawRedlock {
     redlock: Redlock,
     keys: Arc<LockKeys>,
     options: LockOptions,
+}
+
+impl Lock<RawRedlock> {
+    /// The largest fencing token any node drew for this lock (0 when never drawn;
+    /// nodes that do not answer are skipped).
+    pub async fn last_fence(&self) -> Result<u64> {
+        let timeout = self.raw.redlock.node_timeout(self.raw.options.ttl);
+        let mut largest = None;
+        let mut failures = Vec::new();
+        let fence_key = self.raw.keys.fence.clone();
+        self.raw
+            .redlock
+            .fan_out(
+                timeout,
+                Rest::Drop,
+                move |client| {
+                    let fence_key = fence_key.clone();
+                    async move { client.get_string(&fence_key, "counter").await }
+                },
+                |(index, vote)| {
+                    match vote {
+                        Ok(value) => {
+                            let value = value.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                            largest = Some(largest.unwrap_or(0).max(value));
+                        }
+                        Err(err) => failures.push((index, err)),
+                    }
+                    false
+                },
+            )
+            .await;
+        largest.ok_or_else(|| self.raw.no_quorum(0, self.raw.describe(failures)))
+    }
 }
 
 /// What one attempt over all nodes came to.
@@ -104,8 +135,8 @@ struct Tally {
     refused: Vec<usize>,
 }
 
-impl RedlockMutex {
-    pub(crate) fn new(redlock: Redlock, name: &str, options: LockOptions) -> Result<Self> {
+impl RawRedlock {
+    pub(crate) fn new(redlock: Redlock, name: &str, options: LockOptions) -> Result<RedlockMutex> {
         options.validate()?;
         if options.replicas.is_some() {
             return Err(Error::InvalidArgument(
@@ -114,64 +145,17 @@ impl RedlockMutex {
         }
         redlock.validate_node_timeout(options.ttl)?;
         let keys = Arc::new(LockKeys::new(redlock.prefix(), name)?);
-        Ok(RedlockMutex {
+        Ok(Lock::of(RawRedlock {
             redlock,
             keys,
             options,
-        })
+        }))
     }
 
-    /// The lock name (without the prefix).
-    pub fn name(&self) -> &str {
-        &self.keys.name
-    }
-
-    /// The Redis key that holds the lock on every node.
-    pub fn key(&self) -> &str {
-        &self.keys.key
-    }
-
-    /// The options in force.
-    pub fn options(&self) -> &LockOptions {
-        &self.options
-    }
-
-    /// One attempt on every node. Fails with [`Error::Busy`] when another owner holds it
-    /// on too many nodes, [`Error::NoQuorum`] when too many nodes did not answer.
-    pub async fn try_lock(&self) -> Result<RedlockGuard> {
-        acquire(self, Wait::NoWait).await
-    }
-
-    /// Takes the lock, waiting according to the [`Wait`] policy. Waiting is notified on
-    /// every node: any node's release wakes the waiter, and an abandoned lock is taken
-    /// when its lease ends. [`Error::NoQuorum`] is retried within the wait budget.
-    ///
-    /// Cancel-safe: when the returned future is dropped, whatever it may have been
-    /// granted on any node is given back.
-    pub async fn lock(&self) -> Result<RedlockGuard> {
-        acquire(self, self.options.wait).await
-    }
-
-    /// Runs `work` while holding the lock (renewed on a majority meanwhile) and returns its
-    /// value; see [`Mutex::with_lock`](crate::Mutex::with_lock).
-    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(u64) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        crate::wait::with_lock(self, work).await
-    }
-
-    /// Gives back the hold of `token` on every node. Fails with [`Error::Lost`] when no
-    /// node held it, and with [`Error::NoQuorum`] when it cannot be told (too many nodes
-    /// did not answer; their copies end with the lease).
-    pub async fn release_token(&self, token: &str) -> Result<()> {
-        self.release_after(token, super::RequestsEnd::default())
-            .await
-    }
-
-    /// [`release_token`](Self::release_token), each node's release sent once the
-    /// request of `after` there ended.
+    /// Gives back the hold of `token` on every node, each node's release sent once the
+    /// request of `after` there ended. Fails with [`Error::Lost`] when no node held it,
+    /// and with [`Error::NoQuorum`] when it cannot be told (too many nodes did not answer;
+    /// their copies end with the lease).
     async fn release_after(&self, token: &str, after: super::RequestsEnd) -> Result<()> {
         let timeout = self.redlock.node_timeout(self.options.ttl);
         let outcome = self
@@ -204,42 +188,12 @@ impl RedlockMutex {
     /// Resets the lease of the hold of `token` to `ttl` on every node that still holds
     /// it; succeeds when a majority did, within the new lease's validity. Fails with
     /// [`Error::Lost`] when too few nodes hold it any more.
-    pub async fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
+    async fn extend_on_majority(&self, token: &str, ttl: Duration) -> Result<()> {
         lease::validate_ttl(ttl)?;
         self.redlock.validate_node_timeout(ttl)?;
         extend_on_quorum(&self.redlock, &self.keys, token, ttl)
             .await
             .map(|_| ())
-    }
-
-    /// The largest fencing token any node drew for this lock (0 when never drawn;
-    /// nodes that do not answer are skipped).
-    pub async fn last_fence(&self) -> Result<u64> {
-        let timeout = self.redlock.node_timeout(self.options.ttl);
-        let mut largest = None;
-        let mut failures = Vec::new();
-        let fence_key = self.keys.fence.clone();
-        self.redlock
-            .fan_out(
-                timeout,
-                Rest::Drop,
-                move |client| {
-                    let fence_key = fence_key.clone();
-                    async move { client.get_string(&fence_key, "counter").await }
-                },
-                |(index, vote)| {
-                    match vote {
-                        Ok(value) => {
-                            let value = value.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                            largest = Some(largest.unwrap_or(0).max(value));
-                        }
-                        Err(err) => failures.push((index, err)),
-                    }
-                    false
-                },
-            )
-            .await;
-        largest.ok_or_else(|| self.no_quorum(0, self.describe(failures)))
     }
 
     fn quorum(&self) -> usize {
@@ -474,7 +428,7 @@ impl RedlockMutex {
 /// whole wait dropped by `timeout`/`select!` mid-round) gives back whatever any node
 /// may have granted to it, on every node, in the background.
 struct Round<'a> {
-    mutex: &'a RedlockMutex,
+    mutex: &'a RawRedlock,
     token: String,
     /// Nodes that answered without granting: nothing to give back there.
     refused: Vec<usize>,
@@ -484,7 +438,7 @@ struct Round<'a> {
 }
 
 impl<'a> Round<'a> {
-    fn new(mutex: &'a RedlockMutex, token: String) -> Self {
+    fn new(mutex: &'a RawRedlock, token: String) -> Self {
         Round {
             mutex,
             token,
@@ -638,7 +592,7 @@ async fn extend_on_quorum(
     }
 }
 
-impl RawProtocol for RedlockMutex {
+impl RawProtocol for RawRedlock {
     fn settles_each_attempt(&self) -> bool {
         true
     }
@@ -699,7 +653,7 @@ impl RawProtocol for RedlockMutex {
     }
 
     async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
-        self.extend_token(token, ttl).await
+        self.extend_on_majority(token, ttl).await
     }
 
     /// Held when a majority of the masters hold it; [`Error::NoQuorum`] when too few

@@ -1,7 +1,8 @@
 //! The reentrant mutex: one owner may hold the same lock many times.
 //!
 //! Thread identity means nothing in async Rust (a task moves between threads), so the
-//! owner is explicit: an [`Owner`] a caller creates and passes to every lock call. The lock
+//! owner is explicit: an [`Owner`] bound to the handle when it is made (a fresh one by
+//! default, or one a caller chose with [`Lock::for_owner`]). The lock
 //! is a hash at the lock key `{~kind: reentrant, owner, fence, count, h:<hold>...}`: every
 //! hold has its own token (so a resent or cancelled acquire is counted exactly once), and
 //! the holds share the key's lease. It is released when the last hold is given back. The
@@ -12,10 +13,10 @@ use std::sync::LazyLock;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
-use crate::wait::acquire;
 
 static ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "reentrant acquire", "reentrant/acquire.lua");
@@ -25,8 +26,9 @@ static RELEASE: LazyLock<LuaScript> = lua_script!("reentrant release", "reentran
 /// [`Guard::holds_at_grant`] tells the owner's hold count.
 pub type ReentrantGuard = Guard<OwnedBy>;
 
-/// The identity that holds a [`ReentrantMutex`] or reads a
-/// [`RwLock`](crate::RwLock). Clone it to every place that acts for the same owner.
+/// The identity that holds a [`ReentrantMutex`] or reads a [`RwLock`](crate::RwLock),
+/// bound to the handle: clone the handle (or pass the owner to `for_owner`) to every place
+/// that acts for the same owner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Owner(String);
 
@@ -53,163 +55,131 @@ impl Default for Owner {
     }
 }
 
-/// A named reentrant distributed mutex. Made by [`Client::reentrant_mutex`].
+/// A named reentrant distributed mutex, acting for the [`Owner`] bound to the handle: the
+/// one [`Lock`] handle over the reentrant protocol. Made by [`Client::reentrant_mutex`]
+/// with a fresh owner (clones act for the same one); [`for_owner`](Lock::for_owner) makes
+/// a handle for another.
 ///
 /// ```no_run
 /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
-/// use dlock::reentrant::Owner;
-/// let owner = Owner::new();
 /// let mutex = client.reentrant_mutex("ledger")?;
-/// let outer = mutex.lock(&owner).await?;
-/// let inner = mutex.lock(&owner).await?;          // same owner: re-enters
+/// let outer = mutex.lock().await?;
+/// let inner = mutex.lock().await?;                // same owner: re-enters
 /// assert_eq!(inner.fence().await?, outer.fence().await?); // one fence per outermost grant
 /// inner.unlock().await?;                          // still held (one hold left)
 /// outer.unlock().await?;                          // released
 /// # Ok(()) }
 /// ```
+pub type ReentrantMutex = Lock<OwnedBy>;
+
+/// The reentrant protocol as one [`Owner`] acts on a named lock: the kind of a
+/// [`ReentrantMutex`] handle and its [`ReentrantGuard`]s.
 #[derive(Debug, Clone)]
-pub struct ReentrantMutex {
+pub struct OwnedBy {
     core: LockCore,
+    owner: Owner,
 }
 
-impl ReentrantMutex {
-    pub(crate) fn new(client: Client, name: &str, options: LockOptions) -> Result<Self> {
-        Ok(ReentrantMutex {
-            core: LockCore::new(client, name, options)?,
+impl Lock<OwnedBy> {
+    /// The owner this handle acts for.
+    pub fn owner(&self) -> &Owner {
+        &self.raw.owner
+    }
+
+    /// A handle on the same lock acting for `owner` (for example an owner id that another
+    /// process passed on).
+    pub fn for_owner(&self, owner: &Owner) -> ReentrantMutex {
+        Lock::of(OwnedBy {
+            core: self.raw.core.clone(),
+            owner: owner.clone(),
         })
     }
 
-    /// The lock name (without the client prefix).
-    pub fn name(&self) -> &str {
-        &self.core.keys.name
-    }
-
-    pub(crate) fn owned_by(&self, owner: &Owner) -> OwnedBy {
-        OwnedBy {
-            mutex: self.clone(),
-            owner: owner.clone(),
-        }
-    }
-
-    /// One attempt to take (or re-enter) the lock for `owner`.
-    pub async fn try_lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        acquire(&self.owned_by(owner), crate::Wait::NoWait).await
-    }
-
-    /// Takes (or re-enters) the lock for `owner`, waiting per the options' wait policy.
-    /// Cancel-safe like [`Mutex::lock`](crate::Mutex::lock).
-    pub async fn lock(&self, owner: &Owner) -> Result<ReentrantGuard> {
-        acquire(&self.owned_by(owner), self.core.options.wait).await
-    }
-
-    /// Gives back one (any) hold of `owner` and returns the holds left. Fails with
-    /// [`Error::Lost`] when `owner` does not hold the lock (nothing is touched), or when
+    /// Gives back one (any) hold of the owner and returns the holds left. Fails with
+    /// [`Error::Lost`] when the owner does not hold the lock (nothing is touched), or when
     /// the hold it picked was given back by its guard meanwhile.
     ///
     /// It reads which holds the owner has, then gives back exactly one of them by its
     /// token: a release resent after a lost reply then finds that hold gone and gives back
     /// no second one.
-    pub async fn release_as(&self, owner: &Owner) -> Result<u32> {
-        let key = &self.core.keys.key;
+    pub async fn release_one(&self) -> Result<u32> {
+        let core = &self.raw.core;
+        let key = &core.keys.key;
         let fields: redis::RedisResult<Vec<(String, String)>> = redis::cmd("HGETALL")
             .arg(key)
-            .query_async(&mut self.core.client.conn())
+            .query_async(&mut core.client.conn())
             .await;
         let fields = match fields {
             Ok(fields) => fields,
             Err(err) if err.code() == Some("WRONGTYPE") => {
-                return Err(self.core.client.wrong_type(key, "reentrant").await)
+                return Err(core.client.wrong_type(key, "reentrant").await)
             }
             Err(err) => return Err(Error::from_redis("HGETALL", err)),
         };
         let field = |name: &str| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v);
         match field("~kind").map(String::as_str) {
             Some("reentrant") => {}
-            None if fields.is_empty() => {
-                return Err(Error::Lost {
-                    name: self.core.keys.name.clone(),
-                })
-            }
-            _ => return Err(self.core.client.wrong_type(key, "reentrant").await),
+            None if fields.is_empty() => return Err(self.raw.lost()),
+            _ => return Err(core.client.wrong_type(key, "reentrant").await),
         }
         let hold = fields.iter().find_map(|(f, _)| f.strip_prefix("h:"));
         match (field("owner").map(String::as_str), hold) {
-            (Some(holder), Some(hold)) if holder == owner.id() => {
-                self.release_hold(owner, hold).await
+            (Some(holder), Some(hold)) if holder == self.raw.owner.id() => {
+                self.raw.release_hold(hold).await
             }
-            _ => Err(Error::Lost {
-                name: self.core.keys.name.clone(),
-            }),
+            _ => Err(self.raw.lost()),
         }
     }
 
-    async fn release_hold(&self, owner: &Owner, hold: &str) -> Result<u32> {
-        let left: i64 = RELEASE
-            .call()
-            .key(&self.core.keys.key)
-            .arg(owner.id())
-            .arg(&self.core.keys.channel)
-            .arg(hold)
-            .run(&self.core.client)
-            .await?;
-        match left {
-            n if n >= 0 => Ok(n as u32),
-            _ => Err(Error::Lost {
-                name: self.core.keys.name.clone(),
-            }),
-        }
-    }
-
-    /// How many holds `owner` has on the lock now (0 when it does not hold it).
-    pub async fn hold_count(&self, owner: &Owner) -> Result<u32> {
+    /// How many holds the owner has on the lock now (0 when it does not hold it).
+    pub async fn hold_count(&self) -> Result<u32> {
+        let core = &self.raw.core;
         let reply: redis::RedisResult<(Option<String>, Option<String>, Option<u32>)> =
             redis::cmd("HMGET")
-                .arg(&self.core.keys.key)
+                .arg(&core.keys.key)
                 .arg("~kind")
                 .arg("owner")
                 .arg("count")
-                .query_async(&mut self.core.client.conn())
+                .query_async(&mut core.client.conn())
                 .await;
         match reply {
             Ok((Some(kind), holder, count)) if kind == "reentrant" => {
-                Ok(if holder.as_deref() == Some(owner.id()) {
+                Ok(if holder.as_deref() == Some(self.raw.owner.id()) {
                     count.unwrap_or(0)
                 } else {
                     0
                 })
             }
             Ok((None, None, None)) => Ok(0),
-            Ok(_) => Err(self
-                .core
-                .client
-                .wrong_type(&self.core.keys.key, "reentrant")
-                .await),
-            Err(err) if err.code() == Some("WRONGTYPE") => Err(self
-                .core
-                .client
-                .wrong_type(&self.core.keys.key, "reentrant")
-                .await),
+            Ok(_) => Err(core.client.wrong_type(&core.keys.key, "reentrant").await),
+            Err(err) if err.code() == Some("WRONGTYPE") => {
+                Err(core.client.wrong_type(&core.keys.key, "reentrant").await)
+            }
             Err(err) => Err(Error::from_redis("HMGET", err)),
         }
     }
 }
 
-/// A [`ReentrantMutex`] as held by one [`Owner`]: the lock kind of a [`ReentrantGuard`].
-#[derive(Debug, Clone)]
-pub struct OwnedBy {
-    mutex: ReentrantMutex,
-    owner: Owner,
-}
-
 impl OwnedBy {
-    /// The owner.
-    pub fn owner(&self) -> &Owner {
-        &self.owner
+    fn lost(&self) -> Error {
+        Error::Lost {
+            name: self.core.keys.name.clone(),
+        }
     }
 
-    /// The mutex.
-    pub fn mutex(&self) -> &ReentrantMutex {
-        &self.mutex
+    async fn release_hold(&self, hold: &str) -> Result<u32> {
+        let left: i64 = RELEASE
+            .call()
+            .key(&self.core.keys.key)
+            .arg(self.owner.id())
+            .arg(&self.core.keys.channel)
+            .arg(hold)
+            .run(&self.core.client)
+            .await?;
+        match left {
+            n if n >= 0 => Ok(n as u32),
+            _ => Err(self.lost()),
+        }
     }
 }
 
@@ -224,7 +194,11 @@ impl OnOneServer for OwnedBy {
     const HOLD: HoldKind = HoldKind::Reentrant;
 
     fn core(&self) -> &LockCore {
-        &self.mutex.core
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut LockCore {
+        &mut self.core
     }
 
     fn kind_name(&self) -> &'static str {
@@ -232,36 +206,40 @@ impl OnOneServer for OwnedBy {
     }
 
     fn waiting(&self) -> Waiting<'_> {
-        Waiting::Channel(&self.mutex.core.keys.channel)
+        Waiting::Channel(&self.core.keys.channel)
     }
 
     async fn attempt(&self, token: &str, _join_queue: bool) -> Result<Attempt> {
         let reply: Vec<i64> = ACQUIRE
             .call()
-            .key(&self.mutex.core.keys.key)
-            .key(&self.mutex.core.keys.fence)
+            .key(&self.core.keys.key)
+            .key(&self.core.keys.fence)
             .arg(self.owner.id())
-            .arg(self.mutex.core.options.ttl.as_millis() as u64)
+            .arg(self.core.options.ttl.as_millis() as u64)
             .arg(token)
-            .run(&self.mutex.core.client)
+            .run(&self.core.client)
             .await?;
         Attempt::from_reply(&reply)
     }
 
     async fn release(&self, token: &str) -> Result<()> {
-        self.mutex.release_hold(&self.owner, token).await.map(drop)
+        self.release_hold(token).await.map(drop)
     }
 }
 
 impl Client {
     /// A reentrant mutex named `name` with default options (30 s lease renewed
-    /// automatically, wait forever).
+    /// automatically, wait forever), acting for a fresh [`Owner`].
     pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
-        ReentrantMutex::new(self.clone(), name, LockOptions::default())
+        self.reentrant_mutex_with(name, LockOptions::default())
     }
 
-    /// A reentrant mutex named `name` with the given options.
+    /// A reentrant mutex named `name` with the given options, acting for a fresh
+    /// [`Owner`].
     pub fn reentrant_mutex_with(&self, name: &str, options: LockOptions) -> Result<ReentrantMutex> {
-        ReentrantMutex::new(self.clone(), name, options)
+        Ok(Lock::of(OwnedBy {
+            core: LockCore::new(self.clone(), name, options)?,
+            owner: Owner::new(),
+        }))
     }
 }

@@ -19,12 +19,13 @@ use std::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::reentrant::Owner;
 use crate::script::{lua_script, LuaScript};
-use crate::wait::{acquire, Claim};
+use crate::wait::Claim;
 
 macro_rules! rw_script {
     (grant $name:literal, $file:literal) => {
@@ -63,44 +64,122 @@ pub type ReadGuard = Guard<Reading>;
 /// [`Guard::downgrade`].
 pub type WriteGuard = Guard<Writing>;
 
-/// A named distributed read-write lock. Made by [`Client::rwlock`].
+/// A named distributed read-write lock, reading for the [`Owner`] bound to the handle.
+/// Made by [`Client::rwlock`] with a fresh owner (clones read for the same one);
+/// [`for_owner`](RwLock::for_owner) makes a handle for another. Its two sides are
+/// [`Lock`] handles of their own: [`reader`](RwLock::reader) and
+/// [`writer`](RwLock::writer).
 ///
 /// ```no_run
 /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
-/// use dlock::Owner;
 /// let config = client.rwlock("shared-config")?;
-/// let me = Owner::new();
-/// let read = config.read(&me).await?;        // many readers at once
+/// let read = config.read().await?;           // many readers at once
 /// read.unlock().await?;
 /// let write = config.write().await?;         // one writer, no readers
-/// let read = write.downgrade(&me).await?;    // keep reading, let other readers in
+/// let read = write.downgrade().await?;       // keep reading, let other readers in
 /// read.unlock().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
+    reader: Lock<Reading>,
+    writer: Lock<Writing>,
+}
+
+/// What both sides of an [`RwLock`] act on.
+#[derive(Debug, Clone)]
+struct Shared {
     core: LockCore,
     writers: QueueKeys,
 }
 
 impl RwLock {
-    pub(crate) fn new(client: Client, name: &str, options: LockOptions) -> Result<RwLock> {
+    fn new(client: Client, name: &str, options: LockOptions, owner: Owner) -> Result<RwLock> {
         let core = LockCore::new(client, name, options)?;
-        Ok(RwLock {
+        let lock = Shared {
             writers: QueueKeys {
                 // A writer that gives up waiting may be the last one holding readers back.
                 on_empty: Some(core.keys.channel.clone()),
                 ..QueueKeys::new(&core.keys)
             },
             core,
-        })
+        };
+        Ok(RwLock::of(lock, owner))
+    }
+
+    fn of(lock: Shared, owner: Owner) -> RwLock {
+        RwLock {
+            reader: Lock::of(Reading {
+                lock: lock.clone(),
+                owner: owner.clone(),
+            }),
+            writer: Lock::of(Writing { lock, owner }),
+        }
     }
 
     /// The lock name.
     pub fn name(&self) -> &str {
-        &self.core.keys.name
+        self.reader.name()
     }
 
+    /// The owner this handle reads for (and a downgraded write lock becomes a read hold
+    /// of).
+    pub fn owner(&self) -> &Owner {
+        &self.reader.raw.owner
+    }
+
+    /// A handle on the same lock reading for `owner`.
+    pub fn for_owner(&self, owner: &Owner) -> RwLock {
+        RwLock::of(self.reader.raw.lock.clone(), owner.clone())
+    }
+
+    /// The read side: a [`Lock`] whose holds are read holds of the owner (re-entered by a
+    /// second read of the same owner), with every verb of a handle.
+    pub fn reader(&self) -> &Lock<Reading> {
+        &self.reader
+    }
+
+    /// The write side: a [`Lock`] whose hold is the write lock.
+    pub fn writer(&self) -> &Lock<Writing> {
+        &self.writer
+    }
+
+    /// One attempt to take a read hold for the owner.
+    pub async fn try_read(&self) -> Result<ReadGuard> {
+        self.reader.try_lock().await
+    }
+
+    /// Takes a read hold for the owner, waiting per the wait policy. Readers waiting for
+    /// a writer are all woken by its release. Cancel-safe like [`Lock::lock`].
+    pub async fn read(&self) -> Result<ReadGuard> {
+        self.reader.lock().await
+    }
+
+    /// One attempt to take the write lock.
+    pub async fn try_write(&self) -> Result<WriteGuard> {
+        self.writer.try_lock().await
+    }
+
+    /// Takes the write lock, waiting per the wait policy. While it waits, new readers wait
+    /// behind it; it is woken alone when the last reader or the previous writer leaves.
+    /// Cancel-safe: a dropped wait gives its queue place back at once.
+    pub async fn write(&self) -> Result<WriteGuard> {
+        self.writer.lock().await
+    }
+
+    /// The number of readers (distinct owners) holding now.
+    pub async fn readers(&self) -> Result<u32> {
+        let core = &self.reader.raw.lock.core;
+        let entries = core
+            .client
+            .leased_entries(&core.keys.key, "read", true)
+            .await?;
+        let owners: HashSet<&str> = entries.iter().map(|(_, data)| data.as_str()).collect();
+        Ok(owners.len() as u32)
+    }
+}
+
+impl Shared {
     fn call<'a>(&'a self, script: &'a LuaScript) -> crate::script::Call<'a> {
         script
             .call()
@@ -108,76 +187,6 @@ impl RwLock {
             .key(&self.core.keys.fence)
             .key(&self.writers.queue)
             .key(&self.writers.leases)
-    }
-
-    pub(crate) fn reading(&self, owner: &Owner) -> Reading {
-        Reading {
-            lock: self.clone(),
-            owner: owner.clone(),
-        }
-    }
-
-    pub(crate) fn writing(&self) -> Writing {
-        Writing { lock: self.clone() }
-    }
-
-    /// One attempt to take a read hold for `owner`.
-    pub async fn try_read(&self, owner: &Owner) -> Result<ReadGuard> {
-        acquire(&self.reading(owner), crate::Wait::NoWait).await
-    }
-
-    /// Takes a read hold for `owner`, waiting per the wait policy. Readers waiting for a
-    /// writer are all woken by its release. Cancel-safe like
-    /// [`Mutex::lock`](crate::Mutex::lock).
-    pub async fn read(&self, owner: &Owner) -> Result<ReadGuard> {
-        acquire(&self.reading(owner), self.core.options.wait).await
-    }
-
-    /// One attempt to take the write lock.
-    pub async fn try_write(&self) -> Result<WriteGuard> {
-        acquire(&Writing { lock: self.clone() }, crate::Wait::NoWait).await
-    }
-
-    /// Takes the write lock, waiting per the wait policy. While it waits, new readers wait
-    /// behind it; it is woken alone when the last reader or the previous writer leaves.
-    /// Cancel-safe: a dropped wait gives its queue place back at once.
-    pub async fn write(&self) -> Result<WriteGuard> {
-        acquire(&Writing { lock: self.clone() }, self.core.options.wait).await
-    }
-
-    /// The number of readers (distinct owners) holding now.
-    pub async fn readers(&self) -> Result<u32> {
-        let entries = self
-            .core
-            .client
-            .leased_entries(&self.core.keys.key, "read", true)
-            .await?;
-        let owners: HashSet<&str> = entries.iter().map(|(_, data)| data.as_str()).collect();
-        Ok(owners.len() as u32)
-    }
-
-    /// Gives back the read hold with `token` (e.g. one printed by `dlock acquire --read`);
-    /// [`Error::Lost`] when it is not held.
-    pub async fn release_read_token(&self, token: &str) -> Result<()> {
-        self.release_read(token).await
-    }
-
-    /// Releases the write lock held with `token`; [`Error::Lost`] when not ours.
-    pub async fn release_write_token(&self, token: &str) -> Result<()> {
-        self.release_write(token).await
-    }
-
-    /// Resets the lease of the read hold with `token` to `ttl`; [`Error::Lost`] when it
-    /// is not held.
-    pub async fn extend_read_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
-        // The owner is not needed to find a hold by its token.
-        crate::raw::extend_on_server(&self.reading(&Owner::from_id("")), token, ttl).await
-    }
-
-    /// Resets the lease of the write lock held with `token` to `ttl`; [`Error::Lost`] when
-    /// not ours.
-    pub async fn extend_write_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
-        crate::raw::extend_on_server(&Writing { lock: self.clone() }, token, ttl).await
     }
 
     async fn release_read(&self, hold: &str) -> Result<()> {
@@ -212,17 +221,19 @@ impl RwLock {
     }
 }
 
-/// An [`RwLock`] as read by one [`Owner`]: the lock kind of a [`ReadGuard`].
+/// The read side of an [`RwLock`] as one [`Owner`] reads it: the kind of a [`ReadGuard`].
 #[derive(Debug, Clone)]
 pub struct Reading {
-    lock: RwLock,
+    lock: Shared,
     owner: Owner,
 }
 
-/// The write side of an [`RwLock`]: the lock kind of a [`WriteGuard`].
+/// The write side of an [`RwLock`]: the kind of a [`WriteGuard`]. It knows the handle's
+/// owner, whose read hold a downgrade makes.
 #[derive(Debug, Clone)]
 pub struct Writing {
-    lock: RwLock,
+    lock: Shared,
+    owner: Owner,
 }
 
 impl Guard<Reading> {
@@ -230,15 +241,10 @@ impl Guard<Reading> {
     pub fn owner(&self) -> &Owner {
         &self.raw.owner
     }
-
-    /// The lock this hold belongs to.
-    pub fn lock(&self) -> &RwLock {
-        &self.raw.lock
-    }
 }
 
 impl Guard<Writing> {
-    /// Turns this write lock into a read hold of `owner` without a gap: no other writer
+    /// Turns this write lock into a read hold of the handle's owner without a gap: no other writer
     /// can get in between. Other readers may join afterwards unless writers wait. The read
     /// hold keeps the write grant's fencing token. [`Error::Lost`] when the write lock was
     /// no longer ours.
@@ -246,10 +252,14 @@ impl Guard<Writing> {
     /// The write lock stays renewed until the read hold exists. If this future is
     /// dropped midway, both the write lock and a read hold that may have been made are
     /// given back.
-    pub async fn downgrade(self, owner: &Owner) -> Result<ReadGuard> {
+    pub async fn downgrade(self) -> Result<ReadGuard> {
         // Drawn with the write grant: no round trip.
         let fence = self.fence().await?;
-        let reading = self.raw.lock.reading(owner);
+        let owner = &self.raw.owner;
+        let reading = Reading {
+            lock: self.raw.lock.clone(),
+            owner: owner.clone(),
+        };
         let mut claim = Claim::new(reading.clone(), None);
         let lock = &self.raw.lock;
         let sent = Instant::now();
@@ -308,6 +318,10 @@ impl OnOneServer for Reading {
         &self.lock.core
     }
 
+    fn core_mut(&mut self) -> &mut LockCore {
+        &mut self.lock.core
+    }
+
     fn kind_name(&self) -> &'static str {
         "read"
     }
@@ -338,6 +352,10 @@ impl OnOneServer for Writing {
 
     fn core(&self) -> &LockCore {
         &self.lock.core
+    }
+
+    fn core_mut(&mut self) -> &mut LockCore {
+        &mut self.lock.core
     }
 
     fn kind_name(&self) -> &'static str {
@@ -371,11 +389,11 @@ impl Client {
     /// A read-write lock named `name` with default options (30 s leases renewed
     /// automatically, wait forever).
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
-        RwLock::new(self.clone(), name, LockOptions::default())
+        RwLock::new(self.clone(), name, LockOptions::default(), Owner::new())
     }
 
     /// A read-write lock with the given options.
     pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
-        RwLock::new(self.clone(), name, options)
+        RwLock::new(self.clone(), name, options, Owner::new())
     }
 }

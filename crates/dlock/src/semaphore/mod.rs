@@ -16,11 +16,11 @@ use std::sync::LazyLock;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
-use crate::wait::acquire;
 
 static ACQUIRE: LazyLock<LuaScript> = lua_script!(
     grant "semaphore acquire",
@@ -39,69 +39,48 @@ static RELEASE: LazyLock<LuaScript> = lua_script!(
 pub const MAX_PERMITS: u32 = 1_000_000;
 
 /// One permit of a [`Semaphore`]. See [`Guard`] for what every guard does.
-pub type SemaphorePermit = Guard<Semaphore>;
+pub type SemaphorePermit = Guard<RawSemaphore>;
 
-/// A named distributed semaphore with `N` permits. Made by [`Client::semaphore`].
+/// A named distributed semaphore with `N` permits: the one [`Lock`] handle over the
+/// semaphore's protocol, each [`lock`](Lock::lock) taking one permit. Made by
+/// [`Client::semaphore`].
 ///
 /// ```no_run
 /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
 /// let gpus = client.semaphore("gpu-pool", 4)?;
-/// let permit = gpus.acquire().await?;      // at most 4 holders at once
+/// let permit = gpus.lock().await?;         // at most 4 holders at once
 /// println!("permit fence {}", permit.fence().await?);
 /// permit.unlock().await?;
 /// # Ok(()) }
 /// ```
+pub type Semaphore = Lock<RawSemaphore>;
+
+/// The protocol of the semaphore: the kind of a [`Semaphore`] handle and its
+/// [`SemaphorePermit`]s.
 #[derive(Debug, Clone)]
-pub struct Semaphore {
+pub struct RawSemaphore {
     core: LockCore,
     permits: u32,
     queue: QueueKeys,
 }
 
-impl Semaphore {
-    pub(crate) fn new(
-        client: Client,
-        name: &str,
-        permits: u32,
-        options: LockOptions,
-    ) -> Result<Semaphore> {
+impl RawSemaphore {
+    fn new(client: Client, name: &str, permits: u32, options: LockOptions) -> Result<Semaphore> {
         let core = LockCore::new(client, name, options)?;
         if permits == 0 || permits > MAX_PERMITS {
             return Err(Error::InvalidArgument(format!(
                 "a semaphore needs between 1 and {MAX_PERMITS} permits, not {permits}"
             )));
         }
-        Ok(Semaphore {
+        Ok(Lock::of(RawSemaphore {
             queue: QueueKeys::new(&core.keys),
             core,
             permits,
-        })
-    }
-
-    /// The semaphore's name.
-    pub fn name(&self) -> &str {
-        &self.core.keys.name
-    }
-
-    /// N, the number of permits this client allows.
-    pub fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    /// One attempt to take a permit; [`Error::Busy`] when all are held or others are
-    /// queued ahead.
-    pub async fn try_acquire(&self) -> Result<SemaphorePermit> {
-        acquire(self, crate::Wait::NoWait).await
-    }
-
-    /// Takes a permit, waiting in arrival order per the wait policy. Cancel-safe: a
-    /// dropped wait gives back its queue place (and a permit that may have been granted).
-    pub async fn acquire(&self) -> Result<SemaphorePermit> {
-        acquire(self, self.core.options.wait).await
+        }))
     }
 
     /// Gives back the permit held with `token`; [`Error::Lost`] when its lease had ended.
-    pub async fn release_token(&self, token: &str) -> Result<()> {
+    async fn release_permit(&self, token: &str) -> Result<()> {
         let released: i64 = RELEASE
             .call()
             .key(&self.core.keys.key)
@@ -119,29 +98,34 @@ impl Semaphore {
             other => Err(Error::unexpected_reply(other)),
         }
     }
+}
 
-    /// Resets the lease of the permit held with `token` to `ttl`; [`Error::Lost`] when its
-    /// lease had ended.
-    pub async fn extend_token(&self, token: &str, ttl: std::time::Duration) -> Result<()> {
-        crate::raw::extend_on_server(self, token, ttl).await
+impl Lock<RawSemaphore> {
+    /// N, the number of permits this client allows.
+    pub fn permits(&self) -> u32 {
+        self.raw.permits
     }
 
     /// The number of permits held now (leases still running).
     pub async fn held(&self) -> Result<u32> {
-        Ok(self
-            .core
+        let core = &self.raw.core;
+        Ok(core
             .client
-            .leased_entries(&self.core.keys.key, "semaphore", false)
+            .leased_entries(&core.keys.key, "semaphore", false)
             .await?
             .len() as u32)
     }
 }
 
-impl OnOneServer for Semaphore {
+impl OnOneServer for RawSemaphore {
     const HOLD: HoldKind = HoldKind::Entry;
 
     fn core(&self) -> &LockCore {
         &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut LockCore {
+        &mut self.core
     }
 
     fn kind_name(&self) -> &'static str {
@@ -171,7 +155,7 @@ impl OnOneServer for Semaphore {
     }
 
     async fn release(&self, token: &str) -> Result<()> {
-        self.release_token(token).await
+        self.release_permit(token).await
     }
 }
 
@@ -179,7 +163,7 @@ impl Client {
     /// A semaphore named `name` allowing `permits` holders at once, with default options
     /// (30 s permit leases renewed automatically, wait forever).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        Semaphore::new(self.clone(), name, permits, LockOptions::default())
+        RawSemaphore::new(self.clone(), name, permits, LockOptions::default())
     }
 
     /// A semaphore with the given options.
@@ -189,6 +173,6 @@ impl Client {
         permits: u32,
         options: LockOptions,
     ) -> Result<Semaphore> {
-        Semaphore::new(self.clone(), name, permits, options)
+        RawSemaphore::new(self.clone(), name, permits, options)
     }
 }

@@ -115,17 +115,17 @@ pub async fn take(
         Kind::Reentrant => {
             let mutex = client.reentrant_mutex_with(name, options)?;
             Held::Reentrant(if single {
-                mutex.try_lock(&owner).await?
+                mutex.for_owner(&owner).try_lock().await?
             } else {
-                mutex.lock(&owner).await?
+                mutex.for_owner(&owner).lock().await?
             })
         }
         Kind::Read => {
             let lock = client.rwlock_with(name, options)?;
             Held::Read(if single {
-                lock.try_read(&owner).await?
+                lock.for_owner(&owner).try_read().await?
             } else {
-                lock.read(&owner).await?
+                lock.for_owner(&owner).read().await?
             })
         }
         Kind::Write => {
@@ -139,9 +139,9 @@ pub async fn take(
         Kind::Permit => {
             let semaphore = client.semaphore_with(name, 2, options)?;
             Held::Permit(if single {
-                semaphore.try_acquire().await?
+                semaphore.try_lock().await?
             } else {
-                semaphore.acquire().await?
+                semaphore.lock().await?
             })
         }
     })
