@@ -143,6 +143,15 @@ impl RawProtocol for AnyKind {
         })
     }
 
+    fn another_owner(&self) -> Self {
+        AnyKind(match &self.0 {
+            Kind::Reentrant(raw) => Kind::Reentrant(raw.another_owner()),
+            Kind::Read(raw) => Kind::Read(raw.another_owner()),
+            Kind::Write(raw) => Kind::Write(raw.another_owner()),
+            other => other.clone(),
+        })
+    }
+
     async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
         delegate!(self, raw => raw.extend(token, ttl).await)
     }

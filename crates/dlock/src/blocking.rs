@@ -245,11 +245,21 @@ impl Redlock {
 }
 
 /// The blocking form of the one [`crate::Lock`] handle: the same verbs, each blocking
-/// until it is done. Cheap to clone.
-#[derive(Clone, Debug)]
+/// until it is done. Cheap to clone (a clone of an owner-bound handle acts for a fresh
+/// owner, as [`crate::Lock`]'s does).
+#[derive(Debug)]
 pub struct Lock<R> {
     inner: crate::Lock<R>,
     runtime: Arc<Runtime>,
+}
+
+impl<R: RawLock> Clone for Lock<R> {
+    fn clone(&self) -> Self {
+        Lock {
+            inner: self.inner.clone(),
+            runtime: self.runtime.clone(),
+        }
+    }
 }
 
 impl<R: RawLock> Lock<R> {
@@ -411,12 +421,9 @@ impl RwLock {
         &self.inner
     }
 
-    fn side<R>(&self, inner: &crate::Lock<R>) -> Lock<R>
-    where
-        crate::Lock<R>: Clone,
-    {
+    fn side<R: RawLock>(&self, inner: &crate::Lock<R>) -> Lock<R> {
         Lock {
-            inner: inner.clone(),
+            inner: inner.same_owner(),
             runtime: self.runtime.clone(),
         }
     }

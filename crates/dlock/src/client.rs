@@ -518,7 +518,7 @@ impl Client {
             .response_timeout
             .saturating_mul(3)
             .max(Duration::from_secs(5));
-        self.inner.session.shutdown(bound).await;
+        self.inner.session.shutdown(bound, async {}).await;
     }
 
     /// The session of this client: its lost signal for every hold, and its end. See

@@ -22,8 +22,9 @@ use crate::wait::acquire;
 /// [`reader`](crate::RwLock::reader) and [`writer`](crate::RwLock::writer).
 ///
 /// A kind whose holds belong to an owner (a reentrant mutex, a read lock) has it bound
-/// here, a fresh one unless the handle was made for a chosen one: clones act for the same
-/// owner.
+/// here, a fresh one unless the handle was made for a chosen one (`for_owner`). A clone
+/// acts for a fresh owner too, so handing clones to tasks keeps them apart; to act for the
+/// same owner elsewhere, make the handle with `for_owner(handle.owner())`.
 ///
 /// ```no_run
 /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
@@ -42,14 +43,32 @@ use crate::wait::acquire;
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Lock<R> {
     pub(crate) raw: R,
+}
+
+/// A clone of a handle whose holds have an owner acts for a fresh owner (see
+/// [`Owner`](crate::Owner)): a task given a clone is excluded like any other, and does
+/// not re-enter the holds of the handle it was cloned from.
+impl<R: RawLock> Clone for Lock<R> {
+    fn clone(&self) -> Self {
+        Lock {
+            raw: self.raw.another_owner(),
+        }
+    }
 }
 
 impl<R: RawLock> Lock<R> {
     pub(crate) fn of(raw: R) -> Lock<R> {
         Lock { raw }
+    }
+
+    /// A copy acting for the same owner (a clone acts for a fresh one).
+    pub(crate) fn same_owner(&self) -> Lock<R> {
+        Lock {
+            raw: self.raw.clone(),
+        }
     }
 
     /// The lock name (without the client's prefix).
@@ -130,7 +149,8 @@ impl<R: RawLock> Lock<R> {
     ///
     /// A mutex's token may have been taken as a plain mutex, a fair mutex or a write lock
     /// (they share the format); a token of another kind fails with
-    /// [`Error::WrongType`](crate::Error::WrongType).
+    /// [`Error::WrongType`](crate::Error::WrongType). A reentrant hold is given back only
+    /// through a handle of its owner ([`Lock::for_owner`]).
     pub async fn release_token(&self, token: &str) -> Result<()> {
         self.raw.release_token(token).await
     }

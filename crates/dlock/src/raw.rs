@@ -18,7 +18,7 @@ use crate::queue::QueueKeys;
 pub use crate::renew::HoldKind;
 use crate::renew::Renewer;
 use crate::script::{lua_script, LuaScript};
-use crate::session::Session;
+use crate::session::{Owner, Session};
 
 /// A kind of lock that a [`Lock`](crate::Lock) handle takes and a [`Guard`](crate::Guard)
 /// holds: the plain or fair mutex, a reentrant mutex's owner, the read or write side of
@@ -175,6 +175,12 @@ pub mod private {
         fn fence_at_grant(&self) -> Self {
             self.clone()
         }
+        /// This kind acting for a fresh owner, when its holds have one: what a clone of
+        /// its handle acts for (a clone handed to another task must not re-enter this
+        /// one's holds).
+        fn another_owner(&self) -> Self {
+            self.clone()
+        }
         /// Restarts the lease of the hold `token` at `ttl`; [`crate::Error::Lost`] when it
         /// is not held.
         fn extend(&self, token: &str, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
@@ -230,6 +236,13 @@ pub mod private {
         fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send;
         /// The named lock, to change its options.
         fn core_mut(&mut self) -> &mut LockCore;
+        /// The owner of its holds, for the kinds whose holds have one.
+        fn owner_mut(&mut self) -> Option<&mut Owner> {
+            None
+        }
+        /// Whether a string hold of any form (plain, fair, write) is given back by token
+        /// through this kind: the mutex's handle takes every form's token.
+        const RELEASES_ANY_FORM: bool = false;
     }
 
     impl<T: OnOneServer> RawProtocol for T {
@@ -270,12 +283,21 @@ pub mod private {
         }
 
         async fn release_token(&self, token: &str) -> Result<()> {
-            match T::HOLD {
+            if T::RELEASES_ANY_FORM {
                 // A mutex, a fair mutex and a write lock share the format: a token of any
                 // of them is released, and its waiters woken, by one script.
-                HoldKind::String => release_string_hold(self.core(), token).await,
-                _ => OnOneServer::release(self, token).await,
+                release_string_hold(self.core(), token).await
+            } else {
+                OnOneServer::release(self, token).await
             }
+        }
+
+        fn another_owner(&self) -> Self {
+            let mut other = self.clone();
+            if let Some(owner) = other.owner_mut() {
+                *owner = Owner::new();
+            }
+            other
         }
 
         fn fence_at_grant(&self) -> Self {

@@ -251,13 +251,14 @@ impl Session {
     }
 
     /// Shuts the session down, the same way for every handle that has one: no hold is
-    /// tracked and no wait starts from now on; waiters wake (the notifier stops) and give
-    /// back what they may hold; every hold still tracked is given back (its lost signal
-    /// fires with [`LostReason::Released`]); waits and give-backs in progress finish,
-    /// within `bound` (a request that cannot reach Redis ends with its timeout, and a wait
-    /// whose future is never polled again would otherwise hold shutdown up); renewal
-    /// stops; then [`Session::done`] resolves and [`LostHolds`] streams end.
-    pub(crate) async fn shutdown(&self, bound: Duration) {
+    /// tracked and no wait starts from now on; the session's notifier stops, so its
+    /// waiters wake and give back what they may hold; every hold still tracked is given
+    /// back (its lost signal fires with [`LostReason::Released`]); waits and give-backs in
+    /// progress finish, within `bound` (a request that cannot reach Redis ends with its
+    /// timeout, and a wait whose future is never polled again would otherwise hold
+    /// shutdown up); renewal stops; `and_then` runs (what else the handle stops); then
+    /// [`Session::done`] resolves and [`LostHolds`] streams end.
+    pub(crate) async fn shutdown(&self, bound: Duration, and_then: impl Future<Output = ()>) {
         // track_hold checks it under the lock release_all drains the holds with: no hold
         // slips in after.
         self.inner.closed.store(true, Ordering::Release);
@@ -272,6 +273,7 @@ impl Session {
                 renewer.stop().await;
             }
         }
+        and_then.await;
         self.inner.done.send_replace(true);
     }
 
@@ -348,6 +350,36 @@ async fn watch_deadlines(
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {}
             _ = done.wait_for(|done| *done) => return,
         }
+    }
+}
+
+/// The identity that holds a [`ReentrantMutex`](crate::ReentrantMutex) or reads an
+/// [`RwLock`](crate::RwLock), bound to a handle when it is made. Every clone of such a
+/// handle acts for an owner of its own, as a Redisson lock does for each thread; a handle
+/// made with `for_owner(handle.owner())` acts for the same one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(String);
+
+impl Owner {
+    /// A fresh owner with a random 128-bit id.
+    pub fn new() -> Owner {
+        Owner(random_token())
+    }
+
+    /// An owner with a chosen id (e.g. to act for the same owner from another process).
+    pub fn from_id(id: impl Into<String>) -> Owner {
+        Owner(id.into())
+    }
+
+    /// The id stored in Redis.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Owner {
+    fn default() -> Self {
+        Owner::new()
     }
 }
 

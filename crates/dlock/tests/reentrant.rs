@@ -184,3 +184,56 @@ async fn foreign_values_at_the_key_are_wrong_type() {
     let fields: Vec<String> = server.cmd(&["HKEYS", "foreign"]);
     assert_eq!(fields, vec!["field"], "the foreign hash was not written to");
 }
+
+/// Handles are cloned into tasks as a matter of course: a clone acts for an owner of its
+/// own, so tasks given clones exclude each other; acting for the same owner is explicit.
+/// The same for an rwlock's readers: clones are distinct readers, and one behind a waiting
+/// writer waits.
+#[tokio::test]
+async fn a_clone_acts_for_a_fresh_owner_and_for_owner_for_the_same() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.reentrant_mutex_with("pool", options()).unwrap();
+    let held = mutex.try_lock().await.unwrap();
+    let clone = mutex.clone();
+    assert_ne!(clone.owner(), mutex.owner());
+    assert!(
+        matches!(clone.try_lock().await, Err(Error::Busy { .. })),
+        "a clone handed to another task re-entered its original's hold"
+    );
+    // Negative control: the same owner, asked for explicitly, re-enters.
+    let same = mutex.for_owner(mutex.owner());
+    let again = same.try_lock().await.unwrap();
+    assert_eq!(again.holds_at_grant(), 2);
+    assert_eq!(mutex.hold_count().await.unwrap(), 2);
+    assert_eq!(clone.hold_count().await.unwrap(), 0);
+    again.unlock().await.unwrap();
+    held.unlock().await.unwrap();
+
+    let rwlock = client.rwlock_with("config", options()).unwrap();
+    let first = rwlock.read().await.unwrap();
+    let second = rwlock.clone().read().await.unwrap();
+    assert_eq!(
+        rwlock.readers().await.unwrap(),
+        2,
+        "clones read as distinct owners"
+    );
+    // A writer queues; a clone's read now waits behind it, the original's re-enters.
+    let waiting = rwlock.clone();
+    let writer = tokio::spawn(async move {
+        waiting
+            .writer()
+            .lock_with(Wait::Timeout(Duration::from_secs(10)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(matches!(
+        rwlock.clone().try_read().await,
+        Err(Error::Busy { .. })
+    ));
+    let reentered = rwlock.try_read().await.unwrap();
+    for guard in [first, second, reentered] {
+        guard.unlock().await.unwrap();
+    }
+    writer.await.unwrap().unwrap().unlock().await.unwrap();
+}

@@ -325,3 +325,24 @@ async fn a_crashed_writer_waiter_holds_readers_back_only_for_its_waiter_lease() 
         .unwrap();
     read.unlock().await.unwrap();
 }
+
+/// A write token given back by token after readers took the name: `Lost` (it no longer
+/// holds it), and the readers are untouched.
+#[tokio::test]
+async fn a_stale_write_token_released_by_token_is_lost_and_readers_stay() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
+    let stale = lock.try_write().await.unwrap().into_token();
+    lock.writer().release_token(&stale).await.unwrap();
+    let reader = lock.try_read().await.unwrap();
+    assert!(
+        matches!(
+            lock.writer().release_token(&stale).await,
+            Err(Error::Lost { .. })
+        ),
+        "a stale write token is not held any more"
+    );
+    assert_eq!(lock.readers().await.unwrap(), 1);
+    reader.unlock().await.unwrap();
+}

@@ -234,6 +234,7 @@ impl RawMutex {
 
 impl OnOneServer for RawMutex {
     const HOLD: HoldKind = HoldKind::String;
+    const RELEASES_ANY_FORM: bool = true;
 
     fn core(&self) -> &LockCore {
         &self.core

@@ -478,13 +478,19 @@ impl Redlock {
     /// after this fail with [`Error::Closed`].
     pub async fn shutdown(&self) {
         // Give-backs of dropped guards and failed rounds, and requests still out, end
-        // with their node timeout, a give-back with its lease.
-        self.inner.session.shutdown(Duration::from_secs(5)).await;
-        for node in self.inner.nodes.iter() {
-            if let Some(client) = node.connected() {
-                client.shutdown().await;
+        // with their node timeout, a give-back with its lease. Waiters listen on the
+        // masters' clients: they wake when those stop, last.
+        let masters = async {
+            for node in self.inner.nodes.iter() {
+                if let Some(client) = node.connected() {
+                    client.shutdown().await;
+                }
             }
-        }
+        };
+        self.inner
+            .session
+            .shutdown(Duration::from_secs(5), masters)
+            .await;
     }
 
     /// The node timeout for a lock with lease `ttl` (see [`RedlockBuilder::node_timeout`]).

@@ -17,6 +17,7 @@ use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
+pub use crate::session::Owner;
 
 static ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "reentrant acquire", "reentrant/acquire.lua");
@@ -26,39 +27,11 @@ static RELEASE: LazyLock<LuaScript> = lua_script!("reentrant release", "reentran
 /// [`Guard::holds_at_grant`] tells the owner's hold count.
 pub type ReentrantGuard = Guard<OwnedBy>;
 
-/// The identity that holds a [`ReentrantMutex`] or reads a [`RwLock`](crate::RwLock),
-/// bound to the handle: clone the handle (or pass the owner to `for_owner`) to every place
-/// that acts for the same owner.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Owner(String);
-
-impl Owner {
-    /// A fresh owner with a random 128-bit id.
-    pub fn new() -> Owner {
-        Owner(crate::session::random_token())
-    }
-
-    /// An owner with a chosen id (e.g. to act for the same owner from another process).
-    pub fn from_id(id: impl Into<String>) -> Owner {
-        Owner(id.into())
-    }
-
-    /// The id stored in Redis.
-    pub fn id(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Default for Owner {
-    fn default() -> Self {
-        Owner::new()
-    }
-}
-
 /// A named reentrant distributed mutex, acting for the [`Owner`] bound to the handle: the
 /// one [`Lock`] handle over the reentrant protocol. Made by [`Client::reentrant_mutex`]
-/// with a fresh owner (clones act for the same one); [`for_owner`](Lock::for_owner) makes
-/// a handle for another.
+/// with a fresh owner; a clone acts for a fresh owner too (handed to another task, it is
+/// excluded like anyone else), and [`for_owner`](Lock::for_owner) makes a handle for a
+/// chosen one: `mutex.for_owner(mutex.owner())` acts for the same.
 ///
 /// ```no_run
 /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
@@ -195,6 +168,10 @@ impl OnOneServer for OwnedBy {
 
     fn core(&self) -> &LockCore {
         &self.core
+    }
+
+    fn owner_mut(&mut self) -> Option<&mut Owner> {
+        Some(&mut self.owner)
     }
 
     fn core_mut(&mut self) -> &mut LockCore {

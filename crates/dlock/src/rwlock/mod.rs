@@ -65,8 +65,8 @@ pub type ReadGuard = Guard<Reading>;
 pub type WriteGuard = Guard<Writing>;
 
 /// A named distributed read-write lock, reading for the [`Owner`] bound to the handle.
-/// Made by [`Client::rwlock`] with a fresh owner (clones read for the same one);
-/// [`for_owner`](RwLock::for_owner) makes a handle for another. Its two sides are
+/// Made by [`Client::rwlock`] with a fresh owner; a clone reads for a fresh owner too,
+/// and [`for_owner`](RwLock::for_owner) makes a handle for a chosen one. Its two sides are
 /// [`Lock`] handles of their own: [`reader`](RwLock::reader) and
 /// [`writer`](RwLock::writer).
 ///
@@ -80,10 +80,17 @@ pub type WriteGuard = Guard<Writing>;
 /// read.unlock().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RwLock {
     reader: Lock<Reading>,
     writer: Lock<Writing>,
+}
+
+/// A clone reads for a fresh owner, like every owner-bound handle's (see [`Owner`]).
+impl Clone for RwLock {
+    fn clone(&self) -> RwLock {
+        self.for_owner(&Owner::new())
+    }
 }
 
 /// What both sides of an [`RwLock`] act on.
@@ -318,6 +325,10 @@ impl OnOneServer for Reading {
         &self.lock.core
     }
 
+    fn owner_mut(&mut self) -> Option<&mut Owner> {
+        Some(&mut self.owner)
+    }
+
     fn core_mut(&mut self) -> &mut LockCore {
         &mut self.lock.core
     }
@@ -352,6 +363,10 @@ impl OnOneServer for Writing {
 
     fn core(&self) -> &LockCore {
         &self.lock.core
+    }
+
+    fn owner_mut(&mut self) -> Option<&mut Owner> {
+        Some(&mut self.owner)
     }
 
     fn core_mut(&mut self) -> &mut LockCore {
