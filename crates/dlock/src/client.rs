@@ -1,12 +1,12 @@
-//! The [`Client`]: one shared Redis connection, options, and the shared release notifier.
+//! The [`Client`]: a handle on one deployment (its backend, key prefix and session), and
+//! the [`ClientBuilder`] that checks its settings and connects it (through
+//! [`Backend::connect`](crate::backend::Backend::connect), which owns each topology's
+//! connect code).
 
-use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
-use crate::backend::{Backend, Connection};
+use crate::backend::{Backend, Connection, Settings, Topology};
 
 use crate::error::{Error, Result};
 use crate::notifier::Notifier;
@@ -17,9 +17,6 @@ use crate::session::{Lane, Session};
 static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
 static LIVE_ENTRIES: LazyLock<LuaScript> =
     lua_script!("list holders", "entries.lua", "entries_live.lua");
-
-/// The oldest Redis dlock's scripts run on (`ZADD GT`, `SET ... GET`-era commands).
-pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
 
 /// Longest connect or response timeout accepted.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
@@ -72,20 +69,6 @@ pub struct ClientBuilder {
     tls_root: Option<Vec<u8>>,
     tls_client: Option<(Vec<u8>, Vec<u8>)>,
     holder_label: Option<String>,
-}
-
-/// Which Redis deployment a [`ClientBuilder`] connects to.
-#[derive(Debug, Clone)]
-enum Topology {
-    /// The one server of the builder's URL.
-    SingleNode,
-    /// A Redis Cluster, found through these seed nodes.
-    Cluster(Vec<String>),
-    /// The master the sentinels name for `service`.
-    Sentinel {
-        sentinels: Vec<String>,
-        service: String,
-    },
 }
 
 /// Longest holder label accepted ([`ClientBuilder::holder_label`]).
@@ -190,20 +173,12 @@ impl ClientBuilder {
         // rustls needs a process-wide crypto provider; another part of the program may
         // have installed one already, which is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            // Reconnection happens on the next request; a caller waiting on a lock retries by
-            // itself, so one quick retry here keeps failures prompt.
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let backend = match &self.topology {
-            Topology::SingleNode => self.connect_single_node(config).await?,
-            Topology::Cluster(seeds) => self.connect_cluster(seeds).await?,
-            Topology::Sentinel { sentinels, service } => {
-                self.connect_sentinel(sentinels, service, config).await?
-            }
+        let settings = Settings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            tls: self.tls_certificates(),
         };
+        let backend = Backend::connect(&self.topology, &self.url, &settings).await?;
         let client = Client {
             inner: Arc::new(ClientInner {
                 backend,
@@ -214,7 +189,6 @@ impl ClientBuilder {
             }),
             replicas: None,
         };
-        client.check_server().await?;
         Ok(client)
     }
 
@@ -229,189 +203,6 @@ impl ClientBuilder {
                 }),
             root_cert: self.tls_root.clone(),
         })
-    }
-
-    /// Opens a `redis::Client` for one URL, with the builder's TLS certificates.
-    fn open(&self, url: &str) -> Result<redis::Client> {
-        let opened = match self.tls_certificates() {
-            Some(certificates) => redis::Client::build_with_tls(url, certificates),
-            None => redis::Client::open(url),
-        };
-        opened.map_err(|e| {
-            Error::InvalidArgument(format!(
-                "Redis URL {:?} is not valid ({e}); expected redis://[user:password@]host[:port][/db] or rediss://...",
-                redact(url)
-            ))
-        })
-    }
-
-    /// Bounds a connection attempt by the connect timeout, with the errors named.
-    async fn within_budget<T>(
-        &self,
-        what: &str,
-        tls: bool,
-        connect: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T> {
-        let budget = self.connect_timeout;
-        match tokio::time::timeout(budget, connect).await {
-            Ok(Ok(connected)) => Ok(connected),
-            Ok(Err(err)) => Err(connect_error(what, tls, err)),
-            Err(_) => Err(Error::Connection(redis::RedisError::from(
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!(
-                        "no connection to {what} within {}{}",
-                        crate::humane(budget),
-                        if tls {
-                            " (a TLS handshake that never completes: is the server serving TLS on this port?)"
-                        } else {
-                            ""
-                        }
-                    ),
-                ),
-            ))),
-        }
-    }
-
-    async fn connect_single_node(&self, config: ConnectionManagerConfig) -> Result<Backend> {
-        let redis = self.open(&self.url)?;
-        let tls = self.url.starts_with("rediss://");
-        if tls {
-            refuse_plain_port(&redis, &self.url, self.connect_timeout).await?;
-        }
-        let connect = ConnectionManager::new_with_config(redis.clone(), config.clone());
-        let conn = self.within_budget(&redact(&self.url), tls, connect).await?;
-        Ok(Backend::single_node(conn, redis, config))
-    }
-
-    async fn connect_cluster(&self, seeds: &[String]) -> Result<Backend> {
-        if seeds.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a cluster needs at least one seed node URL".into(),
-            ));
-        }
-        for seed in seeds {
-            self.open(seed)?;
-        }
-        let tls = seeds.iter().any(|seed| seed.starts_with("rediss://"));
-        let described = format!("the cluster at {}", describe_urls(seeds));
-        let (seeds, certificates) = (seeds.to_vec(), self.tls_certificates());
-        let (connect_timeout, response_timeout) = (self.connect_timeout, self.response_timeout);
-        let builder: crate::backend::ClusterBuilder = Arc::new(move || {
-            let builder = redis::cluster::ClusterClientBuilder::new(seeds.clone())
-                .connection_timeout(connect_timeout)
-                .response_timeout(response_timeout)
-                // MOVED/ASK and a failed node are retried with a short pause; a lock call
-                // that still fails retries by itself.
-                .retries(4)
-                .min_retry_wait(10)
-                .max_retry_wait(500);
-            match &certificates {
-                Some(certificates) => builder.certs(certificates.clone()),
-                None => builder,
-            }
-        });
-        self.within_budget(&described, tls, Backend::cluster(builder))
-            .await
-            .map_err(|err| match err {
-                // The cluster client reports a failed login as a connection failure.
-                Error::Connection(inner)
-                    if inner.to_string().to_ascii_lowercase().contains("authentication failed")
-                        || inner.to_string().contains("WRONGPASS") =>
-                {
-                    Error::Authentication(inner)
-                }
-                err if refusal(&err).is_some_and(|r| r.contains("cluster support disabled")) => {
-                    misconfigured(format!(
-                        "{described} includes a server without cluster support; connect to a single server with Client::builder (the CLI's --redis)"
-                    ))
-                }
-                err if refusal(&err).is_some_and(|r| r.contains("unknown command 'CLUSTER'")) => {
-                    misconfigured(format!(
-                        "{described} includes a server that does not know CLUSTER (a Sentinel?); give the cluster's data nodes"
-                    ))
-                }
-                err => err,
-            })
-    }
-
-    async fn connect_sentinel(
-        &self,
-        sentinels: &[String],
-        service: &str,
-        config: ConnectionManagerConfig,
-    ) -> Result<Backend> {
-        use redis::IntoConnectionInfo;
-        if sentinels.is_empty() {
-            return Err(Error::InvalidArgument(
-                "Sentinel needs at least one sentinel URL".into(),
-            ));
-        }
-        if service.is_empty() || service.chars().any(char::is_whitespace) {
-            return Err(Error::InvalidArgument(format!(
-                "the Sentinel service name {service:?} must be a non-empty name without spaces (the name in `sentinel monitor <name> ...`)"
-            )));
-        }
-        let mut infos = Vec::new();
-        for url in sentinels {
-            self.open(url)?;
-            infos.push(url.as_str().into_connection_info().map_err(|e| {
-                Error::InvalidArgument(format!("Sentinel URL {:?} is not valid ({e})", redact(url)))
-            })?);
-        }
-        let addresses = infos.iter().map(|info| info.addr().clone());
-        let mut builder = redis::sentinel::SentinelClientBuilder::new(
-            addresses,
-            service,
-            redis::sentinel::SentinelServerType::Master,
-        )
-        .map_err(|e| Error::InvalidArgument(format!("Sentinel settings: {e}")))?;
-        // The first URL's credentials and database serve both the sentinels and the
-        // master (documented on ClientBuilder::sentinel).
-        let first = infos[0].redis_settings();
-        if let Some(username) = first.username() {
-            builder = builder
-                .set_client_to_sentinel_username(username)
-                .set_client_to_redis_username(username);
-        }
-        if let Some(password) = first.password() {
-            builder = builder
-                .set_client_to_sentinel_password(password)
-                .set_client_to_redis_password(password);
-        }
-        builder = builder.set_client_to_redis_db(first.db());
-        let tls = sentinels.iter().any(|url| url.starts_with("rediss://"));
-        if tls {
-            builder = builder
-                .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
-                .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
-        }
-        if let Some(certificates) = self.tls_certificates() {
-            builder = builder
-                .set_client_to_sentinel_certificates(certificates.clone())
-                .set_client_to_redis_certificates(certificates);
-        }
-        let client = builder
-            .build()
-            .map_err(|e| Error::InvalidArgument(format!("Sentinel settings: {e}")))?;
-        let described = format!(
-            "the master of {service:?} named by the sentinels at {}",
-            describe_urls(sentinels)
-        );
-        self.within_budget(&described, tls, Backend::sentinel(client, config))
-            .await
-            .map_err(|err| match sentinel_refusal(&err) {
-                // The sentinels answer, but name no usable master (or are no sentinels):
-                // as unavailable as a master that does not answer, not a request Redis
-                // refused.
-                Some(reason) if reason.to_ascii_lowercase().contains("sentinel") => {
-                    misconfigured(format!(
-                        "the sentinels at {} know no usable master named {service:?} ({reason}); check the name in `sentinel monitor <name> ...`",
-                        describe_urls(sentinels)
-                    ))
-                }
-                _ => err,
-            })
     }
 }
 
@@ -589,82 +380,6 @@ impl Client {
         }
     }
 
-    /// Checks the server version (every master's, on a cluster); warns when eviction
-    /// could drop locks or fences.
-    async fn check_server(&self) -> Result<()> {
-        let infos = match self
-            .inner
-            .backend
-            .on_every_master(&redis::cmd("INFO"))
-            .await
-        {
-            Ok(infos) => infos,
-            Err(err) if err.code() == Some("NOPERM") => {
-                tracing::debug!("INFO is not permitted; the server version is not checked");
-                return Ok(());
-            }
-            Err(err) => return Err(Error::from_redis("INFO", err)),
-        };
-        for info in infos {
-            let info: String = redis::from_redis_value(info)
-                .map_err(|e| Error::unexpected_reply(format!("INFO: {e}")))?;
-            self.check_info(&info)?;
-        }
-        Ok(())
-    }
-
-    fn check_info(&self, info: &str) -> Result<()> {
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                .map(str::trim)
-        };
-        if !matches!(self.inner.backend, Backend::Cluster(_)) {
-            // A server of another deployment answers, but cannot serve these locks as
-            // configured: said at connect, not as a MOVED or an unknown command later.
-            if field("redis_mode") == Some("sentinel") {
-                return Err(misconfigured(
-                    "the server is a Redis Sentinel, not a data server: connect through it with Client::sentinel_builder (the CLI's --sentinel with --service)".into(),
-                ));
-            }
-            if field("cluster_enabled") == Some("1") {
-                return Err(misconfigured(
-                    "the server is a Redis Cluster node: connect with Client::cluster_builder (the CLI's --cluster), which routes every lock to the node of its slot".into(),
-                ));
-            }
-        }
-        if let Some(version) = field("redis_version") {
-            let needed = match self.inner.backend.sharded_pubsub() {
-                // Sharded pub/sub (SPUBLISH/SSUBSCRIBE) came with Redis 7.
-                true => (7, 0),
-                false => MIN_REDIS_VERSION,
-            };
-            if older_than(version, needed) {
-                return Err(Error::Unsupported(format!(
-                    "the server runs Redis {version}; dlock needs Redis {}.{} or newer{}",
-                    needed.0,
-                    needed.1,
-                    if needed == MIN_REDIS_VERSION {
-                        ""
-                    } else {
-                        " on a cluster"
-                    }
-                )));
-            }
-        }
-        let maxmemory = field("maxmemory").and_then(|v| v.parse::<u64>().ok());
-        let policy = field("maxmemory_policy");
-        if let (Some(limit), Some(policy)) = (maxmemory, policy) {
-            if limit > 0 && policy != "noeviction" {
-                tracing::warn!(
-                    policy,
-                    "Redis may evict keys (maxmemory-policy {policy}): an evicted lock can be granted twice and an evicted fencing counter restarts at zero; set maxmemory-policy noeviction"
-                );
-            }
-        }
-        Ok(())
-    }
-
     /// A request handle of the client's backend, for commands the locks need.
     pub(crate) fn conn(&self) -> Connection {
         self.inner.backend.connection()
@@ -739,12 +454,6 @@ pub async fn probe(
     call.run(client).await
 }
 
-/// True when a `redis_version` is older than `needed` (major, minor).
-fn older_than(version: &str, needed: (u32, u32)) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < needed
-}
-
 /// Rejects a PEM file without certificates before any connection is tried.
 fn check_pem_certificates(what: &str, pem: &[u8]) -> Result<()> {
     use rustls::pki_types::{pem::PemObject, CertificateDer};
@@ -762,163 +471,10 @@ fn check_pem_certificates(what: &str, pem: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A TLS handshake sent to a port that speaks plain RESP never completes: Redis waits for
-/// the end of an inline command that never comes. One `PING` in the clear tells such a
-/// port apart at once (a TLS server drops it or answers with an alert, never `+`/`-`).
-async fn refuse_plain_port(redis: &redis::Client, url: &str, timeout: Duration) -> Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (host, port) = match redis.get_connection_info().addr() {
-        redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
-        _ => return Ok(()),
-    };
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-        stream.write_all(b"PING\r\n").await?;
-        let mut first = [0u8; 1];
-        stream.read_exact(&mut first).await?;
-        Ok::<u8, std::io::Error>(first[0])
-    };
-    match tokio::time::timeout(timeout.min(Duration::from_secs(2)), probe).await {
-        Ok(Ok(b'+' | b'-')) => Err(misconfigured(format!(
-            "{} answers in plain text, not TLS: use redis:// for this port, or the server's TLS port with rediss://",
-            redact(url)
-        ))),
-        // A TLS server, or nothing there: the real connection says what is wrong.
-        _ => Ok(()),
-    }
-}
-
-/// Classifies a failure to connect, naming TLS when the handshake is what failed.
-fn connect_error(url: &str, tls: bool, err: redis::RedisError) -> Error {
-    if err.kind() == redis::ErrorKind::Parse {
-        // Something answered, but not in the Redis protocol (e.g. an HTTP server).
-        return misconfigured(format!(
-            "{} answers, but not in the Redis protocol; check the host and port",
-            redact(url)
-        ));
-    }
-    let text = err.to_string();
-    let tls_failure = tls
-        && [
-            "tls",
-            "certificate",
-            "handshake",
-            "corrupt message",
-            "InvalidContentType",
-        ]
-        .iter()
-        .any(|word| text.contains(word));
-    if tls_failure {
-        return misconfigured(format!(
-            "the TLS handshake with {} failed ({text}); check that the server serves TLS on this port and that --tls-ca names the CA that signed its certificate",
-            redact(url)
-        ));
-    }
-    Error::from_redis("connect", err)
-}
-
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("prefix", &self.inner.prefix)
             .finish_non_exhaustive()
-    }
-}
-
-/// The server's words when `err` is a refusal.
-fn refusal(err: &Error) -> Option<&str> {
-    match err {
-        Error::Refused { reason, .. } => Some(reason),
-        _ => None,
-    }
-}
-
-/// The words of a refusal, or of an argument error the Sentinel client raises about
-/// an address (one that does not point to a sentinel).
-fn sentinel_refusal(err: &Error) -> Option<&str> {
-    match err {
-        Error::InvalidArgument(reason) => Some(reason),
-        other => refusal(other),
-    }
-}
-
-/// A deployment that cannot serve locks as configured: not worth retrying.
-fn misconfigured(why: String) -> Error {
-    Error::Misconfigured(why)
-}
-
-/// Several URLs for a message, passwords hidden.
-fn describe_urls(urls: &[String]) -> String {
-    urls.iter()
-        .map(|url| redact(url))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The URL with any password replaced, for messages and logs: `user:password@` and the
-/// `pass=` / `password=` query parameters of unix-socket URLs.
-pub fn redact(url: &str) -> String {
-    let url = redact_userinfo(url);
-    match url.split_once('?') {
-        Some((base, query)) => {
-            let params: Vec<String> = query
-                .split('&')
-                .map(|param| match param.split_once('=') {
-                    Some((key, _)) if key == "pass" || key == "password" => format!("{key}=***"),
-                    _ => param.to_string(),
-                })
-                .collect();
-            format!("{base}?{}", params.join("&"))
-        }
-        None => url,
-    }
-}
-
-fn redact_userinfo(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end + 3],
-                    &userinfo[..colon],
-                    &url[at..]
-                ),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn versions_before_6_2_are_too_old() {
-        for old in ["5.0.14", "6.0.20", "6.1.9", "2.8"] {
-            assert!(super::older_than(old, super::MIN_REDIS_VERSION), "{old}");
-        }
-        for new in ["6.2.0", "7.0.15", "7.4.2", "10.0.0"] {
-            assert!(!super::older_than(new, super::MIN_REDIS_VERSION), "{new}");
-        }
-    }
-
-    #[test]
-    fn redact_hides_passwords_only() {
-        assert_eq!(
-            super::redact("redis://u:secret@h:1/0"),
-            "redis://u:***@h:1/0"
-        );
-        assert_eq!(super::redact("redis://h:1"), "redis://h:1");
-        assert_eq!(super::redact("redis://:pw@h"), "redis://:***@h");
-        assert_eq!(
-            super::redact("redis+unix:///tmp/r.sock?db=1&pass=S3CRET"),
-            "redis+unix:///tmp/r.sock?db=1&pass=***"
-        );
-        assert_eq!(
-            super::redact("unix:///s?password=x"),
-            "unix:///s?password=***"
-        );
     }
 }

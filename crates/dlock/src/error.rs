@@ -194,7 +194,7 @@ impl Error {
             redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
         ) {
             // An answer of a shape the request never gets. (At connect, the same means a
-            // peer that does not speak Redis: `client::connect_error` says so.) The
+            // peer that does not speak Redis: `backend::connect_error` says so.) The
             // parser's own words may span lines and quote raw bytes: keep the first line.
             let words = err.detail().map_or_else(|| err.to_string(), str::to_string);
             return Error::UnexpectedReply {

@@ -55,6 +55,7 @@ mod observe;
 mod options;
 mod queue;
 mod raw;
+mod redact;
 pub mod redlock;
 pub mod reentrant;
 mod renew;
@@ -67,9 +68,10 @@ mod signal;
 mod wait;
 
 pub use any::{AnyGuard, AnyKind, AnyLock};
+pub use backend::MIN_REDIS_VERSION;
 pub use client::{
-    redact as redact_url, Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
-    MAX_HOLDER_LABEL, MAX_TIMEOUT, MIN_REDIS_VERSION,
+    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_HOLDER_LABEL,
+    MAX_TIMEOUT,
 };
 pub use error::{Error, Result};
 pub use guard::Guard;
@@ -83,6 +85,7 @@ pub use options::{
     MAX_REPLICAS,
 };
 pub use raw::RawLock;
+pub use redact::redact as redact_url;
 pub use redlock::{Redlock, RedlockBuilder, RedlockGuard, RedlockMutex, RedlockStats};
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};

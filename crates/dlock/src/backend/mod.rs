@@ -5,29 +5,45 @@
 //! subscriber ([`Backend::subscriber`]). The primitives never see which topology they run
 //! on.
 //!
-//! Three implementations:
-//! - **single node**: one multiplexed `ConnectionManager` (reconnecting by itself) and a
-//!   dedicated pub/sub connection;
-//! - **Redis Cluster**: the redis crate's cluster connection, which routes each request by
-//!   its key's slot and follows `MOVED`/`ASK`; notifications over sharded pub/sub;
-//! - **Sentinel**: the master the sentinels name, looked up again whenever a request
-//!   finds the master gone or demoted (a failover), the subscriber too.
+//! Three implementations, each in a file of its own with its connect code and its words
+//! for what is wrong with a deployment:
+//! - **single node** (`single.rs`): one multiplexed `ConnectionManager` (reconnecting by
+//!   itself) and a dedicated pub/sub connection;
+//! - **Redis Cluster** (`cluster.rs`): the redis crate's cluster connection, which routes
+//!   each request by its key's slot and follows `MOVED`/`ASK`; notifications over sharded
+//!   pub/sub;
+//! - **Sentinel** (`sentinel.rs`): the master the sentinels name, looked up again whenever
+//!   a request finds the master gone or demoted (a failover), the subscriber too.
+//!
+//! What every topology shares is here: the connection settings, the check of what the
+//! servers report at connect ([`Backend::check_server`]), and the dispatch of each request.
 //!
 //! Acknowledged writes (`LockOptions::replicas`) go, each with its `WAIT` in one pipeline,
 //! over connections of their own, since `WAIT` blocks the connection it is sent on
 //! (docs/decisions.md, "One backend seam").
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, Pipeline, PushKind, RedisFuture, Value};
 
+use crate::error::{Error, Result};
 use crate::keys::hash_slot;
+use crate::redact::redact;
+
+mod cluster;
+mod sentinel;
+mod single;
+
+use cluster::Cluster;
+use sentinel::Sentinel;
+use single::SingleNode;
 
 /// Where a client's requests go.
 #[derive(Clone)]
@@ -38,15 +54,6 @@ pub(crate) enum Backend {
     Cluster(Arc<Cluster>),
     /// The master of a Sentinel-monitored group.
     Sentinel(Arc<Sentinel>),
-}
-
-pub(crate) struct SingleNode {
-    /// Every request, multiplexed.
-    conn: ConnectionManager,
-    /// Opens the subscriber's and the acknowledged writes' own connections.
-    client: redis::Client,
-    config: ConnectionManagerConfig,
-    acknowledged: Pool<ConnectionManager>,
 }
 
 /// A few connections of their own for acknowledged writes, opened on first use and used
@@ -88,82 +95,7 @@ impl<C: Clone> Pool<C> {
 /// Connections per client for acknowledged writes.
 const ACKNOWLEDGED_CONNECTIONS: usize = 4;
 
-pub(crate) struct Cluster {
-    /// Every request, routed by slot.
-    conn: ClusterConnection,
-    /// Opens further connections (acknowledged writes).
-    client: redis::cluster::ClusterClient,
-    /// Makes the builder again, for the subscriber's client (RESP3 with a push channel of
-    /// its own).
-    builder: ClusterBuilder,
-    acknowledged: Pool<ClusterConnection>,
-}
-
-/// Makes a configured cluster client builder (the builder itself is not `Clone`).
-pub(crate) type ClusterBuilder =
-    Arc<dyn Fn() -> redis::cluster::ClusterClientBuilder + Send + Sync>;
-
-pub(crate) struct Sentinel {
-    sentinels: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
-    config: ConnectionManagerConfig,
-    /// The master as last resolved, with its connections.
-    master: RwLock<SentinelMaster>,
-    /// True while a task asks the sentinels for the master (one at a time).
-    resolving: AtomicBool,
-}
-
-#[derive(Clone)]
-struct SentinelMaster {
-    client: redis::Client,
-    conn: ConnectionManager,
-    acknowledged: Arc<Pool<ConnectionManager>>,
-}
-
 impl Backend {
-    pub(crate) fn single_node(
-        conn: ConnectionManager,
-        client: redis::Client,
-        config: ConnectionManagerConfig,
-    ) -> Backend {
-        Backend::SingleNode(Arc::new(SingleNode {
-            conn,
-            client,
-            config,
-            acknowledged: Pool::new(),
-        }))
-    }
-
-    /// Connects to a cluster through `builder` (its seed nodes answer with the slot map).
-    pub(crate) async fn cluster(builder: ClusterBuilder) -> redis::RedisResult<Backend> {
-        let client = builder().build()?;
-        let conn = client.get_async_connection().await?;
-        Ok(Backend::Cluster(Arc::new(Cluster {
-            conn,
-            client,
-            builder,
-            acknowledged: Pool::new(),
-        })))
-    }
-
-    /// Asks the sentinels for the master and connects to it.
-    pub(crate) async fn sentinel(
-        mut sentinels: redis::sentinel::SentinelClient,
-        config: ConnectionManagerConfig,
-    ) -> redis::RedisResult<Backend> {
-        let client = sentinels.async_get_client().await?;
-        let conn = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
-        Ok(Backend::Sentinel(Arc::new(Sentinel {
-            sentinels: tokio::sync::Mutex::new(sentinels),
-            config,
-            master: RwLock::new(SentinelMaster {
-                client,
-                conn,
-                acknowledged: Arc::new(Pool::new()),
-            }),
-            resolving: AtomicBool::new(false),
-        })))
-    }
-
     /// True when release notifications travel over sharded pub/sub (`SPUBLISH`): on a
     /// cluster, where plain `PUBLISH` would be broadcast to every node.
     pub(crate) fn sharded_pubsub(&self) -> bool {
@@ -273,55 +205,6 @@ impl Backend {
         Ok(keys)
     }
 
-    /// The addresses of the cluster's masters (none on other topologies), from `CLUSTER
-    /// SLOTS`: a `SCAN` must visit each.
-    async fn cluster_masters(&self) -> redis::RedisResult<Vec<(String, u16)>> {
-        let Backend::Cluster(cluster) = self else {
-            return Ok(Vec::new());
-        };
-        let slots: Vec<Value> = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async(&mut cluster.conn.clone())
-            .await?;
-        let mut masters = Vec::new();
-        for range in slots {
-            let Value::Array(parts) = range else { continue };
-            let Some(Value::Array(master)) = parts.get(2) else {
-                continue;
-            };
-            let host = match master.first() {
-                Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
-                _ => continue,
-            };
-            let Some(Value::Int(port)) = master.get(1) else {
-                continue;
-            };
-            let address = (host, *port as u16);
-            if !masters.contains(&address) {
-                masters.push(address);
-            }
-        }
-        Ok(masters)
-    }
-
-    /// Sends `cmd` to the cluster master at `address`.
-    async fn on_master(&self, address: &(String, u16), cmd: &Cmd) -> redis::RedisResult<Value> {
-        match self {
-            Backend::Cluster(cluster) => {
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                    host: address.0.clone(),
-                    port: address.1,
-                });
-                cluster
-                    .conn
-                    .clone()
-                    .route_command(cmd.clone(), routing)
-                    .await
-            }
-            _ => cmd.query_async(&mut self.connection()).await,
-        }
-    }
-
     /// A new subscriber for the notifier: its own connection (a subscribed RESP2
     /// connection can do nothing else); on a cluster, a RESP3 cluster connection whose
     /// sharded subscriptions the redis crate routes by slot and restores after a
@@ -393,82 +276,226 @@ impl Backend {
     }
 }
 
-impl Sentinel {
-    /// Looks for a new master when `err` may mean a failover. A READONLY reply means the
-    /// master we write to was demoted: reported as a dropped connection, so waiters retry
-    /// (on the new master, once found) instead of failing for good.
-    fn after_error(self: &Arc<Self>, err: redis::RedisError) -> redis::RedisError {
-        self.check_master(&err);
-        if is_readonly(&err) {
-            return redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "the master was demoted to a replica (READONLY); following the failover",
-            ));
-        }
-        err
+/// The oldest Redis dlock's scripts run on (`ZADD GT`, `SET ... GET`-era commands); a
+/// cluster needs Redis 7 (sharded pub/sub).
+pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
+
+/// Which Redis deployment a client connects to.
+#[derive(Debug, Clone)]
+pub(crate) enum Topology {
+    /// The one server of the builder's URL.
+    SingleNode,
+    /// A Redis Cluster, found through these seed nodes.
+    Cluster(Vec<String>),
+    /// The master the sentinels name for `service`.
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+    },
+}
+
+/// How a client connects, on every topology: its timeouts and TLS certificates.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    /// Certificates for `rediss://` URLs (the system's roots when `None`).
+    pub(crate) tls: Option<redis::TlsCertificates>,
+}
+
+impl Settings {
+    /// The settings of every single-server connection.
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            // Reconnection happens on the next request; a caller waiting on a lock retries
+            // by itself, so one quick retry here keeps failures prompt.
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500))
     }
 
-    /// After a request failed in a way a failover explains (the master unreachable, or a
-    /// replica now: READONLY), asks the sentinels for the master in the background and
-    /// switches to it when it changed. One lookup at a time.
-    fn check_master(self: &Arc<Self>, err: &redis::RedisError) {
-        let failover_sign = err.is_connection_dropped()
-            || err.is_connection_refusal()
-            || err.is_io_error()
-            || err.is_timeout()
-            || is_readonly(err);
-        if !failover_sign || self.resolving.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let sentinel = self.clone();
-        tokio::spawn(async move {
-            let found = sentinel.sentinels.lock().await.async_get_client().await;
-            match found {
-                Ok(client) => {
-                    let current = sentinel
-                        .master
-                        .read()
-                        .unwrap()
-                        .client
-                        .get_connection_info()
-                        .addr()
-                        .clone();
-                    if *client.get_connection_info().addr() != current {
-                        match ConnectionManager::new_with_config(
-                            client.clone(),
-                            sentinel.config.clone(),
-                        )
-                        .await
-                        {
-                            Ok(conn) => {
-                                tracing::warn!(
-                                    master = %client.get_connection_info().addr(),
-                                    "the sentinels name a new master; following it"
-                                );
-                                *sentinel.master.write().unwrap() = SentinelMaster {
-                                    client,
-                                    conn,
-                                    acknowledged: Arc::new(Pool::new()),
-                                };
-                            }
-                            Err(err) => {
-                                tracing::debug!(error = %err, "the new master does not answer yet")
-                            }
+    /// Opens a `redis::Client` for one URL, with the builder's TLS certificates.
+    pub(crate) fn open(&self, url: &str) -> Result<redis::Client> {
+        let opened = match self.tls.clone() {
+            Some(certificates) => redis::Client::build_with_tls(url, certificates),
+            None => redis::Client::open(url),
+        };
+        opened.map_err(|e| {
+            Error::InvalidArgument(format!(
+                "Redis URL {:?} is not valid ({e}); expected redis://[user:password@]host[:port][/db] or rediss://...",
+                redact(url)
+            ))
+        })
+    }
+
+    /// Bounds a connection attempt by the connect timeout, with the errors named.
+    pub(crate) async fn within_budget<T>(
+        &self,
+        what: &str,
+        tls: bool,
+        connect: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        let budget = self.connect_timeout;
+        match tokio::time::timeout(budget, connect).await {
+            Ok(Ok(connected)) => Ok(connected),
+            Ok(Err(err)) => Err(connect_error(what, tls, err)),
+            Err(_) => Err(Error::Connection(redis::RedisError::from(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no connection to {what} within {}{}",
+                        crate::humane(budget),
+                        if tls {
+                            " (a TLS handshake that never completes: is the server serving TLS on this port?)"
+                        } else {
+                            ""
                         }
-                    }
-                }
-                Err(err) => tracing::debug!(error = %err, "no sentinel named the master"),
-            }
-            // Not more than a few lookups a second while the failover is under way.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            sentinel.resolving.store(false, Ordering::Release);
-        });
+                    ),
+                ),
+            ))),
+        }
     }
 }
 
-/// A write refused by a replica (also when raised inside a script).
-fn is_readonly(err: &redis::RedisError) -> bool {
-    err.code() == Some("READONLY") || err.to_string().contains("READONLY")
+impl Backend {
+    /// Connects to the deployment `topology` names (`url` for a single server), each
+    /// topology with its own connect code and its own words for what is wrong, then
+    /// checks what the servers report (see [`Backend::check_server`]).
+    pub(crate) async fn connect(
+        topology: &Topology,
+        url: &str,
+        settings: &Settings,
+    ) -> Result<Backend> {
+        let backend = match topology {
+            Topology::SingleNode => single::connect(url, settings).await?,
+            Topology::Cluster(seeds) => cluster::connect(seeds, settings).await?,
+            Topology::Sentinel { sentinels, service } => {
+                sentinel::connect(sentinels, service, settings).await?
+            }
+        };
+        backend.check_server().await?;
+        Ok(backend)
+    }
+
+    /// Checks the server version (every master's, on a cluster); warns when eviction
+    /// could drop locks or fences.
+    pub(crate) async fn check_server(&self) -> Result<()> {
+        let infos = match self.on_every_master(&redis::cmd("INFO")).await {
+            Ok(infos) => infos,
+            Err(err) if err.code() == Some("NOPERM") => {
+                tracing::debug!("INFO is not permitted; the server version is not checked");
+                return Ok(());
+            }
+            Err(err) => return Err(Error::from_redis("INFO", err)),
+        };
+        for info in infos {
+            let info: String = redis::from_redis_value(info)
+                .map_err(|e| Error::unexpected_reply(format!("INFO: {e}")))?;
+            self.check_info(&info)?;
+        }
+        Ok(())
+    }
+
+    fn check_info(&self, info: &str) -> Result<()> {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        if !matches!(self, Backend::Cluster(_)) {
+            // A server of another deployment answers, but cannot serve these locks as
+            // configured: said at connect, not as a MOVED or an unknown command later.
+            if field("redis_mode") == Some("sentinel") {
+                return Err(misconfigured(
+                    "the server is a Redis Sentinel, not a data server: connect through it with Client::sentinel_builder (the CLI's --sentinel with --service)".into(),
+                ));
+            }
+            if field("cluster_enabled") == Some("1") {
+                return Err(misconfigured(
+                    "the server is a Redis Cluster node: connect with Client::cluster_builder (the CLI's --cluster), which routes every lock to the node of its slot".into(),
+                ));
+            }
+        }
+        if let Some(version) = field("redis_version") {
+            let needed = match self.sharded_pubsub() {
+                // Sharded pub/sub (SPUBLISH/SSUBSCRIBE) came with Redis 7.
+                true => (7, 0),
+                false => MIN_REDIS_VERSION,
+            };
+            if older_than(version, needed) {
+                return Err(Error::Unsupported(format!(
+                    "the server runs Redis {version}; dlock needs Redis {}.{} or newer{}",
+                    needed.0,
+                    needed.1,
+                    if needed == MIN_REDIS_VERSION {
+                        ""
+                    } else {
+                        " on a cluster"
+                    }
+                )));
+            }
+        }
+        let maxmemory = field("maxmemory").and_then(|v| v.parse::<u64>().ok());
+        let policy = field("maxmemory_policy");
+        if let (Some(limit), Some(policy)) = (maxmemory, policy) {
+            if limit > 0 && policy != "noeviction" {
+                tracing::warn!(
+                    policy,
+                    "Redis may evict keys (maxmemory-policy {policy}): an evicted lock can be granted twice and an evicted fencing counter restarts at zero; set maxmemory-policy noeviction"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// True when a `redis_version` is older than `needed` (major, minor).
+fn older_than(version: &str, needed: (u32, u32)) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) < needed
+}
+
+/// Classifies a failure to connect, naming TLS when the handshake is what failed.
+fn connect_error(url: &str, tls: bool, err: redis::RedisError) -> Error {
+    if err.kind() == redis::ErrorKind::Parse {
+        // Something answered, but not in the Redis protocol (e.g. an HTTP server).
+        return misconfigured(format!(
+            "{} answers, but not in the Redis protocol; check the host and port",
+            redact(url)
+        ));
+    }
+    let text = err.to_string();
+    let tls_failure = tls
+        && [
+            "tls",
+            "certificate",
+            "handshake",
+            "corrupt message",
+            "InvalidContentType",
+        ]
+        .iter()
+        .any(|word| text.contains(word));
+    if tls_failure {
+        return misconfigured(format!(
+            "the TLS handshake with {} failed ({text}); check that the server serves TLS on this port and that --tls-ca names the CA that signed its certificate",
+            redact(url)
+        ));
+    }
+    Error::from_redis("connect", err)
+}
+
+/// The server's words when `err` is a refusal.
+pub(crate) fn refusal(err: &Error) -> Option<&str> {
+    match err {
+        Error::Refused { reason, .. } => Some(reason),
+        _ => None,
+    }
+}
+
+/// A deployment that cannot serve locks as configured: not worth retrying.
+pub(crate) fn misconfigured(why: String) -> Error {
+    Error::Misconfigured(why)
 }
 
 /// A request handle of a [`Backend`]; `query_async` and script invocations take it like
@@ -608,6 +635,16 @@ impl SubscriberStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_before_6_2_are_too_old() {
+        for old in ["5.0.14", "6.0.20", "6.1.9", "2.8"] {
+            assert!(older_than(old, MIN_REDIS_VERSION), "{old}");
+        }
+        for new in ["6.2.0", "7.0.15", "7.4.2", "10.0.0"] {
+            assert!(!older_than(new, MIN_REDIS_VERSION), "{new}");
+        }
+    }
 
     fn offline() -> Backend {
         // A client that never connects: batching needs no server.
