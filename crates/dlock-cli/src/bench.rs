@@ -50,7 +50,7 @@ use crate::hold::Locks;
 /// How many private masters `--spawn` starts: the first serves every scenario, all of
 /// them the redlock scenario.
 pub const REDLOCK_MASTERS: usize = 5;
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -180,123 +180,54 @@ pub enum Target {
     Redlock(Vec<String>),
 }
 
-/// The raw baseline's connection, to the deployment dlock's client uses: the server, the
-/// cluster (requests routed by slot, like dlock's), or the master the sentinels name.
+/// The raw baseline's connection, to the deployment dlock's client uses: a client of its
+/// own (the library's connection API, routed as the locks' requests are: by slot on a
+/// cluster, to the master the sentinels name), whose commands the baseline sends directly.
 #[derive(Clone)]
-enum Raw {
-    Single(ConnectionManager),
-    Cluster(redis::cluster_async::ClusterConnection),
+struct Raw {
+    client: Client,
+    conn: dlock::RawConnection,
 }
 
 impl Raw {
-    async fn connect(target: &Target) -> redis::RedisResult<Raw> {
-        match target {
-            Target::SingleNode(url) => Raw::single(url).await,
-            Target::Cluster(seeds) => Ok(Raw::Cluster(
-                redis::cluster::ClusterClient::new(seeds.clone())?
-                    .get_async_connection()
-                    .await?,
-            )),
+    async fn connect(target: &Target) -> dlock::Result<Raw> {
+        let client = match target {
+            Target::SingleNode(url) => Client::connect(url).await?,
+            Target::Cluster(seeds) => Client::cluster_builder(seeds.clone()).connect().await?,
             Target::Sentinel { sentinels, service } => {
-                let client = sentinel_master(sentinels, service).await?;
-                Ok(Raw::Single(client.get_connection_manager().await?))
+                Client::sentinel_builder(sentinels.clone(), service)
+                    .connect()
+                    .await?
             }
             // The first master (the redlock scenario connects to each itself).
             Target::Redlock(masters) => {
-                Raw::single(masters.first().map_or("", String::as_str)).await
+                Client::connect(masters.first().map_or("", String::as_str)).await?
             }
-        }
+        };
+        Ok(Raw {
+            conn: client.connection(),
+            client,
+        })
     }
 
     /// One server's connection.
-    async fn single(url: &str) -> redis::RedisResult<Raw> {
-        Ok(Raw::Single(
-            redis::Client::open(url)?.get_connection_manager().await?,
-        ))
+    async fn single(url: &str) -> dlock::Result<Raw> {
+        Raw::connect(&Target::SingleNode(url.to_string())).await
     }
 
     /// `INFO section` of every master (the one server or master, or each of a cluster's).
     async fn info(&self, section: &str) -> dlock::Result<Vec<String>> {
         let mut info = redis::cmd("INFO");
         info.arg(section);
-        match self {
-            Raw::Single(conn) => Ok(vec![info.query_async(&mut conn.clone()).await?]),
-            Raw::Cluster(conn) => {
-                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                let reply = conn.clone().route_command(info, routing).await?;
-                let replies = match reply {
-                    redis::Value::Map(pairs) => pairs.into_iter().map(|(_, value)| value).collect(),
-                    redis::Value::Array(values) => values,
-                    other => vec![other],
-                };
-                Ok(replies
-                    .into_iter()
-                    .map(|reply| redis::from_redis_value(reply).map_err(redis::RedisError::from))
-                    .collect::<redis::RedisResult<_>>()?)
-            }
-        }
-    }
-
-    /// One handle per master (the one server, or each master of a cluster), for commands
-    /// without a key such as `SCAN`.
-    async fn masters(&self) -> dlock::Result<Vec<MasterConn>> {
-        match self {
-            Raw::Single(conn) => Ok(vec![MasterConn::Single(conn.clone())]),
-            Raw::Cluster(conn) => {
-                let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
-                    .arg("SLOTS")
-                    .query_async(&mut conn.clone())
-                    .await?;
-                let mut masters: Vec<(String, u16)> = Vec::new();
-                for range in slots {
-                    let redis::Value::Array(parts) = range else {
-                        continue;
-                    };
-                    let Some(redis::Value::Array(master)) = parts.get(2) else {
-                        continue;
-                    };
-                    let (Some(host), Some(redis::Value::Int(port))) =
-                        (master.first(), master.get(1))
-                    else {
-                        continue;
-                    };
-                    let host: String =
-                        redis::from_redis_value(host.clone()).map_err(redis::RedisError::from)?;
-                    let address = (host, *port as u16);
-                    if !masters.contains(&address) {
-                        masters.push(address);
-                    }
-                }
-                Ok(masters
-                    .into_iter()
-                    .map(|address| MasterConn::Cluster(conn.clone(), address))
-                    .collect())
-            }
-        }
-    }
-}
-
-/// A way to send key-less commands to one master.
-enum MasterConn {
-    Single(ConnectionManager),
-    Cluster(redis::cluster_async::ClusterConnection, (String, u16)),
-}
-
-impl MasterConn {
-    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> dlock::Result<T> {
-        match self {
-            MasterConn::Single(conn) => Ok(cmd.query_async(conn).await?),
-            MasterConn::Cluster(conn, (host, port)) => {
-                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                });
-                let reply = conn.route_command(cmd.clone(), routing).await?;
-                Ok(redis::from_redis_value(reply).map_err(redis::RedisError::from)?)
-            }
-        }
+        self.client
+            .on_every_master(&info)
+            .await?
+            .into_iter()
+            .map(|reply| {
+                redis::from_redis_value(reply)
+                    .map_err(|e| dlock::Error::from(redis::RedisError::from(e)))
+            })
+            .collect()
     }
 }
 
@@ -305,10 +236,7 @@ impl ConnectionLike for Raw {
         &'a mut self,
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
-        match self {
-            Raw::Single(conn) => conn.req_packed_command(cmd),
-            Raw::Cluster(conn) => conn.req_packed_command(cmd),
-        }
+        self.conn.req_packed_command(cmd)
     }
 
     fn req_packed_commands<'a>(
@@ -317,53 +245,12 @@ impl ConnectionLike for Raw {
         offset: usize,
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        match self {
-            Raw::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Raw::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
+        self.conn.req_packed_commands(pipeline, offset, count)
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            Raw::Single(conn) => conn.get_db(),
-            Raw::Cluster(conn) => conn.get_db(),
-        }
+        self.conn.get_db()
     }
-}
-
-/// A client of the master the sentinels name for `service`, with the credentials and
-/// database of the first sentinel URL, as dlock's client does.
-async fn sentinel_master(sentinels: &[String], service: &str) -> redis::RedisResult<redis::Client> {
-    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
-    use redis::IntoConnectionInfo;
-    let infos = sentinels
-        .iter()
-        .map(|url| url.as_str().into_connection_info())
-        .collect::<redis::RedisResult<Vec<_>>>()?;
-    let mut builder = SentinelClientBuilder::new(
-        infos.iter().map(|info| info.addr().clone()),
-        service,
-        SentinelServerType::Master,
-    )?;
-    if let Some(first) = infos.first().map(|info| info.redis_settings()) {
-        if let Some(username) = first.username() {
-            builder = builder
-                .set_client_to_sentinel_username(username)
-                .set_client_to_redis_username(username);
-        }
-        if let Some(password) = first.password() {
-            builder = builder
-                .set_client_to_sentinel_password(password)
-                .set_client_to_redis_password(password);
-        }
-        builder = builder.set_client_to_redis_db(first.db());
-    }
-    if sentinels.iter().any(|url| url.starts_with("rediss://")) {
-        builder = builder
-            .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
-            .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
-    }
-    builder.build()?.async_get_client().await
 }
 
 pub async fn bench(
@@ -871,41 +758,22 @@ pub async fn until_signal(
 /// Deletes every key matching the glob patterns (their literal parts escaped by the
 /// caller's choice of prefix: a bench prefix has no glob characters of its own).
 async fn remove_keys(raw: &Raw, patterns: &[String]) -> dlock::Result<()> {
-    // A cluster's keys are spread over its masters: SCAN each.
-    for mut master in raw.masters().await? {
-        for pattern in patterns {
-            let escaped: String = pattern
-                .char_indices()
-                .flat_map(|(i, c)| {
-                    let literal =
-                        matches!(c, '?' | '[' | ']' | '\\') || (c == '*' && i + 1 < pattern.len());
-                    literal.then_some('\\').into_iter().chain([c])
-                })
-                .collect();
-            let mut cursor = 0u64;
-            loop {
-                let (next, keys): (u64, Vec<String>) = master
-                    .query(
-                        redis::cmd("SCAN")
-                            .arg(cursor)
-                            .arg("MATCH")
-                            .arg(&escaped)
-                            .arg("COUNT")
-                            .arg(1000),
-                    )
-                    .await?;
-                for key in keys {
-                    // One key per DEL: on a cluster they live in different slots.
-                    let _: i64 = redis::cmd("DEL")
-                        .arg(&key)
-                        .query_async(&mut raw.clone())
-                        .await?;
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
+    for pattern in patterns {
+        let escaped: String = pattern
+            .char_indices()
+            .flat_map(|(i, c)| {
+                let literal =
+                    matches!(c, '?' | '[' | ']' | '\\') || (c == '*' && i + 1 < pattern.len());
+                literal.then_some('\\').into_iter().chain([c])
+            })
+            .collect();
+        // On every master: a cluster's keys are spread over them.
+        for key in raw.client.scan(&escaped).await? {
+            // One key per DEL: on a cluster they live in different slots.
+            let _: i64 = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut raw.clone())
+                .await?;
         }
     }
     Ok(())
@@ -1373,69 +1241,17 @@ async fn rwlock_writer(
     })
 }
 
-/// A private redis-server for `bench --spawn`: its own temp dir and a free loopback port,
-/// used only once it answers with its own pid, stopped (by that pid) when dropped.
-pub struct PrivateServer {
-    child: std::process::Child,
-    dir: std::path::PathBuf,
-    port: u16,
-}
+/// A private redis-server for `bench --spawn`: the test kit's, on a free loopback port in
+/// a temp dir of its own, used only once it answers with its own pid, stopped (by that
+/// pid) when dropped.
+pub struct PrivateServer(dlock_testkit::RedisServer);
 
 impl PrivateServer {
     /// Starts the server; on failure, says why (the caller exits 69: no server to bench).
     pub fn start() -> Result<PrivateServer, String> {
-        let failed = |what: String| format!("--spawn: {what}");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| failed(format!("no free loopback port ({e})")))?
-            .port();
-        let dir = std::env::temp_dir().join(format!("dlock-bench-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
-        let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                let _ = std::fs::remove_dir_all(&dir);
-                failed(format!("cannot start redis-server ({e})"))
-            })?;
-        let server = PrivateServer { child, dir, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let answered = redis::Client::open(server.url())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-                .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
-            if let Ok(info) = answered {
-                let pid = info
-                    .lines()
-                    .find_map(|l| l.strip_prefix("process_id:"))
-                    .map(str::trim);
-                if pid == Some(server.child.id().to_string().as_str()) {
-                    return Ok(server);
-                }
-                return Err(failed(format!(
-                    "port {port} answers, but not from the server we started"
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(failed(format!(
-                    "redis-server on port {port} did not answer within 10s"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        dlock_testkit::RedisServer::try_start()
+            .map(PrivateServer)
+            .map_err(|err| format!("--spawn: {err}"))
     }
 
     /// Starts `count` servers; on failure, those already started are stopped again.
@@ -1444,14 +1260,6 @@ impl PrivateServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for PrivateServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.0.url()
     }
 }

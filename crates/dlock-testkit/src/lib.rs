@@ -112,6 +112,19 @@ impl RedisServer {
 
     /// Starts a server with the given options.
     pub fn start_with(options: ServerOptions) -> RedisServer {
+        RedisServer::try_start_with(options)
+            .unwrap_or_else(|err| panic!("could not start redis-server: {err}"))
+    }
+
+    /// Starts a server without persistence, or says why it could not (no `redis-server`
+    /// binary, no free port, a server that never answered): for programs that report the
+    /// failure themselves, such as `dlock bench --spawn`.
+    pub fn try_start() -> Result<RedisServer, String> {
+        RedisServer::try_start_with(ServerOptions::default())
+    }
+
+    /// [`RedisServer::try_start`] with the given options.
+    pub fn try_start_with(options: ServerOptions) -> Result<RedisServer, String> {
         assert!(
             !options.tls || options.mode == ServerMode::Standalone,
             "TLS is supported for standalone servers only"
@@ -120,26 +133,31 @@ impl RedisServer {
             !options.aof || options.mode != ServerMode::Sentinel,
             "a sentinel keeps no data: AOF makes no sense for it"
         );
+        locate_binary("REDIS_SERVER", "redis-server")?;
         let mut last_error = String::new();
         for _ in 0..10 {
+            let cluster_port = match options.mode {
+                ServerMode::Cluster { .. } => Some(try_free_port()?),
+                _ => None,
+            };
             let mut server = RedisServer {
-                port: free_port(),
+                port: try_free_port()?,
                 // Not port + 10000 (Redis' default): that overflows for high free ports.
-                cluster_port: matches!(options.mode, ServerMode::Cluster { .. }).then(free_port),
+                cluster_port,
                 dir: tempfile::Builder::new()
                     .prefix("dlock-redis-")
                     .tempdir()
-                    .expect("create a temp dir for redis-server"),
+                    .map_err(|e| format!("cannot create a temp dir for redis-server ({e})"))?,
                 options: options.clone(),
                 child: None,
             };
             match server.launch() {
-                Ok(()) => return server,
+                Ok(()) => return Ok(server),
                 // Another process took the port between our probe and the bind: try another.
                 Err(err) => last_error = err,
             }
         }
-        panic!("could not start redis-server: {last_error}");
+        Err(last_error)
     }
 
     /// `redis://127.0.0.1:PORT` (`rediss://` for a TLS server).
@@ -539,11 +557,11 @@ fn write_tls_files(dir: &Path) -> (String, String, String) {
     (show(cert), show(key), show(ca))
 }
 
-fn free_port() -> u16 {
+fn try_free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .expect("find a free loopback port")
+        .map_err(|e| format!("no free loopback port ({e})"))
 }
 
 fn tail(log: &str) -> String {
@@ -574,8 +592,13 @@ pub(crate) fn redis_cli_binary() -> PathBuf {
 /// `$env_var`, else `name` on PATH or in /usr/bin or /usr/sbin, else a panic that says how
 /// to install it.
 fn find_binary(env_var: &str, name: &str) -> PathBuf {
+    locate_binary(env_var, name).unwrap_or_else(|err| panic!("{err}"))
+}
+
+/// [`find_binary`], or what to do when it is missing.
+fn locate_binary(env_var: &str, name: &str) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(env_var) {
-        return PathBuf::from(path);
+        return Ok(PathBuf::from(path));
     }
     for dir in std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
@@ -585,14 +608,14 @@ fn find_binary(env_var: &str, name: &str) -> PathBuf {
     {
         let candidate = dir.join(name);
         if candidate.is_file() {
-            return candidate;
+            return Ok(candidate);
         }
     }
-    panic!(
+    Err(format!(
         "{name} was not found on PATH. dlock's tests run against a real Redis: install the \
          Debian package `redis-server` (sudo apt-get install redis-server), or run \
          ./scripts/test.sh which installs it, or set {env_var} to the binary's path."
-    );
+    ))
 }
 
 fn parse_command_calls(info: &str) -> HashMap<String, u64> {

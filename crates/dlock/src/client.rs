@@ -385,6 +385,43 @@ impl Client {
         self.inner.backend.connection()
     }
 
+    /// A connection for commands of your own on this client's deployment, through the same
+    /// routing as the locks' requests: by key slot on a Cluster (following `MOVED`/`ASK`),
+    /// to the master the sentinels name now (following a failover). It shares the
+    /// client's multiplexed connection; cheap to clone. Use it for data kept beside a lock,
+    /// for a baseline to compare dlock with (as `dlock bench` does), or for a command the
+    /// library does not send.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
+    /// let mut conn = client.connection();
+    /// let _: () = redis::cmd("SET").arg("report:last").arg("ok").query_async(&mut conn).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connection(&self) -> RawConnection {
+        RawConnection(self.inner.backend.connection())
+    }
+
+    /// Sends `cmd` to every master of the deployment (the one server, or each master of a
+    /// Cluster) and returns each one's reply: for commands without a key, such as `INFO`.
+    pub async fn on_every_master(&self, cmd: &redis::Cmd) -> Result<Vec<redis::Value>> {
+        self.inner
+            .backend
+            .on_every_master(cmd)
+            .await
+            .map_err(|err| Error::from_redis("a command on every master", err))
+    }
+
+    /// Every key matching the glob `pattern` on every master (`SCAN ... MATCH`, never
+    /// `KEYS`), unsorted; a key may be listed twice (`SCAN` may return one more than once).
+    pub async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+        self.inner
+            .backend
+            .scan(pattern)
+            .await
+            .map_err(|err| Error::from_redis("SCAN", err))
+    }
+
     /// A handle of the same client whose grants and extends wait for `replicas`.
     pub(crate) fn acknowledging(&self, replicas: crate::options::Replicas) -> Client {
         Client {
@@ -469,6 +506,40 @@ fn check_pem_certificates(what: &str, pem: &[u8]) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// A connection for commands of your own on a [`Client`]'s deployment; made by
+/// [`Client::connection`]. Use it like any connection of the `redis` crate
+/// (`query_async`, pipelines, scripts).
+#[derive(Clone)]
+pub struct RawConnection(Connection);
+
+impl redis::aio::ConnectionLike for RawConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
+impl std::fmt::Debug for RawConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawConnection").finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Client {

@@ -70,8 +70,8 @@ mod wait;
 pub use any::{AnyGuard, AnyKind, AnyLock};
 pub use backend::MIN_REDIS_VERSION;
 pub use client::{
-    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, MAX_HOLDER_LABEL,
-    MAX_TIMEOUT,
+    Client, ClientBuilder, RawConnection, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    MAX_HOLDER_LABEL, MAX_TIMEOUT,
 };
 pub use error::{Error, Result};
 pub use guard::Guard;
