@@ -14,7 +14,10 @@ use crate::mutex::RawMutex;
 use crate::notifier::{Turnstile, WakeSet};
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
-use crate::raw::{private::RawProtocol, Attempt, HoldKind, Waiting};
+use crate::raw::{
+    private::{KindProtocol, RawProtocol},
+    Attempt, HoldKind, Waiting,
+};
 use crate::redlock::RawRedlock;
 use crate::reentrant::OwnedBy;
 use crate::renew::Renewer;
@@ -99,6 +102,24 @@ into_any!(
     RawRedlock => Redlock,
 );
 
+impl KindProtocol for AnyKind {
+    fn kind_name(&self) -> &'static str {
+        delegate!(self, raw => raw.kind_name())
+    }
+
+    fn waiting(&self) -> Waiting<'_> {
+        delegate!(self, raw => raw.waiting())
+    }
+
+    async fn attempt(&self, token: &str, join_queue: bool) -> Result<Attempt> {
+        delegate!(self, raw => raw.attempt(token, join_queue).await)
+    }
+
+    async fn release(&self, token: &str) -> Result<()> {
+        delegate!(self, raw => raw.release(token).await)
+    }
+}
+
 impl RawProtocol for AnyKind {
     fn settles_each_attempt(&self) -> bool {
         delegate!(self, raw => raw.settles_each_attempt())
@@ -114,22 +135,6 @@ impl RawProtocol for AnyKind {
 
     fn options(&self) -> &LockOptions {
         delegate!(self, raw => raw.options())
-    }
-
-    fn kind_name(&self) -> &'static str {
-        delegate!(self, raw => raw.kind_name())
-    }
-
-    fn waiting(&self) -> Waiting<'_> {
-        delegate!(self, raw => raw.waiting())
-    }
-
-    async fn attempt(&self, token: &str, join_queue: bool) -> Result<Attempt> {
-        delegate!(self, raw => raw.attempt(token, join_queue).await)
-    }
-
-    async fn release(&self, token: &str) -> Result<()> {
-        delegate!(self, raw => raw.release(token).await)
     }
 
     async fn release_token(&self, token: &str) -> Result<()> {

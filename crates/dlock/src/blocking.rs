@@ -44,34 +44,41 @@ mod sealed {
 
     /// An async handle with a session: [`crate::Client`] or [`crate::Redlock`].
     pub trait Connected: Clone + Send + Sync + 'static {
+        /// What configures and connects it.
+        type Builder;
+        fn connect(builder: Self::Builder) -> impl Future<Output = crate::Result<Self>>;
         fn session(&self) -> &crate::Session;
         fn shutdown(&self) -> impl Future<Output = ()> + Send;
     }
 
-    impl Connected for crate::Client {
-        fn session(&self) -> &crate::Session {
-            crate::Client::session(self)
-        }
-        fn shutdown(&self) -> impl Future<Output = ()> + Send {
-            crate::Client::shutdown(self)
-        }
+    /// The async handle `$handle`, connected by `$builder`, forwards to its own methods.
+    macro_rules! connected {
+        ($($handle:ty => $builder:ty),*) => {$(
+            impl Connected for $handle {
+                type Builder = $builder;
+                fn connect(builder: $builder) -> impl Future<Output = crate::Result<Self>> {
+                    builder.connect()
+                }
+                fn session(&self) -> &crate::Session {
+                    <$handle>::session(self)
+                }
+                fn shutdown(&self) -> impl Future<Output = ()> + Send {
+                    <$handle>::shutdown(self)
+                }
+            }
+        )*};
     }
 
-    impl Connected for crate::Redlock {
-        fn session(&self) -> &crate::Session {
-            crate::Redlock::session(self)
-        }
-        fn shutdown(&self) -> impl Future<Output = ()> + Send {
-            crate::Redlock::shutdown(self)
-        }
-    }
+    connected!(crate::Client => crate::ClientBuilder, crate::Redlock => crate::RedlockBuilder);
 }
 
 impl<H: sealed::Connected> Handle<H> {
-    /// Connects on a runtime of its own.
-    fn open(connect: impl std::future::Future<Output = Result<H>>) -> Result<Handle<H>> {
+    /// Connects with the settings of an async builder ([`ClientBuilder`](crate::ClientBuilder)
+    /// for a [`Client`], [`RedlockBuilder`](crate::RedlockBuilder) for a [`Redlock`]), on a
+    /// runtime of its own.
+    pub fn connect_with(builder: H::Builder) -> Result<Handle<H>> {
         let runtime = own_runtime()?;
-        let inner = runtime.block_on(connect)?;
+        let inner = runtime.block_on(H::connect(builder))?;
         Ok(Handle {
             inner,
             runtime: Arc::new(runtime),
@@ -106,12 +113,51 @@ impl<H: sealed::Connected> Handle<H> {
         self.inner.session()
     }
 
-    fn wrap<R>(&self, inner: crate::Lock<R>) -> Lock<R> {
+    fn wrap<A: Blocks>(&self, inner: A) -> A::Blocking {
+        inner.blocking(self.runtime.clone())
+    }
+}
+
+/// An async handle that has a blocking form.
+trait Blocks {
+    type Blocking;
+    fn blocking(self, runtime: Arc<Runtime>) -> Self::Blocking;
+}
+
+impl<R> Blocks for crate::Lock<R> {
+    type Blocking = Lock<R>;
+    fn blocking(self, runtime: Arc<Runtime>) -> Lock<R> {
         Lock {
-            inner,
-            runtime: self.runtime.clone(),
+            inner: self,
+            runtime,
         }
     }
+}
+
+impl Blocks for crate::RwLock {
+    type Blocking = RwLock;
+    fn blocking(self, runtime: Arc<Runtime>) -> RwLock {
+        RwLock {
+            inner: self,
+            runtime,
+        }
+    }
+}
+
+/// A blocking handle's constructors, each pair (default options, given options) making
+/// the async handle and wrapping it.
+macro_rules! blocking_constructors {
+    ($($(#[$doc:meta])* $name:ident / $with:ident ($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self, name: &str $(, $arg: $ty)*) -> Result<$out> {
+            self.$with(name $(, $arg)*, LockOptions::default())
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") with the given options.")]
+        pub fn $with(&self, name: &str $(, $arg: $ty)*, options: LockOptions) -> Result<$out> {
+            Ok(self.wrap(self.inner.$with(name $(, $arg)*, options)?))
+        }
+    )*};
 }
 
 /// A blocking handle to one Redis deployment.
@@ -141,67 +187,17 @@ impl Client {
         Client::connect_with(crate::Client::builder(url))
     }
 
-    /// Connects with the options of an async [`ClientBuilder`](crate::ClientBuilder).
-    pub fn connect_with(builder: crate::ClientBuilder) -> Result<Client> {
-        Handle::open(builder.connect())
-    }
-
-    /// A mutex with default options (30 s lease renewed automatically, wait forever).
-    pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        self.mutex_with(name, LockOptions::default())
-    }
-
-    /// A mutex with the given options.
-    pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
-        Ok(self.wrap(self.inner.mutex_with(name, options)?))
-    }
-
-    /// A fair (FIFO) mutex with default options.
-    pub fn fair_mutex(&self, name: &str) -> Result<Mutex> {
-        self.fair_mutex_with(name, LockOptions::default())
-    }
-
-    /// A fair (FIFO) mutex with the given options.
-    pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
-        Ok(self.wrap(self.inner.fair_mutex_with(name, options)?))
-    }
-
-    /// A semaphore with `permits` permits and default options.
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        self.semaphore_with(name, permits, LockOptions::default())
-    }
-
-    /// A semaphore with the given options.
-    pub fn semaphore_with(
-        &self,
-        name: &str,
-        permits: u32,
-        options: LockOptions,
-    ) -> Result<Semaphore> {
-        Ok(self.wrap(self.inner.semaphore_with(name, permits, options)?))
-    }
-
-    /// A read-write lock with default options.
-    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
-        self.rwlock_with(name, LockOptions::default())
-    }
-
-    /// A read-write lock with the given options.
-    pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
-        Ok(RwLock {
-            inner: self.inner.rwlock_with(name, options)?,
-            runtime: self.runtime.clone(),
-        })
-    }
-
-    /// A reentrant mutex with default options.
-    pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
-        self.reentrant_mutex_with(name, LockOptions::default())
-    }
-
-    /// A reentrant mutex with the given options.
-    pub fn reentrant_mutex_with(&self, name: &str, options: LockOptions) -> Result<ReentrantMutex> {
-        Ok(self.wrap(self.inner.reentrant_mutex_with(name, options)?))
+    blocking_constructors! {
+        /// A mutex with default options (30 s lease renewed automatically, wait forever).
+        mutex / mutex_with () -> Mutex;
+        /// A fair (FIFO) mutex with default options.
+        fair_mutex / fair_mutex_with () -> Mutex;
+        /// A semaphore with `permits` permits and default options.
+        semaphore / semaphore_with (permits: u32) -> Semaphore;
+        /// A read-write lock with default options, reading for a fresh owner.
+        rwlock / rwlock_with () -> RwLock;
+        /// A reentrant mutex with default options, acting for a fresh owner.
+        reentrant_mutex / reentrant_mutex_with () -> ReentrantMutex;
     }
 }
 
@@ -228,19 +224,9 @@ impl Redlock {
         Redlock::connect_with(crate::Client::redlock_builder(urls))
     }
 
-    /// Connects with the settings of an async [`RedlockBuilder`](crate::RedlockBuilder).
-    pub fn connect_with(builder: crate::RedlockBuilder) -> Result<Redlock> {
-        Handle::open(builder.connect())
-    }
-
-    /// A Redlock mutex with default options.
-    pub fn mutex(&self, name: &str) -> Result<RedlockMutex> {
-        self.mutex_with(name, LockOptions::default())
-    }
-
-    /// A Redlock mutex with the given options (see [`crate::Redlock::mutex_with`]).
-    pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<RedlockMutex> {
-        Ok(self.wrap(self.inner.mutex_with(name, options)?))
+    blocking_constructors! {
+        /// A Redlock mutex with default options.
+        mutex / mutex_with () -> RedlockMutex;
     }
 }
 

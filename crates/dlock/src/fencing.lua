@@ -57,3 +57,16 @@ local function draw_fence(key)
   redis.call('SET', key, string.format('%.0f', fence))
   return fence, from_clock
 end
+
+-- The fence recorded at `key` ('<id>|<fence>') for `id`, or nil when it records none for
+-- it: what a resent request answers again (a lazily drawn fence, a forced release).
+local function recorded_fence(key, id)
+  local record = redis.pcall('GET', key)
+  if type(record) == 'string' then
+    local recorded, fence = string.match(record, '^(.*)|(%d+)$')
+    if recorded == id then
+      return tonumber(fence)
+    end
+  end
+  return nil
+end

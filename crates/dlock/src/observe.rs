@@ -15,14 +15,13 @@
 
 use std::time::Duration;
 
+/// Whole milliseconds, as the events report durations.
+fn ms(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
 pub(crate) fn acquired(kind: &'static str, lock: &str, attempts: u32, waited: Duration) {
-    tracing::debug!(
-        lock,
-        kind,
-        attempts,
-        waited_ms = waited.as_millis() as u64,
-        "acquired"
-    );
+    tracing::debug!(lock, kind, attempts, waited_ms = ms(waited), "acquired");
     #[cfg(feature = "metrics")]
     {
         metrics::counter!("dlock_acquired_total", "kind" => kind).increment(1);
@@ -37,12 +36,8 @@ pub(crate) fn busy(kind: &'static str, lock: &str) {
 }
 
 pub(crate) fn timed_out(kind: &'static str, lock: &str, waited: Duration) {
-    tracing::info!(
-        lock,
-        kind,
-        waited_ms = waited.as_millis() as u64,
-        "not acquired within the wait budget"
-    );
+    let waited_ms = ms(waited);
+    tracing::info!(lock, kind, waited_ms, "not acquired within the wait budget");
     #[cfg(feature = "metrics")]
     metrics::counter!("dlock_timed_out_total", "kind" => kind).increment(1);
 }

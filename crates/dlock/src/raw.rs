@@ -127,28 +127,10 @@ pub enum Waiting<'a> {
 pub mod private {
     use super::*;
 
-    /// The raw protocol of one lock kind: what the one acquisition path
-    /// ([`crate::wait`]) and the one guard ([`Guard`](crate::Guard)) ask of it. Every
-    /// script is safe to run twice with the same token (see [`crate::script::Call::run`]).
-    ///
-    /// The kinds on one server (a single node, a Cluster, a Sentinel master) implement
-    /// [`OnOneServer`] and get the rest from it; Redlock implements this itself, fanning
-    /// each request out to its masters.
-    pub trait RawProtocol: Clone + Send + Sync + std::fmt::Debug + 'static {
-        /// Each attempt settles its own leftovers: one that is not granted gives back,
-        /// itself and in the background, whatever it may have been granted, so the next
-        /// attempt takes a fresh token. (Redlock: a round granted by a minority of the
-        /// masters must not keep them until the wait ends.) Otherwise one token serves
-        /// the whole wait and a resend is recognised by it.
-        fn settles_each_attempt(&self) -> bool {
-            false
-        }
-        /// The session its holds belong to.
-        fn session(&self) -> &Session;
-        /// The keys of the named lock.
-        fn keys(&self) -> &std::sync::Arc<LockKeys>;
-        /// The options in force.
-        fn options(&self) -> &LockOptions;
+    /// What each kind writes itself: its name, how its waiters are woken, and its acquire
+    /// and release scripts with how to read their replies. Every script is safe to run
+    /// twice with the same token (see [`crate::script::Call::run`]).
+    pub trait KindProtocol: Clone + Send + Sync + std::fmt::Debug + 'static {
         /// The kind's name in logs and metrics: `mutex`, `fair`, `reentrant`, `read`,
         /// `write`, `semaphore`, `redlock`.
         fn kind_name(&self) -> &'static str;
@@ -165,6 +147,30 @@ pub mod private {
         /// Gives the hold back; [`crate::Error::Lost`] when it was not held (nothing else
         /// is touched).
         fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send;
+    }
+
+    /// The raw protocol of one lock kind: what the one acquisition path
+    /// ([`crate::wait`]) and the one guard ([`Guard`](crate::Guard)) ask of it, beyond
+    /// its [`KindProtocol`].
+    ///
+    /// The kinds on one server (a single node, a Cluster, a Sentinel master) implement
+    /// [`OnOneServer`] and get the rest from it; Redlock implements this itself, fanning
+    /// each request out to its masters.
+    pub trait RawProtocol: KindProtocol {
+        /// Each attempt settles its own leftovers: one that is not granted gives back,
+        /// itself and in the background, whatever it may have been granted, so the next
+        /// attempt takes a fresh token. (Redlock: a round granted by a minority of the
+        /// masters must not keep them until the wait ends.) Otherwise one token serves
+        /// the whole wait and a resend is recognised by it.
+        fn settles_each_attempt(&self) -> bool {
+            false
+        }
+        /// The session its holds belong to.
+        fn session(&self) -> &Session;
+        /// The keys of the named lock.
+        fn keys(&self) -> &std::sync::Arc<LockKeys>;
+        /// The options in force.
+        fn options(&self) -> &LockOptions;
         /// Gives back a hold known only by its token (not taken through this handle):
         /// the guard's release unless the kind's token may stand for several of its forms.
         fn release_token(&self, token: &str) -> impl Future<Output = Result<()>> + Send {
@@ -214,26 +220,14 @@ pub mod private {
         fn hold_key(&self) -> (&str, HoldKind);
     }
 
-    /// The raw protocol of a kind on one server: its scripts and how to read their
-    /// replies; extend, "still held?", the lazy fence, waking and renewal are the same for
-    /// every such kind and come with it.
-    pub trait OnOneServer: Clone + Send + Sync + std::fmt::Debug + 'static {
+    /// A kind on one server: beside its [`KindProtocol`], where its holds live; extend,
+    /// "still held?", the lazy fence, waking and renewal are the same for every such kind
+    /// and come with it.
+    pub trait OnOneServer: KindProtocol {
         /// How a hold of this kind is recorded at the lock key.
         const HOLD: HoldKind;
         /// The named lock this kind acts on.
         fn core(&self) -> &LockCore;
-        /// See [`RawProtocol::kind_name`].
-        fn kind_name(&self) -> &'static str;
-        /// See [`RawProtocol::waiting`].
-        fn waiting(&self) -> Waiting<'_>;
-        /// See [`RawProtocol::attempt`].
-        fn attempt(
-            &self,
-            token: &str,
-            join_queue: bool,
-        ) -> impl Future<Output = Result<Attempt>> + Send;
-        /// See [`RawProtocol::release`].
-        fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send;
         /// The named lock, to change its options.
         fn core_mut(&mut self) -> &mut LockCore;
         /// The owner of its holds, for the kinds whose holds have one.
@@ -262,33 +256,13 @@ pub mod private {
             &self.core().options
         }
 
-        fn kind_name(&self) -> &'static str {
-            OnOneServer::kind_name(self)
-        }
-
-        fn waiting(&self) -> Waiting<'_> {
-            OnOneServer::waiting(self)
-        }
-
-        fn attempt(
-            &self,
-            token: &str,
-            join_queue: bool,
-        ) -> impl Future<Output = Result<Attempt>> + Send {
-            OnOneServer::attempt(self, token, join_queue)
-        }
-
-        fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send {
-            OnOneServer::release(self, token)
-        }
-
         async fn release_token(&self, token: &str) -> Result<()> {
             if T::RELEASES_ANY_FORM {
                 // A mutex, a fair mutex and a write lock share the format: a token of any
                 // of them is released, and its waiters woken, by one script.
                 release_string_hold(self.core(), token).await
             } else {
-                OnOneServer::release(self, token).await
+                self.release(token).await
             }
         }
 
@@ -338,6 +312,33 @@ pub mod private {
         }
     }
 }
+
+/// Implements [`private::OnOneServer`] for a kind whose named lock is the field
+/// `$core`: `hold` says how its holds are recorded at the lock key, `owner` names the
+/// field of the owner its holds belong to, and `releases_any_form` marks the kind whose
+/// handle releases a string hold of any form by token (the mutex).
+macro_rules! on_one_server {
+    ($kind:ty, hold: $hold:expr, core: $($core:ident).+
+     $(, owner: $owner:ident)? $(, releases_any_form: $any:expr)?) => {
+        impl $crate::raw::private::OnOneServer for $kind {
+            const HOLD: $crate::raw::HoldKind = $hold;
+            $(const RELEASES_ANY_FORM: bool = $any;)?
+
+            fn core(&self) -> &$crate::raw::LockCore {
+                &self.$($core).+
+            }
+
+            fn core_mut(&mut self) -> &mut $crate::raw::LockCore {
+                &mut self.$($core).+
+            }
+
+            $(fn owner_mut(&mut self) -> Option<&mut $crate::session::Owner> {
+                Some(&mut self.$owner)
+            })?
+        }
+    };
+}
+pub(crate) use on_one_server;
 
 static HELD: LazyLock<LuaScript> =
     lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");

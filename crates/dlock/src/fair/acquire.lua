@@ -21,10 +21,7 @@ if queue_purge(KEYS[3], KEYS[4], now) > 0 and not current then
   end
 end
 if not current and queue_rank(KEYS[3], ARGV[1]) == 0 then
-  local fence = next_fence(KEYS[2])
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  queue_granted(KEYS[3], KEYS[4], ARGV[4], ARGV[1])
-  return {1, fence}
+  return grant_in_line(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[1], ARGV[2])
 end
 local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[5], ARGV[3])
 if rank == 0 and current then

@@ -8,12 +8,9 @@
 -- KEYS[5] the record of the last forced release ('<request id>|<fence>')
 -- ARGV[1] release channel, ARGV[2] wake channel prefix, ARGV[3] request id
 -- Returns the new fencing token, or 0 when nothing held the name.
-local record = redis.pcall('GET', KEYS[5])
-if type(record) == 'string' then
-  local request, fence = string.match(record, '^(.*)|(%d+)$')
-  if request == ARGV[3] then
-    return tonumber(fence)
-  end
+local answered = recorded_fence(KEYS[5], ARGV[3])
+if answered then
+  return answered
 end
 local function done(fence)
   redis.call('SET', KEYS[5], ARGV[3] .. '|' .. fmt(fence), 'PX', 60000)

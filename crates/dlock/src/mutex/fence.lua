@@ -8,23 +8,15 @@
 -- fence ('<token>|<fence>'); ARGV[1] token
 -- Returns the fence; 0 when the hold is no longer held (nothing drawn; also when another
 -- kind holds the key now); -2 when the counter cannot count (named by the caller).
-local current = redis.pcall('GET', KEYS[1])
-if refused(current) and not wrong_type(current) then
-  return redis.error_reply(current.err)
-elseif current ~= ARGV[1] then
+if not held_by(KEYS[1], ARGV[1]) then
   return 0 -- expired, taken, or another kind holds the key now: not us
 end
-local record = redis.pcall('GET', KEYS[3])
-if type(record) == 'string' then
-  local holder, drawn = string.match(record, '^(.*)|(%d+)$')
-  if holder == ARGV[1] then
-    return tonumber(drawn)
-  end
+local drawn = recorded_fence(KEYS[3], ARGV[1])
+if drawn then
+  return drawn
 end
-local fence, outcome = draw_fence(KEYS[2])
-if refused(outcome) then
-  return redis.error_reply(outcome.err)
-elseif not fence then
+local fence = counted(draw_fence(KEYS[2]))
+if not fence then
   return -2
 end
 local pttl = redis.call('PTTL', KEYS[1])

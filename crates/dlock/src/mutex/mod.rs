@@ -18,7 +18,7 @@ use crate::guard::Guard;
 use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
-use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
+use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 
 pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
@@ -33,9 +33,6 @@ static FAIR_ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
 static FAIR_RELEASE: LazyLock<LuaScript> =
     lua_script!("fair mutex release", "queue/queue.lua", "fair/release.lua");
-
-/// Proof of holding a [`Mutex`] (plain or fair). See [`Guard`] for what every guard does.
-pub type MutexGuard = Guard<RawMutex>;
 
 /// A named distributed mutex: the one [`Lock`] handle over the mutex's protocol. Cheap to
 /// clone; made by [`Client::mutex`] (or [`Client::fair_mutex`] for FIFO order).
@@ -66,6 +63,9 @@ pub struct RawMutex {
     /// The waiter queue of a fair mutex; `None` for the plain one.
     queue: Option<QueueKeys>,
 }
+
+/// Proof of holding a [`Mutex`] (plain or fair). See [`Guard`] for what every guard does.
+pub type MutexGuard = Guard<RawMutex>;
 
 impl RawMutex {
     fn new(client: Client, name: &str, options: LockOptions) -> Result<RawMutex> {
@@ -232,14 +232,7 @@ impl RawMutex {
     }
 }
 
-impl OnOneServer for RawMutex {
-    const HOLD: HoldKind = HoldKind::String;
-    const RELEASES_ANY_FORM: bool = true;
-
-    fn core(&self) -> &LockCore {
-        &self.core
-    }
-
+impl KindProtocol for RawMutex {
     fn kind_name(&self) -> &'static str {
         if self.queue.is_some() {
             "fair"
@@ -277,11 +270,9 @@ impl OnOneServer for RawMutex {
     async fn release(&self, token: &str) -> Result<()> {
         self.release_hold(token).await
     }
-
-    fn core_mut(&mut self) -> &mut LockCore {
-        &mut self.core
-    }
 }
+
+on_one_server!(RawMutex, hold: HoldKind::String, core: core, releases_any_form: true);
 
 impl Client {
     /// A mutex named `name` with default options (30 s lease renewed automatically,

@@ -87,3 +87,13 @@ local function queue_place(queue, leases, waiter, now, join, lease_ms)
   end
   return queue_rank(queue, waiter)
 end
+
+-- Grants the string hold at `key` to `waiter`, first in line, for `lease_ms` with the next
+-- fence at `fence_key`, and passes its place in line on: the grant of the fair mutex and
+-- of the writer (their KEYS and ARGV share a layout). Returns the acquire's reply.
+local function grant_in_line(key, fence_key, queue, leases, prefix, waiter, lease_ms)
+  local fence = next_fence(fence_key)
+  redis.call('SET', key, waiter, 'PX', lease_ms)
+  queue_granted(queue, leases, prefix, waiter)
+  return {1, fence}
+end

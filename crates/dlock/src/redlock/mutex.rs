@@ -33,7 +33,10 @@ use crate::lock::Lock;
 use crate::notifier::{Turnstile, WakeSet};
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
-use crate::raw::{private::RawProtocol, Attempt, HoldKind, Waiting};
+use crate::raw::{
+    private::{KindProtocol, RawProtocol},
+    Attempt, HoldKind, Waiting,
+};
 use crate::renew::Renewer;
 use crate::script::{lua_script, LuaScript};
 use crate::session::Session;
@@ -592,27 +595,7 @@ async fn extend_on_quorum(
     }
 }
 
-impl RawProtocol for RawRedlock {
-    fn settles_each_attempt(&self) -> bool {
-        true
-    }
-
-    fn hold_key(&self) -> (&str, HoldKind) {
-        (&self.keys.key, HoldKind::String)
-    }
-
-    fn session(&self) -> &Session {
-        self.redlock.session()
-    }
-
-    fn keys(&self) -> &Arc<LockKeys> {
-        &self.keys
-    }
-
-    fn options(&self) -> &LockOptions {
-        &self.options
-    }
-
+impl KindProtocol for RawRedlock {
     fn kind_name(&self) -> &'static str {
         "redlock"
     }
@@ -650,6 +633,28 @@ impl RawProtocol for RawRedlock {
     async fn release(&self, token: &str) -> Result<()> {
         let after = self.redlock.take_requests(token);
         self.release_after(token, after).await
+    }
+}
+
+impl RawProtocol for RawRedlock {
+    fn settles_each_attempt(&self) -> bool {
+        true
+    }
+
+    fn hold_key(&self) -> (&str, HoldKind) {
+        (&self.keys.key, HoldKind::String)
+    }
+
+    fn session(&self) -> &Session {
+        self.redlock.session()
+    }
+
+    fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
+    fn options(&self) -> &LockOptions {
+        &self.options
     }
 
     async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {

@@ -7,16 +7,11 @@
 -- KEYS[1] lock key; KEYS[2] fencing counter; ARGV[1] token; ARGV[2] the fence
 -- Returns 1 raised (or already that high), 0 the hold is not ours here (nothing touched),
 -- -2 the counter cannot count, or the fence is out of range (named by the caller).
-local current = redis.pcall('GET', KEYS[1])
-if refused(current) and not wrong_type(current) then
-  return redis.error_reply(current.err)
-elseif current ~= ARGV[1] then
+if not held_by(KEYS[1], ARGV[1]) then
   return 0
 end
-local last, problem = fence_counter(KEYS[2])
-if refused(problem) then
-  return redis.error_reply(problem.err)
-elseif not last then
+local last = counted(fence_counter(KEYS[2]))
+if not last then
   return -2
 end
 local fence = string.match(ARGV[2], '^%d+$') and string.len(ARGV[2]) <= 16 and tonumber(ARGV[2])

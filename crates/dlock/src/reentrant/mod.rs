@@ -15,17 +15,13 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::lock::Lock;
 use crate::options::LockOptions;
-use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
+use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 pub use crate::session::Owner;
 
 static ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "reentrant acquire", "reentrant/acquire.lua");
 static RELEASE: LazyLock<LuaScript> = lua_script!("reentrant release", "reentrant/release.lua");
-
-/// One hold of a [`ReentrantMutex`]. See [`Guard`] for what every guard does;
-/// [`Guard::holds_at_grant`] tells the owner's hold count.
-pub type ReentrantGuard = Guard<OwnedBy>;
 
 /// A named reentrant distributed mutex, acting for the [`Owner`] bound to the handle: the
 /// one [`Lock`] handle over the reentrant protocol. Made by [`Client::reentrant_mutex`]
@@ -52,6 +48,10 @@ pub struct OwnedBy {
     core: LockCore,
     owner: Owner,
 }
+
+/// One hold of a [`ReentrantMutex`]. See [`Guard`] for what every guard does;
+/// [`Guard::holds_at_grant`] tells the owner's hold count.
+pub type ReentrantGuard = Guard<OwnedBy>;
 
 impl Lock<OwnedBy> {
     /// The owner this handle acts for.
@@ -163,21 +163,7 @@ impl Guard<OwnedBy> {
     }
 }
 
-impl OnOneServer for OwnedBy {
-    const HOLD: HoldKind = HoldKind::Reentrant;
-
-    fn core(&self) -> &LockCore {
-        &self.core
-    }
-
-    fn owner_mut(&mut self) -> Option<&mut Owner> {
-        Some(&mut self.owner)
-    }
-
-    fn core_mut(&mut self) -> &mut LockCore {
-        &mut self.core
-    }
-
+impl KindProtocol for OwnedBy {
     fn kind_name(&self) -> &'static str {
         "reentrant"
     }
@@ -203,6 +189,8 @@ impl OnOneServer for OwnedBy {
         self.release_hold(token).await.map(drop)
     }
 }
+
+on_one_server!(OwnedBy, hold: HoldKind::Reentrant, core: core, owner: owner);
 
 impl Client {
     /// A reentrant mutex named `name` with default options (30 s lease renewed

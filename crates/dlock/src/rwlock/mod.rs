@@ -22,7 +22,7 @@ use crate::guard::Guard;
 use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
-use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
+use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::reentrant::Owner;
 use crate::script::{lua_script, LuaScript};
 use crate::wait::Claim;
@@ -318,21 +318,7 @@ impl Guard<Writing> {
     }
 }
 
-impl OnOneServer for Reading {
-    const HOLD: HoldKind = HoldKind::Entry;
-
-    fn core(&self) -> &LockCore {
-        &self.lock.core
-    }
-
-    fn owner_mut(&mut self) -> Option<&mut Owner> {
-        Some(&mut self.owner)
-    }
-
-    fn core_mut(&mut self) -> &mut LockCore {
-        &mut self.lock.core
-    }
-
+impl KindProtocol for Reading {
     fn kind_name(&self) -> &'static str {
         "read"
     }
@@ -358,21 +344,9 @@ impl OnOneServer for Reading {
     }
 }
 
-impl OnOneServer for Writing {
-    const HOLD: HoldKind = HoldKind::String;
+on_one_server!(Reading, hold: HoldKind::Entry, core: lock.core, owner: owner);
 
-    fn core(&self) -> &LockCore {
-        &self.lock.core
-    }
-
-    fn owner_mut(&mut self) -> Option<&mut Owner> {
-        Some(&mut self.owner)
-    }
-
-    fn core_mut(&mut self) -> &mut LockCore {
-        &mut self.lock.core
-    }
-
+impl KindProtocol for Writing {
     fn kind_name(&self) -> &'static str {
         "write"
     }
@@ -399,6 +373,8 @@ impl OnOneServer for Writing {
         self.lock.release_write(token).await
     }
 }
+
+on_one_server!(Writing, hold: HoldKind::String, core: lock.core, owner: owner);
 
 impl Client {
     /// A read-write lock named `name` with default options (30 s leases renewed

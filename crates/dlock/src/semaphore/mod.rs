@@ -19,7 +19,7 @@ use crate::guard::Guard;
 use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
-use crate::raw::{private::OnOneServer, Attempt, HoldKind, LockCore, Waiting};
+use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 
 static ACQUIRE: LazyLock<LuaScript> = lua_script!(
@@ -37,9 +37,6 @@ static RELEASE: LazyLock<LuaScript> = lua_script!(
 
 /// Most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
-
-/// One permit of a [`Semaphore`]. See [`Guard`] for what every guard does.
-pub type SemaphorePermit = Guard<RawSemaphore>;
 
 /// A named distributed semaphore with `N` permits: the one [`Lock`] handle over the
 /// semaphore's protocol, each [`lock`](Lock::lock) taking one permit. Made by
@@ -63,6 +60,9 @@ pub struct RawSemaphore {
     permits: u32,
     queue: QueueKeys,
 }
+
+/// One permit of a [`Semaphore`]. See [`Guard`] for what every guard does.
+pub type SemaphorePermit = Guard<RawSemaphore>;
 
 impl RawSemaphore {
     fn new(client: Client, name: &str, permits: u32, options: LockOptions) -> Result<Semaphore> {
@@ -117,17 +117,7 @@ impl Lock<RawSemaphore> {
     }
 }
 
-impl OnOneServer for RawSemaphore {
-    const HOLD: HoldKind = HoldKind::Entry;
-
-    fn core(&self) -> &LockCore {
-        &self.core
-    }
-
-    fn core_mut(&mut self) -> &mut LockCore {
-        &mut self.core
-    }
-
+impl KindProtocol for RawSemaphore {
     fn kind_name(&self) -> &'static str {
         "semaphore"
     }
@@ -158,6 +148,8 @@ impl OnOneServer for RawSemaphore {
         self.release_permit(token).await
     }
 }
+
+on_one_server!(RawSemaphore, hold: HoldKind::Entry, core: core);
 
 impl Client {
     /// A semaphore named `name` allowing `permits` holders at once, with default options
