@@ -180,9 +180,10 @@ pub enum Target {
     Redlock(Vec<String>),
 }
 
-/// The raw baseline's connection, to the deployment dlock's client uses: a client of its
-/// own (the library's connection API, routed as the locks' requests are: by slot on a
-/// cluster, to the master the sentinels name), whose commands the baseline sends directly.
+/// The raw baseline's connection, to the deployment dlock's client uses: a connection of
+/// its own from the library (`Client::connection`, routed as the locks' requests are: by
+/// slot on a cluster, to the master the sentinels name), whose commands the baseline
+/// sends directly.
 #[derive(Clone)]
 struct Raw {
     client: Client,
@@ -205,7 +206,7 @@ impl Raw {
             }
         };
         Ok(Raw {
-            conn: client.connection(),
+            conn: client.connection().await?,
             client,
         })
     }

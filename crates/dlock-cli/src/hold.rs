@@ -130,9 +130,9 @@ pub fn lock_of(
     Ok(if kind.fair {
         client.fair_mutex_with(name, options)?.into()
     } else if kind.read {
-        client.rwlock_with(name, options)?.reader().clone().into()
+        client.rwlock_with(name, options)?.reader().into()
     } else if kind.write {
-        client.rwlock_with(name, options)?.writer().clone().into()
+        client.rwlock_with(name, options)?.writer().into()
     } else if let Some(permits) = kind.permits {
         client.semaphore_with(name, permits, options)?.into()
     } else {

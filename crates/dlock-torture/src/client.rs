@@ -221,7 +221,7 @@ fn lock_of(
     Ok(match primitive {
         Primitive::Mutex => client.mutex_with(name, options)?.into(),
         Primitive::Fair => client.fair_mutex_with(name, options)?.into(),
-        Primitive::Write => client.rwlock_with(name, options)?.writer().clone().into(),
+        Primitive::Write => client.rwlock_with(name, options)?.writer().into(),
         Primitive::Sem1 | Primitive::Sem3 => client
             .semaphore_with(name, primitive.limit() as u32, options)?
             .into(),

@@ -30,9 +30,10 @@ use crate::session::Session;
 pub type AnyGuard = Guard<AnyKind>;
 
 /// A lock of any kind, chosen at run time: a plain or fair [`Mutex`](crate::Mutex), a
-/// [`ReentrantMutex`](crate::ReentrantMutex) or the read side of an
-/// [`RwLock`](crate::RwLock) for its handle's owner, the write side, a
-/// [`Semaphore`](crate::Semaphore), a [`RedlockMutex`](crate::RedlockMutex). The one [`Lock`] handle
+/// [`ReentrantMutex`](crate::ReentrantMutex), the read or the write side of an
+/// [`RwLock`](crate::RwLock) (`rwlock.reader().into()`, for that handle's owner), a
+/// [`Semaphore`](crate::Semaphore), a [`RedlockMutex`](crate::RedlockMutex). It keeps the
+/// owner of the handle it was made from; a clone acts for a fresh one. The one [`Lock`] handle
 /// with every verb; made from any kind's handle with `.into()`. Cheap to clone.
 ///
 /// ```no_run

@@ -407,9 +407,9 @@ impl RwLock {
         &self.inner
     }
 
-    fn side<R: RawLock>(&self, inner: &crate::Lock<R>) -> Lock<R> {
+    fn side<R: RawLock>(&self, inner: crate::Lock<R>) -> Lock<R> {
         Lock {
-            inner: inner.same_owner(),
+            inner,
             runtime: self.runtime.clone(),
         }
     }

@@ -385,21 +385,28 @@ impl Client {
         self.inner.backend.connection()
     }
 
-    /// A connection for commands of your own on this client's deployment, through the same
-    /// routing as the locks' requests: by key slot on a Cluster (following `MOVED`/`ASK`),
-    /// to the master the sentinels name now (following a failover). It shares the
-    /// client's multiplexed connection; cheap to clone. Use it for data kept beside a lock,
-    /// for a baseline to compare dlock with (as `dlock bench` does), or for a command the
-    /// library does not send.
+    /// Opens a connection of its own for commands of your own on this client's
+    /// deployment, routed as the locks' requests are: by key slot on a Cluster (following
+    /// `MOVED`/`ASK`), to the master the sentinels name (opened to the current one; a
+    /// failover is reported like any dropped connection, so open another). It is not the
+    /// locks' connection: a blocking command (`BLPOP`, `WAIT`), a `SELECT` or a
+    /// transaction there cannot hold up or redirect them. Use it for data kept beside a
+    /// lock, for a baseline to compare dlock with (as `dlock bench` does), or for a
+    /// command the library does not send. Cheap to clone (clones share it).
     ///
     /// ```no_run
     /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
-    /// let mut conn = client.connection();
+    /// let mut conn = client.connection().await?;
     /// let _: () = redis::cmd("SET").arg("report:last").arg("ok").query_async(&mut conn).await?;
     /// # Ok(()) }
     /// ```
-    pub fn connection(&self) -> RawConnection {
-        RawConnection(self.inner.backend.connection())
+    pub async fn connection(&self) -> Result<RawConnection> {
+        self.inner
+            .backend
+            .dedicated()
+            .await
+            .map(RawConnection)
+            .map_err(|err| Error::from_redis("connect", err))
     }
 
     /// Sends `cmd` to every master of the deployment (the one server, or each master of a
@@ -508,8 +515,8 @@ fn check_pem_certificates(what: &str, pem: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A connection for commands of your own on a [`Client`]'s deployment; made by
-/// [`Client::connection`]. Use it like any connection of the `redis` crate
+/// A connection of its own for commands of your own on a [`Client`]'s deployment; opened
+/// by [`Client::connection`]. Use it like any connection of the `redis` crate
 /// (`query_async`, pipelines, scripts).
 #[derive(Clone)]
 pub struct RawConnection(Connection);

@@ -13,7 +13,8 @@ use crate::signal::{self, renewed, LeaseCell, LostReason, LostSignal};
 
 /// Proof of holding a lock: a [`MutexGuard`](crate::MutexGuard), a
 /// [`ReentrantGuard`](crate::ReentrantGuard), a [`ReadGuard`](crate::ReadGuard) or
-/// [`WriteGuard`](crate::WriteGuard), a [`SemaphorePermit`](crate::SemaphorePermit).
+/// [`WriteGuard`](crate::WriteGuard), a [`SemaphorePermit`](crate::SemaphorePermit), a
+/// [`RedlockGuard`](crate::RedlockGuard), an [`AnyGuard`](crate::AnyGuard).
 ///
 /// Every guard has the same verbs: [`token`](Guard::token), [`fence`](Guard::fence),
 /// [`remaining`](Guard::remaining), [`lost`](Guard::lost), [`extend`](Guard::extend),

@@ -234,9 +234,17 @@ impl Session {
         &self,
         start: impl FnOnce(&tokio::runtime::Handle) -> Notifier,
     ) -> &Notifier {
-        self.inner
+        let notifier = self
+            .inner
             .notifier
-            .get_or_init(|| start(&self.inner.runtime))
+            .get_or_init(|| start(&self.inner.runtime));
+        // Started by a wait racing shutdown, after shutdown looked for it: stopped here.
+        // (The fences order this check against shutdown's look, so one of the two stops it.)
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.is_closed() {
+            notifier.stop();
+        }
+        notifier
     }
 
     /// The renewal scheduler of `lane`, renewing on the target `target` makes on first
@@ -260,8 +268,12 @@ impl Session {
     /// [`Session::done`] resolves and [`LostHolds`] streams end.
     pub(crate) async fn shutdown(&self, bound: Duration, and_then: impl Future<Output = ()>) {
         // track_hold checks it under the lock release_all drains the holds with: no hold
-        // slips in after.
-        self.inner.closed.store(true, Ordering::Release);
+        // slips in after. A second shutdown waits for the first to finish.
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            self.done().await;
+            return;
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(notifier) = self.inner.notifier.get() {
             notifier.stop();
         }

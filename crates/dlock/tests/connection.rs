@@ -124,3 +124,44 @@ async fn a_peer_that_does_not_speak_redis_is_a_misconfiguration() {
     }
     http.abort();
 }
+
+/// `Client::connection()` is a connection of its own: a blocking command there does not
+/// hold up the locks' requests (on the shared multiplexed connection they would queue
+/// behind it until it returned).
+#[tokio::test]
+async fn a_blocking_command_on_the_raw_connection_does_not_stall_the_locks() {
+    let server = dlock_testkit::RedisServer::start();
+    let client = dlock::Client::connect(&server.url()).await.unwrap();
+    let mut conn = client.connection().await.unwrap();
+    let blocked = tokio::spawn(async move {
+        let popped: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg("nothing-comes")
+            .arg(5)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        popped
+    });
+    // Until the server has the BLPOP, the check below would prove nothing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while server
+        .cmd::<String>(&["INFO", "clients"])
+        .contains("blocked_clients:0")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the BLPOP never blocked"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mutex = client.mutex("beside").unwrap();
+    for _ in 0..5 {
+        mutex.try_lock().await.unwrap().unlock().await.unwrap();
+    }
+    assert!(
+        !blocked.is_finished(),
+        "the lock requests waited for the BLPOP: they share its connection"
+    );
+    blocked.abort();
+    client.shutdown().await;
+}

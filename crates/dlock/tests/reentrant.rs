@@ -232,6 +232,10 @@ async fn a_clone_acts_for_a_fresh_owner_and_for_owner_for_the_same() {
         Err(Error::Busy { .. })
     ));
     let reentered = rwlock.try_read().await.unwrap();
+    // The read side as an AnyLock keeps the handle's owner: it re-enters too.
+    let any: dlock::AnyLock = rwlock.reader().into();
+    let through_any = any.try_lock().await.unwrap();
+    through_any.unlock().await.unwrap();
     for guard in [first, second, reentered] {
         guard.unlock().await.unwrap();
     }

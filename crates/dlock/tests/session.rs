@@ -273,3 +273,27 @@ async fn the_stream_ends_when_the_client_is_dropped() {
     assert_eq!(end, None);
     drop(signal);
 }
+
+/// Two shutdowns at once: the second waits for the first, both end with every hold given
+/// back and the session done.
+#[tokio::test]
+async fn concurrent_shutdowns_both_end_with_everything_released() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let options = LockOptions::default().wait(Wait::NoWait);
+    let mut guards = Vec::new();
+    for index in 0..20 {
+        let mutex = client.mutex_with(&format!("s{index}"), options).unwrap();
+        guards.push(mutex.try_lock().await.unwrap());
+    }
+    tokio::join!(client.shutdown(), client.shutdown());
+    let left: Vec<String> = server.cmd(&["KEYS", "s*"]);
+    assert!(
+        left.is_empty(),
+        "a shutdown returned before the holds were given back: {left:?}"
+    );
+    assert_eq!(client.session().holds(), 0);
+    tokio::time::timeout(Duration::from_secs(1), client.session().done())
+        .await
+        .expect("done once both shutdowns returned");
+}

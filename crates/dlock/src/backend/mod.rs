@@ -144,6 +144,30 @@ impl Backend {
         }
     }
 
+    /// A connection of its own, for a program's own commands: a blocking command, a
+    /// `SELECT` or a transaction there cannot hold up or redirect the locks' requests.
+    /// Through Sentinel it is opened to the current master (and reports a failover like
+    /// every request does).
+    pub(crate) async fn dedicated(&self) -> redis::RedisResult<Connection> {
+        match self {
+            Backend::SingleNode(node) => Ok(Connection::Plain(
+                ConnectionManager::new_with_config(node.client.clone(), node.config.clone())
+                    .await?,
+            )),
+            Backend::Cluster(cluster) => Ok(Connection::Cluster(
+                cluster.client.get_async_connection().await?,
+            )),
+            Backend::Sentinel(sentinel) => {
+                let master = sentinel.master.read().unwrap().client.clone();
+                Ok(Connection::Sentinel {
+                    conn: ConnectionManager::new_with_config(master, sentinel.config.clone())
+                        .await?,
+                    sentinel: sentinel.clone(),
+                })
+            }
+        }
+    }
+
     /// Sends `cmd` to every master (one on a single node) and returns each reply.
     pub(crate) async fn on_every_master(&self, cmd: &Cmd) -> redis::RedisResult<Vec<Value>> {
         match self {

@@ -17,23 +17,28 @@ local function counter_error(reply)
   return wrong_type(reply) or (refused(reply) and string.find(reply.err, 'not an integer', 1, true) ~= nil)
 end
 
--- Whether the string hold at `key` is `token`'s: false when it expired, was taken, or
--- another kind holds the key. A refusal (an ACL, OOM, ...) ends the script with the
--- server's own words.
-local function held_by(key, token)
+-- nil when the string hold at `key` is `token`'s; otherwise the reply to end the script
+-- with: 0 when it expired, was taken or another kind holds the key, or the server's
+-- refusal (an ACL, OOM, ...) in its own words. (Returned, not raised: a raised error
+-- table loses its words on Redis 6.2.)
+local function unless_held(key, token)
   local current = redis.pcall('GET', key)
   if refused(current) and not wrong_type(current) then
-    error(current)
+    return redis.error_reply(current.err)
+  elseif current ~= token then
+    return 0
   end
-  return current == token
+  return nil
 end
 
--- What a fence counter read or draw gave (`value`, `problem`: see fencing.lua): the
--- value, or nil when the counter cannot count (the caller answers -2). A refusal ends the
--- script with the server's own words.
+-- What a fence counter read or draw gave (`value`, `problem`: see fencing.lua): the value,
+-- or nil and the reply to end the script with: the server's refusal in its own words, or
+-- -2 when the counter cannot count.
 local function counted(value, problem)
   if refused(problem) then
-    error(problem)
+    return nil, redis.error_reply(problem.err)
+  elseif not value then
+    return nil, -2
   end
   return value
 end

@@ -8,16 +8,17 @@
 -- fence ('<token>|<fence>'); ARGV[1] token
 -- Returns the fence; 0 when the hold is no longer held (nothing drawn; also when another
 -- kind holds the key now); -2 when the counter cannot count (named by the caller).
-if not held_by(KEYS[1], ARGV[1]) then
-  return 0 -- expired, taken, or another kind holds the key now: not us
+local not_ours = unless_held(KEYS[1], ARGV[1]) -- expired, taken, another kind, refused
+if not_ours then
+  return not_ours
 end
 local drawn = recorded_fence(KEYS[3], ARGV[1])
 if drawn then
   return drawn
 end
-local fence = counted(draw_fence(KEYS[2]))
-if not fence then
-  return -2
+local fence, cannot = counted(draw_fence(KEYS[2]))
+if cannot then
+  return cannot
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl > 0 then

@@ -7,12 +7,10 @@
 -- KEYS[1] lock key; KEYS[2] fencing counter; ARGV[1] token; ARGV[2] the fence
 -- Returns 1 raised (or already that high), 0 the hold is not ours here (nothing touched),
 -- -2 the counter cannot count, or the fence is out of range (named by the caller).
-if not held_by(KEYS[1], ARGV[1]) then
-  return 0
-end
-local last = counted(fence_counter(KEYS[2]))
-if not last then
-  return -2
+local last, cannot = counted(fence_counter(KEYS[2]))
+local answer = unless_held(KEYS[1], ARGV[1]) or cannot
+if answer then
+  return answer
 end
 local fence = string.match(ARGV[2], '^%d+$') and string.len(ARGV[2]) <= 16 and tonumber(ARGV[2])
 if not fence or fence >= FENCE_LIMIT then

@@ -140,15 +140,17 @@ impl RwLock {
         RwLock::of(self.reader.raw.lock.clone(), owner.clone())
     }
 
-    /// The read side: a [`Lock`] whose holds are read holds of the owner (re-entered by a
-    /// second read of the same owner), with every verb of a handle.
-    pub fn reader(&self) -> &Lock<Reading> {
-        &self.reader
+    /// The read side: a [`Lock`] whose holds are read holds of this handle's owner
+    /// (re-entered by a second read of the same owner), with every verb of a handle; make
+    /// it an [`AnyLock`](crate::AnyLock) with `.into()`.
+    pub fn reader(&self) -> Lock<Reading> {
+        self.reader.same_owner()
     }
 
-    /// The write side: a [`Lock`] whose hold is the write lock.
-    pub fn writer(&self) -> &Lock<Writing> {
-        &self.writer
+    /// The write side: a [`Lock`] whose hold is the write lock (a downgrade of it becomes
+    /// a read hold of this handle's owner).
+    pub fn writer(&self) -> Lock<Writing> {
+        self.writer.same_owner()
     }
 
     /// One attempt to take a read hold for the owner.
@@ -242,6 +244,27 @@ pub struct Writing {
     lock: Shared,
     owner: Owner,
 }
+
+/// The owner of a side's holds, and a handle of that side for another owner.
+macro_rules! side_owner {
+    ($($side:ty),*) => {$(
+        impl Lock<$side> {
+            /// The owner this handle acts for.
+            pub fn owner(&self) -> &Owner {
+                &self.raw.owner
+            }
+
+            /// A handle on the same side acting for `owner`.
+            pub fn for_owner(&self, owner: &Owner) -> Lock<$side> {
+                let mut raw = self.raw.clone();
+                raw.owner = owner.clone();
+                Lock::of(raw)
+            }
+        }
+    )*};
+}
+
+side_owner!(Reading, Writing);
 
 impl Guard<Reading> {
     /// The reading owner.
