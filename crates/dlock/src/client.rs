@@ -396,6 +396,7 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
+    /// use dlock::redis; // the redis crate dlock is built on, re-exported
     /// let mut conn = client.connection().await?;
     /// let _: () = redis::cmd("SET").arg("report:last").arg("ok").query_async(&mut conn).await?;
     /// # Ok(()) }
