@@ -50,7 +50,6 @@ use crate::hold::Locks;
 /// How many private masters `--spawn` starts: the first serves every scenario, all of
 /// them the redlock scenario.
 pub const REDLOCK_MASTERS: usize = 5;
-use redis::aio::ConnectionLike;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -229,28 +228,6 @@ impl Raw {
                     .map_err(|e| dlock::Error::from(redis::RedisError::from(e)))
             })
             .collect()
-    }
-}
-
-impl ConnectionLike for Raw {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        self.conn.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        self.conn.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
     }
 }
 
@@ -638,7 +615,7 @@ async fn raw_fan_out(raws: &[Raw], key: String, duration: Duration) -> dlock::Re
         let token = format!("{:032x}", rand_token());
         let (key, token, release) = (&key, &token, &release);
         let sets = join_all(raws.iter().map(|raw| {
-            let mut conn = raw.clone();
+            let mut conn = raw.conn.clone();
             async move {
                 redis::cmd("SET")
                     .arg(key)
@@ -655,7 +632,7 @@ async fn raw_fan_out(raws: &[Raw], key: String, duration: Duration) -> dlock::Re
             set?;
         }
         let releases = join_all(raws.iter().map(|raw| {
-            let mut conn = raw.clone();
+            let mut conn = raw.conn.clone();
             async move {
                 release
                     .key(key)
@@ -773,7 +750,7 @@ async fn remove_keys(raw: &Raw, patterns: &[String]) -> dlock::Result<()> {
             // One key per DEL: on a cluster they live in different slots.
             let _: i64 = redis::cmd("DEL")
                 .arg(&key)
-                .query_async(&mut raw.clone())
+                .query_async(&mut raw.conn.clone())
                 .await?;
         }
     }
@@ -790,7 +767,7 @@ async fn raw_cycles(
     let release = redis::Script::new(RAW_RELEASE);
     let deadline = Instant::now() + duration;
     let loops = (0..tasks).map(|task| {
-        let (mut conn, release) = (raw.clone(), release.clone());
+        let (mut conn, release) = (raw.conn.clone(), release.clone());
         let key = format!("{prefix}raw:{task}");
         async move {
             let mut cycles = 0u64;
