@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use dlock::{Client, LockInfo, LockKind};
+use dlock::{Client, LockInfo, Redlock, RedlockInfo};
 
 use crate::{duration, exit};
 
@@ -45,15 +45,7 @@ impl InspectArgs {
 /// (Redlock), whose copies of a lock are shown side by side.
 pub enum Scope<'a> {
     Client(&'a Client),
-    Masters(&'a [Master]),
-}
-
-/// One master of several `--redis` URLs, connected or not.
-pub struct Master {
-    /// Its URL, without the password.
-    pub label: String,
-    /// Its client, or why it could not be connected to (Redis unreachable).
-    pub client: Result<Client, String>,
+    Redlock(&'a Redlock),
 }
 
 pub async fn inspect(scope: Scope<'_>, args: &InspectArgs) -> dlock::Result<i32> {
@@ -81,9 +73,18 @@ pub async fn inspect(scope: Scope<'_>, args: &InspectArgs) -> dlock::Result<i32>
 async fn view(scope: &Scope<'_>, args: &InspectArgs, watching: bool) -> dlock::Result<String> {
     Ok(match scope {
         Scope::Client(client) => render(&snapshot(client, args).await?, args, watching),
-        Scope::Masters(masters) => {
-            let locks = snapshot_masters(masters, args).await?;
-            render_masters(&locks, masters.len(), args, watching)
+        Scope::Redlock(redlock) => {
+            let locks = match &args.pattern {
+                Some(pattern) => redlock.find_locks(pattern).await?,
+                None => {
+                    let mut locks = Vec::with_capacity(args.names.len());
+                    for name in &args.names {
+                        locks.push(redlock.inspect(name).await?);
+                    }
+                    locks
+                }
+            };
+            render_masters(&locks, redlock.nodes(), args, watching)
         }
     })
 }
@@ -99,159 +100,14 @@ async fn snapshot(client: &Client, args: &InspectArgs) -> dlock::Result<Vec<Lock
     Ok(locks)
 }
 
-/// One lock as each master sees it.
-struct Across {
-    name: String,
-    /// (master, its view of the lock or why there is none), in `--redis` order.
-    views: Vec<(String, Result<LockInfo, String>)>,
-}
-
-/// Runs `request` on every connected master at once; in `--redis` order, each master's
-/// answer, or why it has none.
-async fn on_every_master<T, F, Fut>(masters: &[Master], request: F) -> Vec<Result<T, Failure>>
-where
-    T: Send + 'static,
-    F: Fn(Client) -> Fut,
-    Fut: std::future::Future<Output = dlock::Result<T>> + Send + 'static,
-{
-    let tasks: Vec<_> = masters
-        .iter()
-        .map(|master| {
-            master
-                .client
-                .as_ref()
-                .map(|client| tokio::spawn(request(client.clone())))
-        })
-        .collect();
-    let mut answers = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        answers.push(match task {
-            Ok(task) => match task.await.unwrap_or(Err(dlock::Error::Closed)) {
-                Ok(answer) => Ok(answer),
-                Err(err) => Err(Failure {
-                    message: err.to_string(),
-                    error: Some(err),
-                }),
-            },
-            Err(connect) => Err(Failure {
-                message: connect.clone(),
-                error: None,
-            }),
-        });
-    }
-    answers
-}
-
-/// Why a master has no answer, and the request's own error (`None` when the master
-/// could not be connected to).
-struct Failure {
-    message: String,
-    error: Option<dlock::Error>,
-}
-
-/// The error for a snapshot that no master answered: a refusal (an ACL, a wrong type)
-/// as it is, otherwise "no quorum" naming every master and its failure (exit 69).
-fn nobody_answered(masters: &[Master], failures: Vec<Failure>) -> dlock::Error {
-    let mut whys = Vec::with_capacity(failures.len());
-    for (master, failure) in masters.iter().zip(failures) {
-        match failure.error {
-            Some(err) if !err.is_transient() => return err,
-            _ => whys.push(format!("{}: {}", master.label, failure.message)),
-        }
-    }
-    dlock::Error::NoQuorum {
-        name: None,
-        needed: masters.len() / 2 + 1,
-        reached: 0,
-        nodes: masters.len(),
-        failures: whys,
-    }
-}
-
-/// Every lock asked for (by name, or found with `--match` on any master), as each master
-/// sees it. Fails only when no master answers.
-async fn snapshot_masters(masters: &[Master], args: &InspectArgs) -> dlock::Result<Vec<Across>> {
-    let names: Vec<String> = match &args.pattern {
-        None => args.names.clone(),
-        Some(pattern) => {
-            let found = on_every_master(masters, |client| {
-                let pattern = pattern.clone();
-                async move { client.find_locks(&pattern).await }
-            })
-            .await;
-            if found.iter().all(Result::is_err) {
-                return Err(nobody_answered(
-                    masters,
-                    found.into_iter().filter_map(Result::err).collect(),
-                ));
-            }
-            let names: std::collections::BTreeSet<String> = found
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|lock| lock.name)
-                .collect();
-            names.into_iter().collect()
-        }
-    };
-    let mut locks = Vec::with_capacity(names.len());
-    for name in names {
-        let answers = on_every_master(masters, |client| {
-            let name = name.clone();
-            async move { client.inspect(&name).await }
-        })
-        .await;
-        if answers.iter().all(Result::is_err) {
-            return Err(nobody_answered(
-                masters,
-                answers.into_iter().filter_map(Result::err).collect(),
-            ));
-        }
-        let views = masters
-            .iter()
-            .zip(answers)
-            .map(|(master, answer)| {
-                (
-                    master.label.clone(),
-                    answer.map_err(|failure| failure.message),
-                )
-            })
-            .collect();
-        locks.push(Across { name, views });
-    }
-    Ok(locks)
-}
-
-impl Across {
-    /// The holder a majority of all masters agree on: its token and on how many it is.
-    fn majority_holder(&self, quorum: usize) -> Option<(&dlock::Holder, usize)> {
-        let holders: Vec<&dlock::Holder> = self
-            .views
-            .iter()
-            .filter_map(|(_, view)| view.as_ref().ok())
-            .filter(|lock| lock.kind == LockKind::Exclusive)
-            .flat_map(|lock| lock.holders.first())
-            .collect();
-        holders.iter().find_map(|holder| {
-            let count = holders.iter().filter(|h| h.token == holder.token).count();
-            (count >= quorum).then_some((*holder, count))
-        })
-    }
-
-    /// The largest fencing counter among the masters that answered.
-    fn last_fence(&self) -> u64 {
-        self.views
-            .iter()
-            .filter_map(|(_, view)| view.as_ref().ok())
-            .map(|lock| lock.last_fence)
-            .max()
-            .unwrap_or(0)
-    }
-}
-
 /// Several masters' views: per lock, the holder a majority agrees on, then each master's
 /// own row; or one JSON object per lock with a `masters` array.
-fn render_masters(locks: &[Across], nodes: usize, args: &InspectArgs, watching: bool) -> String {
+fn render_masters(
+    locks: &[RedlockInfo],
+    nodes: usize,
+    args: &InspectArgs,
+    watching: bool,
+) -> String {
     use std::fmt::Write;
     let quorum = nodes / 2 + 1;
     let mut out = String::new();
@@ -260,21 +116,26 @@ fn render_masters(locks: &[Across], nodes: usize, args: &InspectArgs, watching: 
             .iter()
             .map(|lock| {
                 let masters: Vec<serde_json::Value> = lock
-                    .views
+                    .masters
                     .iter()
-                    .map(|(label, view)| match view {
-                        Ok(info) => {
-                            let mut object = to_json(info);
-                            if let Some(map) = object.as_object_mut() {
-                                map.remove("name");
-                                map.insert("master".into(), label.clone().into());
+                    .map(
+                        |dlock::MasterView {
+                             master: label,
+                             info: view,
+                         }| match view {
+                            Ok(info) => {
+                                let mut object = to_json(info);
+                                if let Some(map) = object.as_object_mut() {
+                                    map.remove("name");
+                                    map.insert("master".into(), label.clone().into());
+                                }
+                                object
                             }
-                            object
-                        }
-                        Err(err) => serde_json::json!({ "master": label, "error": err }),
-                    })
+                            Err(err) => serde_json::json!({ "master": label, "error": err }),
+                        },
+                    )
                     .collect();
-                let holder = lock.majority_holder(quorum).map(|(holder, count)| {
+                let holder = lock.majority_holder().map(|(holder, count)| {
                     let mut object = holder_json(holder);
                     if let Some(map) = object.as_object_mut() {
                         map.remove("remaining_ms");
@@ -284,7 +145,7 @@ fn render_masters(locks: &[Across], nodes: usize, args: &InspectArgs, watching: 
                 });
                 serde_json::json!({
                     "name": lock.name,
-                    "key": lock.views.iter().find_map(|(_, view)| view.as_ref().ok().map(|v| v.key.clone())),
+                    "key": lock.answered().next().map(|v| v.key.clone()),
                     "redlock": { "masters": nodes, "quorum": quorum },
                     "holder": holder,
                     "last_fence": lock.last_fence(),
@@ -301,18 +162,14 @@ fn render_masters(locks: &[Across], nodes: usize, args: &InspectArgs, watching: 
         let _ = writeln!(out, "(no locks)");
     }
     for lock in locks {
-        let answered = lock.views.iter().filter(|(_, view)| view.is_ok()).count();
-        let verdict = match lock.majority_holder(quorum) {
+        let answered = lock.answered().count();
+        let verdict = match lock.majority_holder() {
             Some((holder, count)) => format!(
                 "held by {}… ({}) on {count}",
                 token_prefix(&holder.token),
                 who(holder)
             ),
-            None if lock
-                .views
-                .iter()
-                .any(|(_, view)| view.as_ref().is_ok_and(|lock| !lock.holders.is_empty())) =>
-            {
+            None if lock.answered().any(|lock| !lock.holders.is_empty()) => {
                 "no holder on a majority".into()
             }
             None => "free on every master that answered".into(),
@@ -328,7 +185,11 @@ fn render_masters(locks: &[Across], nodes: usize, args: &InspectArgs, watching: 
             "    {:<28} {:<10} {:>7} {:>9} {:>8}",
             "MASTER", "KIND", "HOLDERS", "LEASE", "FENCE"
         );
-        for (label, view) in &lock.views {
+        for dlock::MasterView {
+            master: label,
+            info: view,
+        } in &lock.masters
+        {
             match view {
                 Ok(info) => {
                     let _ = writeln!(

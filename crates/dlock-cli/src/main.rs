@@ -896,37 +896,14 @@ fn builder(cli: &Cli, url: &str) -> dlock::Result<dlock::ClientBuilder> {
 
 /// The Redlock over the masters of `--redis`: connected once a majority answers.
 async fn connect_redlock(cli: &Cli) -> dlock::Result<Redlock> {
-    // Every master's client has the settings one --redis server would have (prefix,
-    // holder label, TLS).
-    Client::redlock_builder(cli.redis.iter().cloned())
-        .node_settings(builder(cli, &cli.redis[0])?)
-        .connect()
-        .await
+    redlock_builder(cli)?.connect().await
 }
 
-/// A client of each master of `--redis`, connected in parallel; a master that cannot be
-/// reached is kept with its error (`inspect` shows it).
-async fn connect_masters(cli: &Cli) -> dlock::Result<Vec<inspect::Master>> {
-    let mut connecting = Vec::new();
-    for url in &cli.redis {
-        let builder = builder(cli, url)?;
-        connecting.push((
-            dlock::redact_url(url),
-            tokio::spawn(async move { builder.connect().await }),
-        ));
-    }
-    let mut masters = Vec::new();
-    for (label, task) in connecting {
-        let client = match task.await.unwrap_or(Err(dlock::Error::Closed)) {
-            Ok(client) => Ok(client),
-            // Unreachable now: shown as such.
-            Err(err) if err.is_transient() => Err(err.to_string()),
-            // Misconfiguration (credentials, a server too old, a bad URL): said at once.
-            Err(err) => return Err(err),
-        };
-        masters.push(inspect::Master { label, client });
-    }
-    Ok(masters)
+/// The masters of `--redis`, each master's client with the settings one --redis server
+/// would have (prefix, holder label, TLS).
+fn redlock_builder(cli: &Cli) -> dlock::Result<dlock::RedlockBuilder> {
+    Ok(Client::redlock_builder(cli.redis.iter().cloned())
+        .node_settings(builder(cli, &cli.redis[0])?))
 }
 
 async fn execute(cli: &Cli) -> dlock::Result<i32> {
@@ -966,12 +943,11 @@ async fn execute(cli: &Cli) -> dlock::Result<i32> {
     let spawned_urls: Vec<String> = spawned.iter().map(bench::PrivateServer::url).collect();
     if cli.topology == Topology::Redlock {
         if let Command::Inspect(args) = &cli.command {
-            // Each master's own view, also of masters that cannot be reached.
-            let masters = connect_masters(cli).await?;
-            let outcome = inspect::inspect(inspect::Scope::Masters(&masters), args).await;
-            for client in masters.iter().filter_map(|m| m.client.as_ref().ok()) {
-                client.shutdown().await;
-            }
+            // Each master's own view, also of masters that cannot be reached: no majority
+            // needed to look.
+            let redlock = redlock_builder(cli)?.connect_lazily()?;
+            let outcome = inspect::inspect(inspect::Scope::Redlock(&redlock), args).await;
+            redlock.shutdown().await;
             return outcome;
         }
     }

@@ -89,7 +89,9 @@ pub use redact::redact as redact_url;
 /// The `redis` crate dlock is built on, for commands of your own over
 /// [`Client::connection`] (`dlock::redis::cmd(..)`) without a dependency of your own.
 pub use redis;
-pub use redlock::{Redlock, RedlockBuilder, RedlockGuard, RedlockMutex, RedlockStats};
+pub use redlock::{
+    MasterView, Redlock, RedlockBuilder, RedlockGuard, RedlockInfo, RedlockMutex, RedlockStats,
+};
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};

@@ -931,3 +931,56 @@ async fn many_redlock_holds_are_renewed_together_on_a_majority() {
     }
     redlock.shutdown().await;
 }
+
+/// `Redlock::inspect` is `Client::inspect` over every master: the holder a majority
+/// agrees on, each master's own view, a master that is down shown with why; a lazily
+/// connected handle still looks when most masters are down, and fails only when none
+/// answers. `find_locks` finds a lock held on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_each_masters_copy_and_the_majority_holder() {
+    let mut masters = IndependentMasters::start(3);
+    let redlock = redlock(&masters).await;
+    let mutex = redlock.mutex("report").unwrap();
+    let guard = mutex.try_lock().await.unwrap();
+    let info = redlock.inspect("report").await.unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.quorum, info.masters.len()),
+        ("report", 2, 3)
+    );
+    let (holder, on) = info.majority_holder().expect("held on a majority");
+    assert_eq!((holder.token.as_str(), on), (guard.token(), 3));
+    // The largest counter: the grant's fence, or a later draw of a master whose grant
+    // landed after the decision (its clock floor had moved on).
+    assert!(info.last_fence() >= guard.fence().await.unwrap());
+    let found = redlock.find_locks("rep*").await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].name, "report");
+    // Negative control: a free lock has no majority holder.
+    let free = redlock.inspect("nobody-holds-this").await.unwrap();
+    assert!(free.majority_holder().is_none());
+
+    masters.server_mut(0).kill9();
+    let info = redlock.inspect("report").await.unwrap();
+    assert!(
+        info.masters[0].info.is_err(),
+        "the master that is down says why"
+    );
+    assert_eq!(info.majority_holder().map(|(_, on)| on), Some(2));
+    guard.into_token();
+
+    // Most masters down: connect() refuses, a lazy handle still shows the one left.
+    masters.server_mut(1).kill9();
+    let lazy = Client::redlock_builder(masters.urls())
+        .connect_lazily()
+        .unwrap();
+    let info = lazy.inspect("report").await.unwrap();
+    assert_eq!(info.answered().count(), 1);
+    assert!(info.majority_holder().is_none(), "one copy is no majority");
+    masters.server_mut(2).kill9();
+    assert!(matches!(
+        lazy.inspect("report").await,
+        Err(Error::NoQuorum { .. })
+    ));
+    lazy.shutdown().await;
+    redlock.shutdown().await;
+}

@@ -13,6 +13,7 @@
 //! apart, and the owner's last release then frees the lock on some nodes only. See
 //! `docs/decisions.md`.
 
+mod inspect;
 pub mod mutex;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use crate::options::LockOptions;
 use crate::renew::{Due, RenewTarget, Renewed, Renewer};
 use crate::session::{Lane, Session};
 
+pub use inspect::{MasterView, RedlockInfo};
 pub use mutex::{RawRedlock, RedlockGuard, RedlockMutex};
 
 /// How long connecting waits for the other masters once a majority is connected.
@@ -189,16 +191,15 @@ impl RedlockBuilder {
         self
     }
 
-    /// Connects to the masters. Returns once a majority is connected and the others had a
-    /// quarter of a second more; those still connecting go on in the background, and a
-    /// node that is down is connected on first use (so it rejoins when it is back). Two
-    /// URLs that reach one server, or a replica, are refused (a node found so only later
-    /// never votes for a lock). Fails with [`Error::NoQuorum`] when
-    /// fewer than a majority can be reached, and with the node's own error for a
-    /// configuration problem (wrong credentials, a server too old, a cluster node or
-    /// sentinel given as a master) on a node that answered before the majority did; one
-    /// found later is logged, and that node votes against.
-    pub async fn connect(self) -> Result<Redlock> {
+    /// Checks the settings and makes the handle, connecting no master yet: each is
+    /// connected on first use (a master that cannot be reached is tried again on each
+    /// use). For tools that must see every master whatever its state, such as
+    /// `dlock inspect`; [`connect`](RedlockBuilder::connect) waits for a majority.
+    pub fn connect_lazily(self) -> Result<Redlock> {
+        self.build()
+    }
+
+    fn build(self) -> Result<Redlock> {
         let count = self.urls.len();
         if count == 0 || count > MAX_NODES {
             return Err(Error::InvalidArgument(format!(
@@ -256,6 +257,21 @@ impl RedlockBuilder {
                 late_requests: StdMutex::new(HashMap::new()),
             }),
         };
+        Ok(redlock)
+    }
+
+    /// Connects to the masters. Returns once a majority is connected and the others had a
+    /// quarter of a second more; those still connecting go on in the background, and a
+    /// node that is down is connected on first use (so it rejoins when it is back). Two
+    /// URLs that reach one server, or a replica, are refused (a node found so only later
+    /// never votes for a lock). Fails with [`Error::NoQuorum`] when
+    /// fewer than a majority can be reached, and with the node's own error for a
+    /// configuration problem (wrong credentials, a server too old, a cluster node or
+    /// sentinel given as a master) on a node that answered before the majority did; one
+    /// found later is logged, and that node votes against.
+    pub async fn connect(self) -> Result<Redlock> {
+        let redlock = self.build()?;
+        let (count, quorum) = (redlock.nodes(), redlock.quorum());
         // Ready once a majority is connected: a frozen or black-holed master would
         // otherwise hold every start up for the whole connect timeout. The others go on
         // connecting in the background (or on first use).
