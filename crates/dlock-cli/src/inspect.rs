@@ -77,11 +77,8 @@ async fn view(scope: &Scope<'_>, args: &InspectArgs, watching: bool) -> dlock::R
             let locks = match &args.pattern {
                 Some(pattern) => redlock.find_locks(pattern).await?,
                 None => {
-                    let mut locks = Vec::with_capacity(args.names.len());
-                    for name in &args.names {
-                        locks.push(redlock.inspect(name).await?);
-                    }
-                    locks
+                    let names: Vec<&str> = args.names.iter().map(String::as_str).collect();
+                    redlock.inspect_all(&names).await?
                 }
             };
             render_masters(&locks, redlock.nodes(), args, watching)

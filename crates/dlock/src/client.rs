@@ -96,11 +96,6 @@ impl ClientBuilder {
         &self.prefix
     }
 
-    /// The connect and response timeouts, which bound one request's whole life.
-    pub(crate) fn request_bound(&self) -> std::time::Duration {
-        self.connect_timeout + self.response_timeout
-    }
-
     pub(crate) fn holder_label_str(&self) -> Option<&str> {
         self.holder_label.as_deref()
     }

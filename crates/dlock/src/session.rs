@@ -80,6 +80,8 @@ struct Inner {
     notifier: OnceLock<Notifier>,
     /// The renewal schedulers of its holds, one per [`Lane`], started on first use.
     renewers: [OnceLock<Renewer>; 2],
+    /// Held by a shutdown in progress.
+    shutting_down: tokio::sync::Mutex<()>,
 }
 
 /// Which renewal scheduler renews a hold.
@@ -116,6 +118,7 @@ impl Session {
                 tracked: tokio::sync::Notify::new(),
                 notifier: OnceLock::new(),
                 renewers: [OnceLock::new(), OnceLock::new()],
+                shutting_down: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -267,12 +270,12 @@ impl Session {
     /// shutdown up); renewal stops; `and_then` runs (what else the handle stops); then
     /// [`Session::done`] resolves and [`LostHolds`] streams end.
     pub(crate) async fn shutdown(&self, bound: Duration, and_then: impl Future<Output = ()>) {
+        // One at a time: a second shutdown waits for the first, then finds little left to
+        // do; one whose future was dropped midway is finished by the next.
+        let _turn = self.inner.shutting_down.lock().await;
         // track_hold checks it under the lock release_all drains the holds with: no hold
-        // slips in after. A second shutdown waits for the first to finish.
-        if self.inner.closed.swap(true, Ordering::AcqRel) {
-            self.done().await;
-            return;
-        }
+        // slips in after.
+        self.inner.closed.store(true, Ordering::Release);
         std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(notifier) = self.inner.notifier.get() {
             notifier.stop();

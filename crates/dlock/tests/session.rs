@@ -297,3 +297,27 @@ async fn concurrent_shutdowns_both_end_with_everything_released() {
         .await
         .expect("done once both shutdowns returned");
 }
+
+/// A shutdown whose future is dropped midway (by `timeout`, `select!`) is finished by the
+/// next one: every hold is given back and the session ends.
+#[tokio::test]
+async fn a_shutdown_dropped_midway_is_finished_by_the_next() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let options = LockOptions::default().wait(Wait::NoWait);
+    let mut guards = Vec::new();
+    for index in 0..20 {
+        let mutex = client.mutex_with(&format!("d{index}"), options).unwrap();
+        guards.push(mutex.try_lock().await.unwrap());
+    }
+    // Polled once, then dropped: closed, releases sent but not awaited.
+    let _ = tokio::time::timeout(Duration::ZERO, client.shutdown()).await;
+    tokio::time::timeout(Duration::from_secs(10), client.shutdown())
+        .await
+        .expect("the second shutdown finishes what the first began");
+    let left: Vec<String> = server.cmd(&["KEYS", "d*"]);
+    assert!(left.is_empty(), "holds left behind: {left:?}");
+    tokio::time::timeout(Duration::from_secs(1), client.session().done())
+        .await
+        .expect("done");
+}

@@ -192,9 +192,13 @@ impl RedlockBuilder {
     }
 
     /// Checks the settings and makes the handle, connecting no master yet: each is
-    /// connected on first use (a master that cannot be reached is tried again on each
+    /// connected on first use (a master that cannot be reached is tried again on the next
     /// use). For tools that must see every master whatever its state, such as
-    /// `dlock inspect`; [`connect`](RedlockBuilder::connect) waits for a majority.
+    /// `dlock inspect` ([`Redlock::inspect`]); for taking locks use
+    /// [`connect`](RedlockBuilder::connect), which waits for a majority: a lazily made
+    /// handle connects a master within a lock round's node timeout, which a short node
+    /// timeout may not leave room for. Must be called inside a tokio runtime, like
+    /// `connect`.
     pub fn connect_lazily(self) -> Result<Redlock> {
         self.build()
     }
