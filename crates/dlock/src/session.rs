@@ -293,7 +293,8 @@ impl Session {
     }
 
     /// Gives back every hold still tracked: each one's lost signal fires with
-    /// [`LostReason::Released`] first, then all give-backs run at once.
+    /// [`LostReason::Released`] first, then all give-backs run at once, as background
+    /// work that outlives a dropped shutdown.
     async fn release_all(&self) {
         let holds: Vec<TrackedHold> = {
             let mut holds = self.inner.holds.lock().unwrap();
@@ -305,10 +306,16 @@ impl Session {
                 "shutdown: releasing the locks guards still hold"
             );
         }
-        let releases = holds.into_iter().map(|hold| {
-            signal::declare_lost(&hold.cell, LostReason::Released);
-            (hold.give_back)()
-        });
+        // On the session's runtime, as background work: taken out of the registry, a
+        // release must happen even if this shutdown's future is dropped now (the next
+        // shutdown waits for it with the rest of the background work).
+        let releases: Vec<_> = holds
+            .into_iter()
+            .map(|hold| {
+                signal::declare_lost(&hold.cell, LostReason::Released);
+                self.spawn_background((hold.give_back)())
+            })
+            .collect();
         futures_util::future::join_all(releases).await;
     }
 }

@@ -274,18 +274,26 @@ async fn the_stream_ends_when_the_client_is_dropped() {
     drop(signal);
 }
 
-/// Two shutdowns at once: the second waits for the first, both end with every hold given
-/// back and the session done.
-#[tokio::test]
-async fn concurrent_shutdowns_both_end_with_everything_released() {
+/// A server, a client of it, and twenty mutexes `{prefix}0..19` held through it.
+async fn twenty_holds(prefix: &str) -> (RedisServer, Client, Vec<dlock::MutexGuard>) {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let options = LockOptions::default().wait(Wait::NoWait);
     let mut guards = Vec::new();
     for index in 0..20 {
-        let mutex = client.mutex_with(&format!("s{index}"), options).unwrap();
+        let mutex = client
+            .mutex_with(&format!("{prefix}{index}"), options)
+            .unwrap();
         guards.push(mutex.try_lock().await.unwrap());
     }
+    (server, client, guards)
+}
+
+/// Two shutdowns at once: the second waits for the first, both end with every hold given
+/// back and the session done.
+#[tokio::test]
+async fn concurrent_shutdowns_both_end_with_everything_released() {
+    let (server, client, _guards) = twenty_holds("s").await;
     tokio::join!(client.shutdown(), client.shutdown());
     let left: Vec<String> = server.cmd(&["KEYS", "s*"]);
     assert!(
@@ -302,14 +310,7 @@ async fn concurrent_shutdowns_both_end_with_everything_released() {
 /// next one: every hold is given back and the session ends.
 #[tokio::test]
 async fn a_shutdown_dropped_midway_is_finished_by_the_next() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
-    let options = LockOptions::default().wait(Wait::NoWait);
-    let mut guards = Vec::new();
-    for index in 0..20 {
-        let mutex = client.mutex_with(&format!("d{index}"), options).unwrap();
-        guards.push(mutex.try_lock().await.unwrap());
-    }
+    let (server, client, _guards) = twenty_holds("d").await;
     // Polled once, then dropped: closed, releases sent but not awaited.
     let _ = tokio::time::timeout(Duration::ZERO, client.shutdown()).await;
     tokio::time::timeout(Duration::from_secs(10), client.shutdown())
