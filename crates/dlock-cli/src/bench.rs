@@ -16,6 +16,9 @@
 //!   acquisitions per worker; plain vs fair mutex.
 //! * herd: waiters on one lock, each taking it once; Redis commands per hand-off (from
 //!   INFO commandstats, script-internal commands included); plain vs fair mutex.
+//! * rwlock_read_scale / semaphore_scale: the server's time per take-and-give-back of one
+//!   more holder while 8, 64 and 1024 others hold the same read-write lock (read holds)
+//!   or semaphore (permits): `server_us_at` per size, and the growth from 8 to 1024.
 //! * rwlock_read: 64 tasks reading one read-write lock (each its own owner), read
 //!   acquire+release cycles/s, vs the raw pair with 64 tasks.
 //! * rwlock_writer: one writer taking the lock while 8 readers keep reading (each holds
@@ -244,7 +247,7 @@ pub async fn bench(
     };
     let redlock = masters.len() > 1;
     let steps = match locks {
-        Locks::Client(_) => 10 + 2 * u64::from(redlock),
+        Locks::Client(_) => 12 + 2 * u64::from(redlock),
         Locks::Redlock(_) => 2,
     };
     let progress = indicatif::ProgressBar::new(steps);
@@ -433,6 +436,12 @@ async fn one_deployment(
             .with("reads", w.reads.into()),
     );
     progress.inc(1);
+
+    for kind in [Scale::Read, Scale::Permit] {
+        step(kind.scenario());
+        rows.push(scale(client, &raw, &format!("{prefix}scale:"), kind).await?);
+        progress.inc(1);
+    }
 
     step("renew");
     let (per_s, naive) = renew(client, &raw, &prefix, renew_locks).await?;
@@ -1147,6 +1156,79 @@ async fn rwlock_reads(
         }
     });
     run_loops(loops).await
+}
+
+/// How many others hold the lock while the scale scenarios measure one more holder.
+const SCALE_HOLDERS: [usize; 3] = [8, 64, 1024];
+/// Take-and-give-back cycles measured at each size.
+const SCALE_CYCLES: u32 = 200;
+
+/// What a scale scenario holds many of.
+#[derive(Clone, Copy)]
+enum Scale {
+    /// Read holds of one read-write lock, each of its own owner.
+    Read,
+    /// Permits of one semaphore.
+    Permit,
+}
+
+impl Scale {
+    fn scenario(self) -> &'static str {
+        match self {
+            Scale::Read => "rwlock_read_scale",
+            Scale::Permit => "semaphore_scale",
+        }
+    }
+}
+
+/// The server's time per cycle of one more holder taking and giving back its hold while
+/// `n` others hold the same lock, for each `n` of [`SCALE_HOLDERS`]: how an operation's
+/// cost grows with the holders (constant when it touches only what it needs). Fixed
+/// leases, so no renewal runs meanwhile.
+async fn scale(client: &Client, raw: &Raw, prefix: &str, kind: Scale) -> dlock::Result<Row> {
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(120))
+        .wait(Wait::NoWait);
+    let scripts = ["evalsha", "eval"];
+    let mut at = serde_json::Map::new();
+    let mut per_cycle = Vec::with_capacity(SCALE_HOLDERS.len());
+    for holders in SCALE_HOLDERS {
+        let name = format!("{prefix}{}-{holders}", kind.scenario());
+        let (lock, others): (dlock::AnyLock, Vec<dlock::AnyLock>) = match kind {
+            Scale::Read => {
+                let rwlock = client.rwlock_with(&name, options)?;
+                let others = (0..holders)
+                    .map(|_| rwlock.for_owner(&Owner::new()).reader().into())
+                    .collect();
+                (rwlock.reader().into(), others)
+            }
+            Scale::Permit => {
+                let semaphore = client.semaphore_with(&name, holders as u32 + 1, options)?;
+                let others = (0..holders).map(|_| semaphore.clone().into()).collect();
+                (semaphore.into(), others)
+            }
+        };
+        let mut held = Vec::with_capacity(holders);
+        for other in &others {
+            held.push(other.try_lock().await?);
+        }
+        let before = server_usec(std::slice::from_ref(raw), &scripts).await?;
+        for _ in 0..SCALE_CYCLES {
+            lock.try_lock().await?.unlock().await?;
+        }
+        let spent = server_usec(std::slice::from_ref(raw), &scripts).await? - before;
+        let us = spent / f64::from(SCALE_CYCLES);
+        at.insert(holders.to_string(), us.into());
+        per_cycle.push(us);
+        for guard in held {
+            guard.unlock().await?;
+        }
+    }
+    let (first, last) = (per_cycle[0], per_cycle[per_cycle.len() - 1]);
+    Ok(Row::new(kind.scenario(), last, "server us/cycle")
+        .with("holders", SCALE_HOLDERS[SCALE_HOLDERS.len() - 1].into())
+        .with("server_us_at", serde_json::Value::Object(at))
+        .with("growth", (last / first.max(f64::MIN_POSITIVE)).into()))
 }
 
 /// The p-th percentile (0..=1) of `samples` (0 when there are none).

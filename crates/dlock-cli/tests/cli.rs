@@ -724,11 +724,20 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "herd_fair",
             "rwlock_read",
             "rwlock_writer",
+            "rwlock_read_scale",
+            "semaphore_scale",
             "renew",
             "redlock",
             "redlock_herd"
         ]
     );
+    // The scale scenarios: the server's time per cycle at each number of holders.
+    for scale in &rows[9..11] {
+        for holders in ["8", "64", "1024"] {
+            let us = scale["server_us_at"][holders].as_f64().unwrap_or(0.0);
+            assert!(us > 0.0, "{holders} holders: {scale}");
+        }
+    }
     // redlock: five private masters against the first alone, both measured.
     let redlock = &rows[rows.len() - 2];
     assert_eq!(redlock["masters"], 5, "{redlock}");
