@@ -56,14 +56,27 @@ impl LockKeys {
 
     /// A key in the same hash slot as the lock key, e.g. `{orders}:fence` for `orders`.
     pub fn companion(&self, suffix: &str) -> String {
-        if has_hash_tag(&self.key) {
-            // The existing tag already decides the slot; any suffix keeps it.
-            format!("{}:{suffix}", self.key)
-        } else {
-            // Whole-key hashing: wrapping the key in braces hashes exactly the same bytes.
-            // Keys without a tag and with a '}' cannot be wrapped; validate_name forbids them.
-            format!("{{{}}}:{suffix}", self.key)
-        }
+        companion_of(&self.key, suffix)
+    }
+}
+
+/// The suffix of the expiry index kept beside a hash of leased holds (read holds,
+/// semaphore permits; see `entries.lua`).
+pub(crate) const EXPIRY_INDEX: &str = "expiry";
+
+/// The expiry index of the leased holds at lock key `key`.
+pub(crate) fn expiry_index_of(key: &str) -> String {
+    companion_of(key, EXPIRY_INDEX)
+}
+
+fn companion_of(key: &str, suffix: &str) -> String {
+    if has_hash_tag(key) {
+        // The existing tag already decides the slot; any suffix keeps it.
+        format!("{key}:{suffix}")
+    } else {
+        // Whole-key hashing: wrapping the key in braces hashes exactly the same bytes.
+        // Keys without a tag and with a '}' cannot be wrapped; validate_name forbids them.
+        format!("{{{key}}}:{suffix}")
     }
 }
 
@@ -145,6 +158,7 @@ mod tests {
                 slot(&keys.companion("queue")),
                 "name {name:?}"
             );
+            assert_eq!(slot(&keys.key), slot(&expiry_index_of(&keys.key)));
             // Channels too: sharded pub/sub routes a channel by the same slot rule.
             assert_eq!(slot(&keys.key), slot(&keys.channel), "name {name:?}");
             assert_eq!(

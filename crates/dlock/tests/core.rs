@@ -192,7 +192,13 @@ async fn is_held(held: &Held) -> bool {
 /// Every acquire script, and how to call it with `token` for a 1 s lease (the waiter
 /// lease 10 s, joining the queue where there is one).
 fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
-    const QUEUED: &[&str] = &["k", "{k}:fence", "{k}:queue", "{k}:queue-leases"];
+    const QUEUED: &[&str] = &[
+        "k",
+        "{k}:fence",
+        "{k}:queue",
+        "{k}:queue-leases",
+        "{k}:expiry",
+    ];
     let (files, keys, args): (&[&str], &[&str], Vec<String>) = match kind {
         Kind::Mutex => (
             &["mutex/bare.lua", "mutex/acquire.lua"],
@@ -574,7 +580,8 @@ async fn shutdown_releases_every_live_guard() {
         async move { take(&client, Kind::Mutex, "shutdown-Mutex", options, false).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(exists(&server, &names), 6);
+    // Each kind's lock key, and the expiry index beside the read holds and the permits.
+    assert_eq!(exists(&server, &names), 8);
 
     client.shutdown().await;
     assert_eq!(exists(&server, &names), 0, "every lock was released");

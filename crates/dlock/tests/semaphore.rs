@@ -52,7 +52,13 @@ async fn most_concurrent(server: &RedisServer, limited: bool) -> usize {
 async fn never_more_than_n_holders_and_n_is_reached() {
     let server = RedisServer::start();
     assert_eq!(most_concurrent(&server, true).await, 3);
-    let left: i64 = server.cmd(&["EXISTS", "pool", "{pool}:queue", "{pool}:queue-leases"]);
+    let left: i64 = server.cmd(&[
+        "EXISTS",
+        "pool",
+        "{pool}:queue",
+        "{pool}:queue-leases",
+        "{pool}:expiry",
+    ]);
     assert_eq!(left, 0, "nothing left once every permit is back");
 }
 

@@ -198,6 +198,7 @@ impl Client {
             .key(&queue.queue)
             .key(&queue.leases)
             .key(keys.companion("forced"))
+            .key(crate::keys::expiry_index_of(&keys.key))
             .arg(&keys.channel)
             .arg(&queue.wake_prefix)
             // The request id that makes a resend of this call a no-op.
@@ -213,13 +214,20 @@ impl Client {
 
 /// True for the companion keys dlock keeps beside a lock key (`{K}:fence`, queues).
 fn is_companion(key: &str) -> bool {
-    ["fence", "fenced", "forced", "queue", "queue-leases"]
-        .iter()
-        .any(|suffix| {
-            key.strip_suffix(suffix)
-                .and_then(|base| base.strip_suffix(':'))
-                .is_some_and(|base| base.starts_with('{') && base.contains('}'))
-        })
+    [
+        "fence",
+        "fenced",
+        "forced",
+        "queue",
+        "queue-leases",
+        crate::keys::EXPIRY_INDEX,
+    ]
+    .iter()
+    .any(|suffix| {
+        key.strip_suffix(suffix)
+            .and_then(|base| base.strip_suffix(':'))
+            .is_some_and(|base| base.starts_with('{') && base.contains('}'))
+    })
 }
 
 #[cfg(test)]
@@ -228,6 +236,7 @@ mod tests {
     fn companions_are_recognised() {
         assert!(super::is_companion("{job}:fence"));
         assert!(super::is_companion("{job}:queue-leases"));
+        assert!(super::is_companion("{job}:expiry"));
         assert!(super::is_companion("{tenant}-job:queue"));
         assert!(!super::is_companion("job"));
         assert!(!super::is_companion("reports:fence"));

@@ -2,7 +2,7 @@
 --   's' the key is a string holding the token (mutex, fair mutex, write lock)
 --   'r' the key is a reentrant hash with a field 'h:<token>'; the holds share its expiry
 --   'e' the key is a hash of leased entries 'h:<token>' = '<end ms>|<data>' (read holds,
---       semaphore permits; see entries.lua)
+--       semaphore permits) with its expiry index beside it (see entries.lua)
 
 -- What the hold is now: false when not held, else a value hold_restart uses.
 local function hold_state(kind, key, token, now)
@@ -23,14 +23,17 @@ local function hold_state(kind, key, token, now)
   return data
 end
 
--- Starts the hold's lease over: `lease` ms from now.
-local function hold_restart(kind, key, token, now, lease, state)
+-- Starts the hold's lease over: `lease` ms from now. `index` is the expiry index of an
+-- 'e' hold.
+local function hold_restart(kind, key, index, token, now, lease, state)
   if kind == 's' then
     redis.call('PEXPIRE', key, lease)
     return
   end
   if kind == 'e' then
-    entry_put(key, token, now + lease, state)
+    entry_put(key, index, token, now + lease, state)
+    entries_settle(key, index, now)
+    return
   end
   keep_alive(key, lease)
 end

@@ -63,6 +63,21 @@ impl HoldKind {
 pub(crate) static RENEW: LazyLock<LuaScript> =
     lua_script!(grant "renew", "entries.lua", "renew/holds.lua", "renew/renew.lua");
 
+/// Adds one hold to a call of [`RENEW`] (see `renew/renew.lua`).
+pub(crate) fn renewal_of<'a>(
+    call: crate::script::Call<'a>,
+    key: &str,
+    kind: HoldKind,
+    token: &str,
+    ttl: Duration,
+) -> crate::script::Call<'a> {
+    let mut call = call.key(key);
+    if kind == HoldKind::Entry {
+        call = call.key(crate::keys::expiry_index_of(key));
+    }
+    call.arg(kind.code()).arg(token).arg(ttl.as_millis() as u64)
+}
+
 /// Most leases renewed by one script call (keeps each call short on the server).
 pub const BATCH: usize = 200;
 
@@ -332,11 +347,7 @@ async fn renew_batch(
 ) -> redis::RedisResult<Vec<i64>> {
     let mut call = RENEW.call();
     for lease in chunk {
-        call = call
-            .key(&lease.key)
-            .arg(lease.kind.code())
-            .arg(&lease.token)
-            .arg(lease.ttl.as_millis() as u64);
+        call = renewal_of(call, &lease.key, lease.kind, &lease.token, lease.ttl);
     }
     let Some(replicas) = replicas else {
         return call.run_on(backend).await;

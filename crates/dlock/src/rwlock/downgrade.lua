@@ -7,16 +7,13 @@
 local state = rw_state(KEYS[1])
 local now, lease = now_ms(), tonumber(ARGV[3])
 if state == 'read' and redis.call('HEXISTS', KEYS[1], 'h:' .. ARGV[4]) == 1 then
-  entry_put(KEYS[1], ARGV[4], now + lease, ARGV[2])
-  keep_alive(KEYS[1], lease)
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'f:' .. ARGV[2])),
-    tonumber(redis.call('HGET', KEYS[1], 'o:' .. ARGV[2]))}
+  return restart_read(KEYS[1], ARGV[2], ARGV[4], now, lease)
 end
 if state ~= 'write' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0, -1}
 end
 redis.call('DEL', KEYS[1])
-local fence, holds = add_read(KEYS[1], ARGV[2], ARGV[4], now, lease, tonumber(ARGV[5]))
+local fence, holds = add_read(KEYS[1], ARGV[2], ARGV[4], now, lease, tonumber(ARGV[5]), true)
 if redis.call('ZCARD', KEYS[3]) == 0 then
   notify(ARGV[6], 'all') -- other readers may join now
 end

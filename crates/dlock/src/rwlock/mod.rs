@@ -98,6 +98,8 @@ impl Clone for RwLock {
 struct Shared {
     core: LockCore,
     writers: QueueKeys,
+    /// The expiry index of the read holds (see `entries.lua`).
+    read_expiry: String,
 }
 
 impl RwLock {
@@ -109,6 +111,7 @@ impl RwLock {
                 on_empty: Some(core.keys.channel.clone()),
                 ..QueueKeys::new(&core.keys)
             },
+            read_expiry: crate::keys::expiry_index_of(&core.keys.key),
             core,
         };
         Ok(RwLock::of(lock, owner))
@@ -196,6 +199,7 @@ impl Shared {
             .key(&self.core.keys.fence)
             .key(&self.writers.queue)
             .key(&self.writers.leases)
+            .key(&self.read_expiry)
     }
 
     async fn release_read(&self, hold: &str) -> Result<()> {

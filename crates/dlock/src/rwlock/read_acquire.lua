@@ -31,10 +31,7 @@ end
 local reading = false
 if live > 0 then
   if redis.call('HEXISTS', KEYS[1], 'h:' .. hold) == 1 then
-    entry_put(KEYS[1], hold, now + lease, owner)
-    keep_alive(KEYS[1], lease)
-    return {1, tonumber(redis.call('HGET', KEYS[1], 'f:' .. owner)),
-      tonumber(redis.call('HGET', KEYS[1], 'o:' .. owner))}
+    return restart_read(KEYS[1], owner, hold, now, lease)
   end
   reading = redis.call('HEXISTS', KEYS[1], 'o:' .. owner) == 1
 end
@@ -46,5 +43,5 @@ local fence = 0
 if not reading then
   fence = next_fence(KEYS[2])
 end
-local granted, holds = add_read(KEYS[1], owner, hold, now, lease, fence)
+local granted, holds = add_read(KEYS[1], owner, hold, now, lease, fence, live == 0)
 return {1, granted, holds}

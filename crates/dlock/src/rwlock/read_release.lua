@@ -13,12 +13,15 @@ if value then
   if ends > now then
     released = 1
   end
-  redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1])
+  entry_remove(KEYS[1], KEYS[5], ARGV[1])
   if redis.call('HINCRBY', KEYS[1], 'o:' .. owner, -1) <= 0 then
     redis.call('HDEL', KEYS[1], 'o:' .. owner, 'f:' .. owner)
   end
 end
-if purge_reads(KEYS[1], now) == 0 then
+local live = purge_reads(KEYS[1], now)
+if live > 0 then
+  entries_settle(KEYS[1], KEYS[5], now)
+else
   queue_purge(KEYS[3], KEYS[4], now)
   wake(ARGV[2], queue_head(KEYS[3]))
 end

@@ -1,7 +1,8 @@
 -- Takes one of N permits. Every permit has its own token, lease and fencing token.
 -- KEYS[1] the lock key: a hash {~kind = 'semaphore', h:<permit token> = '<end ms>|<fence>'}
 --         (entries.lua), expiring with its longest lease
--- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases
+-- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases, KEYS[5] the permits'
+-- expiry index (entries.lua)
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N, ARGV[4] waiter lease ms, ARGV[5] wake prefix,
 -- ARGV[6] '1' to take (or refresh) a place in the queue when not granted, '0' for a single
 -- attempt that leaves no trace
@@ -12,14 +13,14 @@ local now, lease = now_ms(), tonumber(ARGV[2])
 local held, soonest = 0, nil
 if hash_kind(KEYS[1], 'semaphore') then
   -- Reclaims permits whose holders stopped renewing.
-  held, soonest = entries_purge(KEYS[1], now, nil)
+  held, soonest = entries_purge(KEYS[1], KEYS[5], now, nil)
 end
 if held > 0 then
   local mine = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
   if mine then
     local _, fence = entry_parse(mine)
-    entry_put(KEYS[1], ARGV[1], now + lease, fence)
-    keep_alive(KEYS[1], lease)
+    entry_put(KEYS[1], KEYS[5], ARGV[1], now + lease, fence)
+    entries_settle(KEYS[1], KEYS[5], now)
     return {1, tonumber(fence)}
   end
 end
@@ -27,9 +28,12 @@ queue_purge(KEYS[3], KEYS[4], now)
 local free = tonumber(ARGV[3]) - held
 if queue_rank(KEYS[3], ARGV[1]) < free then
   local fence = next_fence(KEYS[2])
+  if held == 0 then
+    entries_begin(KEYS[5])
+  end
   redis.call('HSET', KEYS[1], KIND, 'semaphore')
-  entry_put(KEYS[1], ARGV[1], now + lease, fence)
-  keep_alive(KEYS[1], lease)
+  entry_put(KEYS[1], KEYS[5], ARGV[1], now + lease, fence)
+  entries_settle(KEYS[1], KEYS[5], now)
   -- The next in line takes a permit still free, or else now watches the soonest lease
   -- (queued behind us it slept until woken: were a holder to crash, no release would
   -- wake it before its place's refresh, long after the lease had freed the permit).

@@ -59,6 +59,8 @@ pub struct RawSemaphore {
     core: LockCore,
     permits: u32,
     queue: QueueKeys,
+    /// The expiry index of the permits (see `entries.lua`).
+    expiry: String,
 }
 
 /// One permit of a [`Semaphore`]. See [`Guard`] for what every guard does.
@@ -74,6 +76,7 @@ impl RawSemaphore {
         }
         Ok(Lock::of(RawSemaphore {
             queue: QueueKeys::new(&core.keys),
+            expiry: crate::keys::expiry_index_of(&core.keys.key),
             core,
             permits,
         }))
@@ -86,6 +89,7 @@ impl RawSemaphore {
             .key(&self.core.keys.key)
             .key(&self.queue.queue)
             .key(&self.queue.leases)
+            .key(&self.expiry)
             .arg(token)
             .arg(&self.queue.wake_prefix)
             .run(&self.core.client)
@@ -133,6 +137,7 @@ impl KindProtocol for RawSemaphore {
             .key(&self.core.keys.fence)
             .key(&self.queue.queue)
             .key(&self.queue.leases)
+            .key(&self.expiry)
             .arg(token)
             .arg(self.core.options.ttl.as_millis() as u64)
             .arg(self.permits)

@@ -147,12 +147,14 @@ pub async fn take(
     })
 }
 
-/// The keys of lock `name` that would keep others out (the lock key and its queue),
-/// excluding the fencing counter, which lives forever by design.
+/// The keys of lock `name` that would keep others out (the lock key, its queue and the
+/// expiry index of leased holds), excluding the fencing counter, which lives forever by
+/// design.
 pub fn lock_keys(name: &str) -> Vec<String> {
     vec![
         name.to_string(),
         format!("{{{name}}}:queue"),
         format!("{{{name}}}:queue-leases"),
+        format!("{{{name}}}:expiry"),
     ]
 }
