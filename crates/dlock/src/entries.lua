@@ -1,28 +1,90 @@
 -- Leased entries of a dlock hash (read holds, semaphore permits): one field per hold,
 --   'h:<token>' = '<end of its lease, server ms>|<data>'
+--   '~ends'     = the latest end among them: when hash and index expire
 -- and beside the hash, in the lock's hash slot, its expiry index: a sorted set of the
 -- tokens scored by the end of their lease. The index finds the expired holds without
 -- reading the live ones, and its size is the number of holds (O(1)), so no operation
 -- reads every holder: a read lock held by a thousand workers costs each acquire what it
--- costs with eight. Hash and index expire together with the longest lease, so nothing of
+-- costs with eight. Hash and index expire together with the latest lease, so nothing of
 -- them outlives their holders, and both are deleted when the last entry goes.
+--
+-- Every Redis command a script runs costs about a microsecond of the server's one thread,
+-- so these helpers take what the caller already read (one HMGET) instead of reading again.
+
+local ENDS = '~ends'
 
 local function entry_parse(value)
   local ends, data = string.match(value, '^(%d+)|(.*)$')
   return tonumber(ends), data
 end
 
-local function entry_put(key, index, token, ends, data)
+-- The values of `fields` of the dlock hash of kind `wanted` at `key`, with its kind in the
+-- same command (one HMGET); false when the key does not exist, nil when it holds anything
+-- else (another type, or a hash of another kind).
+local function entries_read(key, wanted, fields)
+  local got = redis.pcall('HMGET', key, KIND, unpack(fields))
+  if got.err then
+    if string.sub(got.err, 1, 9) ~= 'WRONGTYPE' then
+      error(got)
+    end
+    return nil
+  end
+  local kind = got[1]
+  if kind == wanted then
+    return {select(2, unpack(got))} -- a reply table is read-only: copied without the kind
+  end
+  if not kind and redis.call('EXISTS', key) == 0 then
+    return false
+  end
+  return nil
+end
+
+-- Like entries_read, for the semaphore: anything else at `key` is a DLOCKTYPE error.
+local function permits_read(key, fields)
+  local got = entries_read(key, 'semaphore', fields)
+  if got == nil then
+    error(type_error(key, 'semaphore'))
+  end
+  return got
+end
+
+-- Hash and index expire at `ends` (server ms), recorded in '~ends'.
+local function entries_expire_at(key, index, ends)
+  redis.call('HSET', key, ENDS, fmt(ends))
+  redis.call('PEXPIREAT', key, fmt(ends))
+  redis.call('PEXPIREAT', index, fmt(ends))
+end
+
+-- Puts the entry `token` (a new hold, or a restarted lease) with `more` field/value
+-- pairs in the same write. `latest` is the '~ends' the caller read (false for a new
+-- hash): the keys' expiry moves only when this lease ends later.
+local function entry_put(key, index, token, ends, data, latest, more)
   if type(data) == 'number' then
     data = fmt(data) -- a fence: `..` would print it in 14 digits
   end
-  redis.call('HSET', key, 'h:' .. token, fmt(ends) .. '|' .. data)
+  local fields = {'h:' .. token, fmt(ends) .. '|' .. data}
+  for _, v in ipairs(more or {}) do
+    table.insert(fields, v)
+  end
+  local later = not latest or ends > tonumber(latest)
+  if later then
+    table.insert(fields, ENDS)
+    table.insert(fields, fmt(ends))
+  end
+  redis.call('HSET', key, unpack(fields))
   redis.call('ZADD', index, fmt(ends), token)
+  if later then
+    redis.call('PEXPIREAT', key, fmt(ends))
+    redis.call('PEXPIREAT', index, fmt(ends))
+  end
 end
 
-local function entry_remove(key, index, token)
-  redis.call('HDEL', key, 'h:' .. token)
+-- Removes the entry `token` whose value was `value` (as the caller read it), and with it
+-- the `more` fields. Returns the end of its lease.
+local function entry_remove(key, index, token, value, more)
+  redis.call('HDEL', key, 'h:' .. token, unpack(more or {}))
   redis.call('ZREM', index, token)
+  return (entry_parse(value))
 end
 
 -- Before the first entry of a new hash: an index left by a hash deleted outside dlock (a
@@ -31,20 +93,15 @@ local function entries_begin(index)
   redis.call('DEL', index)
 end
 
--- Both keys expire with the latest lease: never later (nothing outlives its holders),
--- never earlier (the index must not vanish under a live hash).
-local function entries_expire_with(key, index, latest, now)
-  for _, k in ipairs({key, index}) do
-    if redis.call('PTTL', k) ~= latest - now then
-      redis.call('PEXPIRE', k, fmt(latest - now))
-    end
-  end
-end
-
 -- Removes the entries whose lease ended (calling forget(data) for each), reading only
--- those; deletes hash and index when none is left. Returns the number of live entries
--- and the soonest end among them.
+-- those; deletes hash and index when none is left. Returns whether any live entry is
+-- left, the soonest end among them, and how many entries were removed (when some were,
+-- values the caller read before are stale).
 local function entries_purge(key, index, now, forget)
+  local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+  if first[1] and tonumber(first[2]) > now then
+    return true, tonumber(first[2]), 0
+  end
   local due = redis.call('ZRANGEBYSCORE', index, '-inf', fmt(now))
   for _, token in ipairs(due) do
     local value = redis.call('HGET', key, 'h:' .. token)
@@ -59,27 +116,24 @@ local function entries_purge(key, index, now, forget)
   if #due > 0 then
     redis.call('ZREMRANGEBYSCORE', index, '-inf', fmt(now))
   end
-  local live = redis.call('ZCARD', index)
-  if live == 0 then
+  first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+  if not first[1] then
     redis.call('DEL', key, index)
-    return 0, nil
+    return false, nil, #due
   end
-  local soonest = tonumber(redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')[2])
-  if #due > 0 then
-    -- The latest lease may have been among the expired: the keys live no longer than
-    -- the latest that remains.
-    local latest = tonumber(redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')[2])
-    entries_expire_with(key, index, latest, now)
-  end
-  return live, soonest
+  -- The latest lease is among the live ones (it ends after every expired one), so the
+  -- keys' expiry stands.
+  return true, tonumber(first[2]), #due
 end
 
--- After an entry was put or removed: hash and index expire with the latest lease left.
-local function entries_settle(key, index, now)
-  local latest = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')[2]
-  if not latest then
-    redis.call('DEL', key, index)
+-- After a removed entry whose lease ended at `ended`: when it was the latest (`latest`,
+-- as read), hash and index now expire with the latest lease left.
+local function entries_shrink(key, index, ended, latest)
+  if latest and ended < tonumber(latest) then
     return
   end
-  entries_expire_with(key, index, tonumber(latest), now)
+  local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')[2]
+  if last then
+    entries_expire_at(key, index, tonumber(last))
+  end
 end

@@ -9,18 +9,18 @@ local function hold_state(kind, key, token, now)
   if kind == 's' then
     return token_at(key) == token
   end
-  local value = call_on('hash', 'HGET', key, 'h:' .. token)
-  if not value then
+  local got = call_on('hash', 'HMGET', key, 'h:' .. token, ENDS)
+  if not got[1] then
     return false
   end
   if kind == 'r' then
     return true
   end
-  local ends, data = entry_parse(value)
+  local ends, data = entry_parse(got[1])
   if ends <= now then
     return false
   end
-  return data
+  return {data, got[2]}
 end
 
 -- Starts the hold's lease over: `lease` ms from now. `index` is the expiry index of an
@@ -31,8 +31,7 @@ local function hold_restart(kind, key, index, token, now, lease, state)
     return
   end
   if kind == 'e' then
-    entry_put(key, index, token, now + lease, state)
-    entries_settle(key, index, now)
+    entry_put(key, index, token, now + lease, state[1], state[2])
     return
   end
   keep_alive(key, lease)

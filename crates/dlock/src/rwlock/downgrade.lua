@@ -4,17 +4,17 @@
 -- ARGV[5] the write grant's fence, ARGV[6] readers' channel
 -- Returns {1, fence, holds} (also for a resend that finds the read hold made), or
 --         {0, -1} when the write lock was no longer ours.
-local state = rw_state(KEYS[1])
+local state, got = rw_read(KEYS[1], {'h:' .. ARGV[4], 'o:' .. ARGV[2], 'f:' .. ARGV[2], ENDS})
 local now, lease = now_ms(), tonumber(ARGV[3])
-if state == 'read' and redis.call('HEXISTS', KEYS[1], 'h:' .. ARGV[4]) == 1 then
-  return restart_read(KEYS[1], ARGV[2], ARGV[4], now, lease)
+if state == 'read' and got[1] and entry_parse(got[1]) > now then
+  return restart_read(KEYS[1], ARGV[2], ARGV[4], now, lease, got[2], got[3], got[4])
 end
 if state ~= 'write' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0, -1}
 end
 redis.call('DEL', KEYS[1])
-local fence, holds = add_read(KEYS[1], ARGV[2], ARGV[4], now, lease, tonumber(ARGV[5]), true)
+local granted = add_read(KEYS[1], ARGV[2], ARGV[4], now, lease, tonumber(ARGV[5]), 0, false)
 if redis.call('ZCARD', KEYS[3]) == 0 then
   notify(ARGV[6], 'all') -- other readers may join now
 end
-return {1, fence, holds}
+return granted

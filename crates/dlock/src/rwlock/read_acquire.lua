@@ -3,12 +3,16 @@
 -- ARGV[1] owner id, ARGV[2] lease ms, ARGV[3] hold token
 -- Returns {1, fence, holds}  granted (a resent request restarts its lease, counted once)
 --         {0, ms}            busy; ms until the blocking lease ends (-1 unknown)
-local state = rw_state(KEYS[1])
 local owner, lease, hold = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local fields = {'h:' .. hold, 'o:' .. owner, 'f:' .. owner, ENDS}
+local state, got = rw_read(KEYS[1], fields)
 local now = now_ms()
 -- While writers queue, a reader re-checks when the first one's waiter lease would end (a
 -- crashed writer must not hold readers back longer than that).
 local function writers_wait_until()
+  if redis.call('ZCARD', KEYS[3]) == 0 then
+    return nil
+  end
   queue_purge(KEYS[3], KEYS[4], now)
   local head = queue_head(KEYS[3])
   if head then
@@ -24,24 +28,28 @@ if state == 'write' then
   end
   return {0, pttl}
 end
-local live = 0
+local live = false
 if state == 'read' then
-  live = purge_reads(KEYS[1], now)
+  local soonest, dropped
+  live, soonest, dropped = purge_reads(KEYS[1], now)
+  if live and dropped > 0 then
+    got = redis.call('HMGET', KEYS[1], unpack(fields))
+  end
 end
 local reading = false
-if live > 0 then
-  if redis.call('HEXISTS', KEYS[1], 'h:' .. hold) == 1 then
-    return restart_read(KEYS[1], owner, hold, now, lease)
+if live then
+  if got[1] then
+    return restart_read(KEYS[1], owner, hold, now, lease, got[2], got[3], got[4])
   end
-  reading = redis.call('HEXISTS', KEYS[1], 'o:' .. owner) == 1
+  reading = got[2] ~= false
 end
-local writer_mark = writers_wait_until()
-if not reading and writer_mark then
-  return {0, math.max(writer_mark - now, 0)}
-end
-local fence = 0
 if not reading then
-  fence = next_fence(KEYS[2])
+  local writer_mark = writers_wait_until()
+  if writer_mark then
+    return {0, math.max(writer_mark - now, 0)}
+  end
 end
-local granted, holds = add_read(KEYS[1], owner, hold, now, lease, fence, live == 0)
-return {1, granted, holds}
+if reading then
+  return add_read(KEYS[1], owner, hold, now, lease, tonumber(got[3]), tonumber(got[2]), got[4])
+end
+return add_read(KEYS[1], owner, hold, now, lease, next_fence(KEYS[2]), 0, live and got[4])

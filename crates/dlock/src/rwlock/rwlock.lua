@@ -1,7 +1,7 @@
 -- Prelude of the read-write lock scripts. Keys (one hash slot):
 --   KEYS[1] the lock key: free; a string holding the writer's token (the Mutex format); or
 --           a hash of read holds (entries.lua):
---             ~kind = 'read'
+--             ~kind = 'read', ~ends = the latest lease end
 --             h:<hold token> = '<end of its lease, ms>|<owner id>'
 --             o:<owner> = the owner's live holds, f:<owner> = fence of its outermost grant
 --   KEYS[2] fencing counter (shared by write and read grants)
@@ -10,20 +10,28 @@
 -- Every read hold has its own token and lease: one hold's release or expiry removes only
 -- that hold. The hash expires with its longest lease, so no reader state outlives readers.
 
--- 'free', 'write' or 'read'; anything else on the key is a DLOCKTYPE error.
-local function rw_state(key)
-  local found = redis.call('TYPE', key).ok
-  if found == 'none' then
-    return 'free'
-  elseif found == 'string' then
-    return 'write'
-  elseif found == 'hash' and redis.call('HGET', key, KIND) == 'read' then
-    return 'read'
+-- What the lock key holds: 'free', 'write' or 'read', and for 'read' the values of
+-- `fields` of the hash (one HMGET: state and fields in one command); anything else on the
+-- key is a DLOCKTYPE error.
+local function rw_read(key, fields)
+  local got = entries_read(key, 'read', fields)
+  if got then
+    return 'read', got
+  elseif got == false then
+    return 'free', {}
+  elseif redis.call('TYPE', key).ok == 'string' then
+    return 'write', {}
   end
   error(type_error(key, 'read'))
 end
 
--- Drops expired read holds; returns live holds and the soonest lease end.
+-- 'free', 'write' or 'read' (see rw_read).
+local function rw_state(key)
+  return (rw_read(key, {}))
+end
+
+-- Drops expired read holds; returns whether any live hold is left, the soonest lease end,
+-- and how many were dropped.
 local function purge_reads(key, now)
   return entries_purge(key, KEYS[5], now, function(owner)
     if redis.call('HINCRBY', key, 'o:' .. owner, -1) <= 0 then
@@ -32,26 +40,23 @@ local function purge_reads(key, now)
   end)
 end
 
--- Adds a read hold `hold` for `owner` (a new reader, a re-entry or a downgrading writer).
--- The key holds no read hash yet when `first`.
-local function add_read(key, owner, hold, now, lease, fence, first)
-  if first then
+-- Adds a read hold `hold` for `owner` (a new reader, a re-entry or a downgrading writer):
+-- `holds` the owner's holds before it, `fence` its outermost grant's fence, `latest` the
+-- hash's '~ends' (false: the key holds no read hash yet).
+local function add_read(key, owner, hold, now, lease, fence, holds, latest)
+  local more = {'o:' .. owner, holds + 1, 'f:' .. owner, fmt(fence)}
+  if not latest then
     entries_begin(KEYS[5])
+    table.insert(more, KIND)
+    table.insert(more, 'read')
   end
-  if redis.call('HSETNX', key, 'f:' .. owner, fence) == 0 then
-    fence = tonumber(redis.call('HGET', key, 'f:' .. owner))
-  end
-  redis.call('HSET', key, KIND, 'read')
-  entry_put(key, KEYS[5], hold, now + lease, owner)
-  local holds = redis.call('HINCRBY', key, 'o:' .. owner, 1)
-  entries_settle(key, KEYS[5], now)
-  return fence, holds
+  entry_put(key, KEYS[5], hold, now + lease, owner, latest, more)
+  return {1, fence, holds + 1}
 end
 
 -- Restarts the lease of a read hold that exists (a resend); returns what a grant returns.
-local function restart_read(key, owner, hold, now, lease)
-  entry_put(key, KEYS[5], hold, now + lease, owner)
-  entries_settle(key, KEYS[5], now)
-  return {1, tonumber(redis.call('HGET', key, 'f:' .. owner)),
-    tonumber(redis.call('HGET', key, 'o:' .. owner))}
+-- `holds`, `fence`, `latest` as the caller read them.
+local function restart_read(key, owner, hold, now, lease, holds, fence, latest)
+  entry_put(key, KEYS[5], hold, now + lease, owner, latest)
+  return {1, tonumber(fence), tonumber(holds)}
 end

@@ -1,6 +1,7 @@
 -- Takes one of N permits. Every permit has its own token, lease and fencing token.
--- KEYS[1] the lock key: a hash {~kind = 'semaphore', h:<permit token> = '<end ms>|<fence>'}
---         (entries.lua), expiring with its longest lease
+-- KEYS[1] the lock key: a hash {~kind = 'semaphore', ~ends = the latest lease end,
+--         h:<permit token> = '<end ms>|<fence>'} (entries.lua), expiring with its
+--         latest lease
 -- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases, KEYS[5] the permits'
 -- expiry index (entries.lua)
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N, ARGV[4] waiter lease ms, ARGV[5] wake prefix,
@@ -10,30 +11,36 @@
 --         {0, ms, 0}        first in line; the soonest permit lease ends in ms
 --         {0, -3, rank}     behind others (queued: woken when first in line)
 local now, lease = now_ms(), tonumber(ARGV[2])
+local fields = {'h:' .. ARGV[1], ENDS}
+local got = permits_read(KEYS[1], fields)
 local held, soonest = 0, nil
-if hash_kind(KEYS[1], 'semaphore') then
+if got then
   -- Reclaims permits whose holders stopped renewing.
-  held, soonest = entries_purge(KEYS[1], KEYS[5], now, nil)
-end
-if held > 0 then
-  local mine = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
-  if mine then
-    local _, fence = entry_parse(mine)
-    entry_put(KEYS[1], KEYS[5], ARGV[1], now + lease, fence)
-    entries_settle(KEYS[1], KEYS[5], now)
-    return {1, tonumber(fence)}
+  local live, dropped
+  live, soonest, dropped = entries_purge(KEYS[1], KEYS[5], now, nil)
+  if live then
+    if dropped > 0 then
+      got = redis.call('HMGET', KEYS[1], unpack(fields))
+    end
+    if got[1] then
+      local _, fence = entry_parse(got[1])
+      entry_put(KEYS[1], KEYS[5], ARGV[1], now + lease, fence, got[2])
+      return {1, tonumber(fence)}
+    end
+    held = redis.call('ZCARD', KEYS[5])
   end
 end
 queue_purge(KEYS[3], KEYS[4], now)
 local free = tonumber(ARGV[3]) - held
 if queue_rank(KEYS[3], ARGV[1]) < free then
   local fence = next_fence(KEYS[2])
-  if held == 0 then
+  local latest, more = false, {KIND, 'semaphore'}
+  if held > 0 then
+    latest, more = got[2], nil
+  else
     entries_begin(KEYS[5])
   end
-  redis.call('HSET', KEYS[1], KIND, 'semaphore')
-  entry_put(KEYS[1], KEYS[5], ARGV[1], now + lease, fence)
-  entries_settle(KEYS[1], KEYS[5], now)
+  entry_put(KEYS[1], KEYS[5], ARGV[1], now + lease, fence, latest, more)
   -- The next in line takes a permit still free, or else now watches the soonest lease
   -- (queued behind us it slept until woken: were a holder to crash, no release would
   -- wake it before its place's refresh, long after the lease had freed the permit).
