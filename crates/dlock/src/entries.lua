@@ -127,13 +127,15 @@ local function entries_purge(key, index, now, forget)
 end
 
 -- After a removed entry whose lease ended at `ended`: when it was the latest (`latest`,
--- as read), hash and index now expire with the latest lease left.
+-- as read), hash and index now expire with the latest lease left. Returns the '~ends'
+-- now recorded.
 local function entries_shrink(key, index, ended, latest)
   if latest and ended < tonumber(latest) then
-    return
+    return latest
   end
   local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')[2]
   if last then
     entries_expire_at(key, index, tonumber(last))
   end
+  return last
 end

@@ -5,7 +5,9 @@
 //! holder only) or `all` (a broadcast: e.g. every reader may go when a writer leaves).
 //! One waiter per client is woken by `one`, as Redisson's `LockPubSub` releases one
 //! permit per message, so a release costs one attempt per client instead of one per
-//! waiter. A woken waiter that gives up before using its wake passes it on.
+//! waiter. A woken waiter that gives up before using its wake passes it on. On a queued
+//! waiter's own channel, `granted <fence>` says the release handed it the lock (a direct
+//! hand-off, see `queue.lua`): it holds the lock without an attempt.
 //!
 //! Pub/sub is fire-and-forget: when the subscriber connection drops, every waiter is woken,
 //! falls back to jittered polling, and the task resubscribes everything on reconnect (and
@@ -33,6 +35,8 @@ struct Entry {
     /// Subscribed on the current connection (false when the server refused, e.g. an ACL
     /// user without the channel: its waiters poll).
     live: Arc<AtomicBool>,
+    /// The fence of a direct grant announced on this channel and not yet taken.
+    granted: Arc<StdMutex<Option<u64>>>,
 }
 
 /// State shared by the notifier task and the waiters.
@@ -60,10 +64,21 @@ impl Channels {
             if payload == b"all" {
                 entry.all.send_modify(|n| *n += 1);
             } else {
+                if let Some(fence) = direct_grant(payload) {
+                    *entry.granted.lock().unwrap() = Some(fence);
+                }
                 entry.one.notify_one();
             }
         }
     }
+}
+
+/// The fence of a `granted <fence>` message.
+fn direct_grant(payload: &[u8]) -> Option<u64> {
+    std::str::from_utf8(payload.strip_prefix(b"granted ")?)
+        .ok()?
+        .parse()
+        .ok()
 }
 
 enum Command {
@@ -109,22 +124,29 @@ impl Notifier {
     /// Registers interest in `channel` and returns once Redis confirmed the subscription
     /// (or it could not be made, in which case the waiter polls).
     pub(crate) async fn watch(&self, channel: &str) -> Watch {
-        let (one, all, live) = {
+        let (one, all, live, granted) = {
             let mut entries = self.channels.entries.lock().unwrap();
             let entry = entries.entry(channel.to_string()).or_insert_with(|| Entry {
                 one: Arc::new(Notify::new()),
                 all: watch::channel(0).0,
                 waiters: 0,
                 live: Arc::new(AtomicBool::new(false)),
+                granted: Arc::new(StdMutex::new(None)),
             });
             entry.waiters += 1;
-            (entry.one.clone(), entry.all.subscribe(), entry.live.clone())
+            (
+                entry.one.clone(),
+                entry.all.subscribe(),
+                entry.live.clone(),
+                entry.granted.clone(),
+            )
         };
         let watch = Watch {
             channel: channel.to_string(),
             one,
             all,
             live,
+            granted,
             holding_wake: false,
             channels: self.channels.clone(),
             commands: self.commands.clone(),
@@ -148,6 +170,7 @@ pub(crate) struct Watch {
     one: Arc<Notify>,
     all: watch::Receiver<u64>,
     live: Arc<AtomicBool>,
+    granted: Arc<StdMutex<Option<u64>>>,
     /// Woken by a `one` message whose attempt has not answered yet.
     holding_wake: bool,
     channels: Arc<Channels>,
@@ -178,6 +201,16 @@ impl Watch {
     /// The attempt after a wake answered (granted or busy): the wake is used up.
     pub(crate) fn wake_used(&mut self) {
         self.holding_wake = false;
+    }
+
+    /// The fence of a direct grant announced to this waiter, taken once. A grant taken
+    /// uses the wake that brought it.
+    pub(crate) fn take_grant(&mut self) -> Option<u64> {
+        let fence = self.granted.lock().unwrap().take();
+        if fence.is_some() {
+            self.holding_wake = false;
+        }
+        fence
     }
 
     /// Resolves on the next wake for this waiter or broadcast after the last
@@ -386,12 +419,23 @@ impl WakeSet {
         WakeSet { watches, needed }
     }
 
-    /// Marks every broadcast so far as seen, and drops the wakes stored before now: call
-    /// right before an attempt, which sees what those releases did.
+    /// Marks every broadcast so far as seen, and drops the wakes (and direct grants)
+    /// stored before now: call right before an attempt, which sees what those releases
+    /// did (a grant's holder is recognised by its attempt).
     pub(crate) fn before_attempt(&mut self) {
         for watch in &mut self.watches {
             watch.mark_seen();
             watch.discard_stored_wake();
+            watch.take_grant();
+        }
+    }
+
+    /// The fence of a direct grant announced to this waiter since its last attempt (a
+    /// queued waiter: one channel on one server).
+    pub(crate) fn take_grant(&mut self) -> Option<u64> {
+        match self.watches.as_mut_slice() {
+            [watch] => watch.take_grant(),
+            _ => None,
         }
     }
 

@@ -348,8 +348,8 @@ static FENCE: LazyLock<LuaScript> =
 static RELEASE_TOKEN: LazyLock<LuaScript> =
     lua_script!("release by token", "queue/queue.lua", "release_token.lua");
 
-/// Releases the string hold `token` at `core`'s key, whatever kind took it, and wakes
-/// whoever waits for the name the way they wait (see `release_token.lua`).
+/// Releases the string hold `token` at `core`'s key, whatever kind took it, and hands the
+/// lock to whoever waits for the name the way they wait (see `release_token.lua`).
 async fn release_string_hold(core: &LockCore, token: &str) -> Result<()> {
     let queue = QueueKeys::new(&core.keys);
     let released: i64 = RELEASE_TOKEN
@@ -357,6 +357,8 @@ async fn release_string_hold(core: &LockCore, token: &str) -> Result<()> {
         .key(&core.keys.key)
         .key(&queue.queue)
         .key(&queue.leases)
+        .key(&core.keys.fence)
+        .key(&queue.ttls)
         .arg(token)
         .arg(&core.keys.channel)
         .arg(&queue.wake_prefix)

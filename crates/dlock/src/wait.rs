@@ -7,6 +7,9 @@
 //! lock is taken as soon as it expires. Without notifications it polls with jittered
 //! backoff.
 //!
+//! A queued waiter may be handed the lock by the release itself (a direct grant, see
+//! `queue.lua`): told so on its own channel, it holds the lock without an attempt.
+//!
 //! One token serves every attempt of one wait: an attempt whose reply was lost but that
 //! was granted is recognised by the next attempt as ours (and its lease restarted). A
 //! [`Claim`] owns that token for the wait: when the wait ends without a guard — an error,
@@ -21,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::notifier::{Turnstile, WakeSet};
 use crate::observe;
-use crate::options::{jitter, Wait};
+use crate::options::{jitter, LockOptions, Renewal, Wait};
 use crate::queue::QueueKeys;
 use crate::raw::{Attempt, RawLock, Waiting};
 
@@ -62,6 +65,30 @@ fn next_sleep(
         sleep = sleep.min(deadline.saturating_duration_since(Instant::now()));
     }
     sleep
+}
+
+/// When a direct grant announced to a waiter whose last attempt (which queued it) was sent
+/// at `queued_at` can be held as it is: the instant a grant of the whole ttl would have
+/// been sent to end when this one does, for [`Guard`]'s lease and renewal. The grant came
+/// after `queued_at`, with the waiter's ttl but no more than the rest of its waiter
+/// lease, which that attempt had restarted.
+///
+/// `None` when the waiter should rather make an attempt, which finds the grant its own and
+/// restarts its lease: a fixed lease that must last its whole ttl, replicas that must
+/// acknowledge the grant, or a grant whose lease may be half gone.
+fn direct_grant_start(options: &LockOptions, queued_at: Instant) -> Option<Instant> {
+    if options.replicas.is_some() {
+        return None;
+    }
+    let lease = match options.renewal {
+        Renewal::Auto { .. } => options.ttl.min(options.waiter_lease),
+        Renewal::Manual if options.waiter_lease >= options.ttl => options.ttl,
+        Renewal::Manual => return None,
+    };
+    if queued_at.elapsed() >= lease / 2 {
+        return None;
+    }
+    queued_at.checked_sub(options.ttl - lease)
 }
 
 /// How often a wait that keeps failing on a transient error says so at warn level.
@@ -124,6 +151,8 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
     let mut split_delay = SPLIT_DELAY.start;
     let mut attempts: u32 = 0;
     let mut last_warning: Option<Instant> = None;
+    // When the last attempt that left this waiter in the queue was sent.
+    let mut queued_at: Option<Instant> = None;
     let outcome = loop {
         if session.is_closed() {
             break Err(Error::Closed);
@@ -131,16 +160,38 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
         let (remaining, failed, split) = if std::mem::take(&mut wait_first) {
             (None, false, false)
         } else {
-            if let Some(wakes) = wakes.as_mut() {
-                wakes.before_attempt();
-            }
-            attempts += 1;
-            let sent = Instant::now();
-            claim.sending(join_queue);
-            let reply = raw.attempt(&claim.token, join_queue).await;
-            if let Some(wakes) = wakes.as_mut() {
-                wakes.wake_used();
-            }
+            // A release handed this waiter the lock (heard while it slept, or while it
+            // subscribed): it holds the lock without an attempt. The direct grant's fence,
+            // and when a grant of the whole ttl would have been sent to end with it.
+            let direct = wakes
+                .as_mut()
+                .and_then(WakeSet::take_grant)
+                .and_then(|fence| {
+                    let start = direct_grant_start(&options, queued_at?)?;
+                    Some((fence, start))
+                });
+            let (reply, sent) = match direct {
+                Some((fence, sent)) => (
+                    Ok(Attempt::Granted {
+                        fence: Some(fence),
+                        holds: 1,
+                    }),
+                    sent,
+                ),
+                None => {
+                    if let Some(wakes) = wakes.as_mut() {
+                        wakes.before_attempt();
+                    }
+                    attempts += 1;
+                    let sent = Instant::now();
+                    claim.sending(join_queue);
+                    let reply = raw.attempt(&claim.token, join_queue).await;
+                    if let Some(wakes) = wakes.as_mut() {
+                        wakes.wake_used();
+                    }
+                    (reply, sent)
+                }
+            };
             let decided = match reply {
                 Ok(Attempt::Granted { fence, holds }) => {
                     claim.answered();
@@ -170,6 +221,9 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
                 Ok(Attempt::Busy { remaining, split }) => {
                     claim.answered();
                     claim.next_token();
+                    if join_queue {
+                        queued_at = Some(sent);
+                    }
                     (remaining, false, split)
                 }
                 Err(err) if err.is_transient() => {
@@ -395,17 +449,19 @@ impl<R: RawLock> Claim<R> {
             return None;
         }
         self.armed = false;
-        let release = self.in_flight || self.unknown;
         let queue = self.queue.take().filter(|_| self.queued);
+        // A queued waiter may have been handed the lock by a release (a direct grant)
+        // that it never heard of.
+        let release = self.in_flight || self.unknown || queue.is_some();
         if !release && queue.is_none() {
             return None;
         }
         let (raw, token) = (self.raw.clone(), std::mem::take(&mut self.token));
         Some(async move {
             let options = *raw.options();
-            // Independent steps, run together: a grant we may have (its lease is at most
-            // `ttl` from now: past that there is nothing to give back), and our place in
-            // the queue (at most the waiter lease).
+            // Our place in the queue first (it lasts at most the waiter lease): once it is
+            // gone no release can hand us the lock. Then a grant we may have (its lease is
+            // at most `ttl` from now: past that there is nothing to give back).
             let give_back_grant = async {
                 if !release {
                     return;
@@ -428,7 +484,8 @@ impl<R: RawLock> Claim<R> {
                     tracing::debug!(lock = %raw.name(), error = %err, "leaving the queue failed; the waiter lease will expire");
                 }
             };
-            futures_util::future::join(give_back_grant, leave_queue).await;
+            leave_queue.await;
+            give_back_grant.await;
         })
     }
 

@@ -198,6 +198,14 @@ fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
         "{k}:queue",
         "{k}:queue-leases",
         "{k}:expiry",
+        "{k}:queue-ttls",
+    ];
+    const FAIR: &[&str] = &[
+        "k",
+        "{k}:fence",
+        "{k}:queue",
+        "{k}:queue-leases",
+        "{k}:queue-ttls",
     ];
     let (files, keys, args): (&[&str], &[&str], Vec<String>) = match kind {
         Kind::Mutex => (
@@ -231,7 +239,7 @@ fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
                     "rwlock/write_acquire.lua",
                 ]
             },
-            QUEUED,
+            if kind == Kind::Fair { FAIR } else { QUEUED },
             vec![
                 token.into(),
                 "1000".into(),

@@ -220,6 +220,7 @@ fn is_companion(key: &str) -> bool {
         "forced",
         "queue",
         "queue-leases",
+        "queue-ttls",
         crate::keys::EXPIRY_INDEX,
     ]
     .iter()

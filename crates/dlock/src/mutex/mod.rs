@@ -112,7 +112,7 @@ impl Lock<RawMutex> {
 
 impl RawMutex {
     /// A guard's own release: its kind's script (the plain one is the raw
-    /// compare-and-delete; the fair one wakes only the next in line).
+    /// compare-and-delete; the fair one hands the lock to the next in line).
     async fn release_hold(&self, token: &str) -> Result<()> {
         let released: i64 = match &self.queue {
             None => {
@@ -130,6 +130,8 @@ impl RawMutex {
                     .key(&self.core.keys.key)
                     .key(&queue.queue)
                     .key(&queue.leases)
+                    .key(&self.core.keys.fence)
+                    .key(&queue.ttls)
                     .arg(token)
                     .arg(&queue.wake_prefix)
                     .run(&self.core.client)
@@ -257,6 +259,7 @@ impl KindProtocol for RawMutex {
                 .key(&self.core.keys.fence)
                 .key(&queue.queue)
                 .key(&queue.leases)
+                .key(&queue.ttls)
                 .arg(token)
                 .arg(self.core.options.ttl.as_millis() as u64)
                 .arg(self.core.options.waiter_lease.as_millis() as u64)

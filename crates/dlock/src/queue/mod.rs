@@ -22,6 +22,8 @@ static CANCEL: LazyLock<LuaScript> =
 pub struct QueueKeys {
     pub queue: String,
     pub leases: String,
+    /// Each waiter's ttl, for a direct hand-off (see `queue.lua`).
+    pub ttls: String,
     /// Prefix of the per-waiter wake channels (the waiter's token follows).
     pub wake_prefix: String,
     /// Where to announce that the last waiter left without a grant (rwlock writers:
@@ -34,6 +36,7 @@ impl QueueKeys {
         QueueKeys {
             queue: keys.companion("queue"),
             leases: keys.companion("queue-leases"),
+            ttls: keys.companion("queue-ttls"),
             wake_prefix: keys.companion("wake:"),
             on_empty: None,
         }

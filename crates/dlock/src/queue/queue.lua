@@ -1,9 +1,18 @@
 -- Prelude shared by the queued primitives (fair mutex, semaphore, rwlock writers).
--- A queue is two sorted sets in the lock's hash slot:
+-- A queue is two sorted sets and a hash in the lock's hash slot:
 --   queue  : member = waiter token, score = arrival (server microseconds, strictly increasing)
 --   leases : member = waiter token, score = end of the waiter's lease (server milliseconds)
+--   ttls   : waiter token -> the lease (ms) it asked for its hold, for a direct grant
 -- A waiter whose lease ends (crashed, cancelled without cleanup) is dropped by the next
--- script that touches the queue.
+-- script that touches the queue (its ttl entry is left to expire with the hash: tokens
+-- are never reused, so a stale entry is never read).
+--
+-- Direct hand-off: a release grants the lock to the first live waiter in the same script
+-- (its token, a fresh lease and fence) and tells that waiter alone, on its own channel,
+-- 'granted <fence>': the waiter holds the lock without sending anything. The lease of a
+-- direct grant is the waiter's ttl, but never longer than what is left of its waiter
+-- lease, so a waiter that died after its last check-in holds the lock no longer than a
+-- dead waiter holds its place in line.
 
 -- Removes waiters whose lease ended; returns how many.
 local function queue_purge(queue, leases, now)
@@ -17,10 +26,12 @@ local function queue_purge(queue, leases, now)
   return #dead
 end
 
--- Puts a waiter at the end of the queue (if not queued yet) and refreshes its lease.
+-- Puts a waiter at the end of the queue (if not queued yet) and refreshes its lease;
+-- records at `ttls` the lease `ttl` ms of the hold it waits for (a direct grant's).
 -- Returns its rank (0 = head).
-local function queue_join(queue, leases, waiter, now, lease_ms)
+local function queue_join(queue, leases, waiter, now, lease_ms, ttls, ttl)
   if not redis.call('ZSCORE', queue, waiter) then
+    redis.call('HSET', ttls, waiter, ttl)
     local arrival = now_us()
     local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     if tail[2] and tonumber(tail[2]) >= arrival then
@@ -32,6 +43,7 @@ local function queue_join(queue, leases, waiter, now, lease_ms)
   -- An abandoned queue disappears by itself.
   keep_alive(queue, lease_ms)
   keep_alive(leases, lease_ms)
+  keep_alive(ttls, lease_ms)
   return redis.call('ZRANK', queue, waiter)
 end
 
@@ -53,18 +65,6 @@ local function queue_head(queue)
   return call_on('queue', 'ZRANGE', queue, 0, 0)[1]
 end
 
--- After an exclusive hold ended: wakes the next in the queue (a fair waiter or a writer)
--- if there is one, else every waiter on `channel` (mutex waiters, readers).
-local function wake_after_exclusive(queue, leases, prefix, channel)
-  queue_purge(queue, leases, now_ms())
-  local head = queue_head(queue)
-  if head then
-    notify(prefix .. head, 'one')
-  else
-    notify(channel, 'all')
-  end
-end
-
 -- Wakes exactly one waiter on its own channel.
 local function wake(prefix, waiter)
   if waiter then
@@ -81,9 +81,9 @@ end
 
 -- The rank of `waiter` in the queue (0: first in line); with `join` = '1' it takes or
 -- refreshes its leased place first.
-local function queue_place(queue, leases, waiter, now, join, lease_ms)
+local function queue_place(queue, leases, waiter, now, join, lease_ms, ttls, ttl)
   if join == '1' then
-    return queue_join(queue, leases, waiter, now, tonumber(lease_ms))
+    return queue_join(queue, leases, waiter, now, tonumber(lease_ms), ttls, ttl)
   end
   return queue_rank(queue, waiter)
 end
@@ -96,4 +96,53 @@ local function grant_in_line(key, fence_key, queue, leases, prefix, waiter, leas
   redis.call('SET', key, waiter, 'PX', lease_ms)
   queue_granted(queue, leases, prefix, waiter)
   return {1, fence}
+end
+
+-- The first live waiter and the lease (ms) a direct grant gives it: its ttl, at most what
+-- is left of its waiter lease. Nil when nobody waits; no lease when the waiter recorded
+-- no ttl (it is woken instead, to take the lock itself).
+local function queue_next_grant(queue, leases, ttls, now)
+  queue_purge(queue, leases, now)
+  local head = queue_head(queue)
+  if not head then
+    return nil
+  end
+  local ttl = redis.call('HGET', ttls, head)
+  local lease_end = redis.call('ZSCORE', leases, head)
+  if not ttl or not lease_end then
+    return head, nil
+  end
+  return head, math.min(tonumber(ttl), tonumber(lease_end) - now)
+end
+
+-- Tells `waiter` it was granted the hold with `fence` (after it left the queue).
+local function tell_granted(prefix, waiter, fence)
+  notify(prefix .. waiter, 'granted ' .. fmt(fence))
+end
+
+-- After a string hold at `key` ended (fair mutex, write lock): grants it directly to the
+-- first waiter in line and tells it so. Returns false when nobody waits (or the first
+-- one recorded no ttl: woken instead).
+local function hand_off_string(key, fence_key, queue, leases, ttls, prefix, now)
+  local head, lease = queue_next_grant(queue, leases, ttls, now)
+  if not head then
+    return false
+  end
+  if not lease then
+    wake(prefix, head)
+    return true
+  end
+  local fence = grant_in_line(key, fence_key, queue, leases, prefix, head, fmt(lease))[2]
+  redis.call('HDEL', ttls, head)
+  tell_granted(prefix, head, fence)
+  return true
+end
+
+-- After an exclusive hold at `key` ended: hands it to the next in the queue (a fair
+-- waiter or a writer) if there is one, else wakes every waiter on `channel` (mutex
+-- waiters, readers).
+local function hand_off_after_exclusive(key, fence_key, queue, leases, ttls, prefix, channel)
+  if not hand_off_string(key, fence_key, queue, leases, ttls, prefix, now_ms()) then
+    notify(channel, 'all')
+  end
 end

@@ -1,5 +1,5 @@
--- Gives back one read hold. When the last hold leaves, only the first waiting writer is
--- woken.
+-- Gives back one read hold. When the last hold leaves, the write lock is handed to the
+-- first waiting writer (queue.lua).
 -- ARGV[1] hold token, ARGV[2] writer wake prefix
 -- Returns 1 released, 0 not held (its lease had ended, or unknown: nothing else touched).
 local state, got = rw_read(KEYS[1], {'h:' .. ARGV[1], ENDS})
@@ -24,7 +24,6 @@ if purge_reads(KEYS[1], now) then
     entries_shrink(KEYS[1], KEYS[5], ended, got[2])
   end
 elseif redis.call('ZCARD', KEYS[3]) > 0 then
-  queue_purge(KEYS[3], KEYS[4], now)
-  wake(ARGV[2], queue_head(KEYS[3]))
+  hand_off_string(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[2], now)
 end
 return released

@@ -3,7 +3,7 @@
 --         h:<permit token> = '<end ms>|<fence>'} (entries.lua), expiring with its
 --         latest lease
 -- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases, KEYS[5] the permits'
--- expiry index (entries.lua)
+-- expiry index (entries.lua), KEYS[6] waiters' ttls (queue.lua)
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N, ARGV[4] waiter lease ms, ARGV[5] wake prefix,
 -- ARGV[6] '1' to take (or refresh) a place in the queue when not granted, '0' for a single
 -- attempt that leaves no trace
@@ -47,7 +47,7 @@ if queue_rank(KEYS[3], ARGV[1]) < free then
   queue_granted(KEYS[3], KEYS[4], ARGV[5], ARGV[1])
   return {1, fence}
 end
-local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4])
+local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4], KEYS[6], ARGV[2])
 if rank == 0 and soonest then
   return {0, math.max(soonest - now, 0), 0}
 end

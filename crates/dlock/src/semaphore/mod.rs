@@ -90,8 +90,11 @@ impl RawSemaphore {
             .key(&self.queue.queue)
             .key(&self.queue.leases)
             .key(&self.expiry)
+            .key(&self.core.keys.fence)
+            .key(&self.queue.ttls)
             .arg(token)
             .arg(&self.queue.wake_prefix)
+            .arg(self.permits)
             .run(&self.core.client)
             .await?;
         match released {
@@ -138,6 +141,7 @@ impl KindProtocol for RawSemaphore {
             .key(&self.queue.queue)
             .key(&self.queue.leases)
             .key(&self.expiry)
+            .key(&self.queue.ttls)
             .arg(token)
             .arg(self.core.options.ttl.as_millis() as u64)
             .arg(self.permits)

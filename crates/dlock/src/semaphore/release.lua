@@ -1,6 +1,8 @@
--- Gives a permit back if its lease is still valid, and wakes only the next waiter.
--- KEYS[1] permits hash, KEYS[2] queue, KEYS[3] waiter leases, KEYS[4] expiry index
--- ARGV[1] token, ARGV[2] wake prefix
+-- Gives a permit back if its lease is still valid, and hands a free permit to the next
+-- waiter (queue.lua), who is told alone.
+-- KEYS[1] permits hash, KEYS[2] queue, KEYS[3] waiter leases, KEYS[4] expiry index,
+-- KEYS[5] fencing counter, KEYS[6] waiters' ttls
+-- ARGV[1] token, ARGV[2] wake prefix, ARGV[3] N
 -- Returns 1 released, 0 not held (its lease had ended, or unknown).
 local got = permits_read(KEYS[1], {'h:' .. ARGV[1], ENDS})
 if not got or not got[1] then
@@ -8,12 +10,30 @@ if not got or not got[1] then
 end
 local now = now_ms()
 local ended = entry_remove(KEYS[1], KEYS[4], ARGV[1], got[1])
+local held, latest = 0, false
 if entries_purge(KEYS[1], KEYS[4], now, nil) then
-  entries_shrink(KEYS[1], KEYS[4], ended, got[2])
+  latest = entries_shrink(KEYS[1], KEYS[4], ended, got[2])
+  held = redis.call('ZCARD', KEYS[4])
+end
+if held < tonumber(ARGV[3]) then
+  local head, lease = queue_next_grant(KEYS[2], KEYS[3], KEYS[6], now)
+  if head and lease then
+    local fence = next_fence(KEYS[5])
+    local more = nil
+    if not latest then
+      entries_begin(KEYS[4])
+      more = {KIND, 'semaphore'}
+    end
+    entry_put(KEYS[1], KEYS[4], head, now + lease, fence, latest, more)
+    redis.call('HDEL', KEYS[6], head)
+    -- The next in line takes a permit still free, or watches the soonest lease.
+    queue_granted(KEYS[2], KEYS[3], ARGV[2], head)
+    tell_granted(ARGV[2], head, fence)
+  elseif head then
+    wake(ARGV[2], head)
+  end
 end
 if ended <= now then
   return 0 -- its lease had ended: it was no longer ours to give back
 end
-queue_purge(KEYS[2], KEYS[3], now)
-wake(ARGV[2], queue_head(KEYS[2]))
 return 1

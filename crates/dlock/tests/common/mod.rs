@@ -58,6 +58,16 @@ impl Held {
         }
     }
 
+    pub fn remaining(&self) -> std::time::Duration {
+        match self {
+            Held::Mutex(g) => g.remaining(),
+            Held::Reentrant(g) => g.remaining(),
+            Held::Read(g) => g.remaining(),
+            Held::Write(g) => g.remaining(),
+            Held::Permit(g) => g.remaining(),
+        }
+    }
+
     pub fn lost_signal(&self) -> dlock::LostSignal {
         match self {
             Held::Mutex(g) => g.lost_signal(),

@@ -1,0 +1,412 @@
+//! Direct hand-off: a release grants the lock to the first waiter in line in the same
+//! script and tells that waiter alone, which then holds it without sending anything (fair
+//! mutex, write lock, semaphore).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{script, Held};
+use dlock::{Client, LockOptions, Wait};
+use dlock_testkit::RedisServer;
+
+/// The kinds that queue their waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Queued {
+    Fair,
+    Write,
+    /// A semaphore of one permit.
+    Permit,
+}
+
+const QUEUED: [Queued; 3] = [Queued::Fair, Queued::Write, Queued::Permit];
+
+/// A fixed lease shorter than the waiter lease (so a direct grant needs no attempt to
+/// restore a fixed lease's whole ttl), waiting at most 20 s.
+fn options() -> LockOptions {
+    LockOptions::default()
+        .ttl(Duration::from_secs(5))
+        .wait(Wait::Timeout(Duration::from_secs(20)))
+}
+
+async fn take(client: &Client, kind: Queued, name: &str, options: LockOptions) -> Held {
+    match kind {
+        Queued::Fair => Held::Mutex(
+            client
+                .fair_mutex_with(name, options)
+                .unwrap()
+                .lock()
+                .await
+                .unwrap(),
+        ),
+        Queued::Write => Held::Write(
+            client
+                .rwlock_with(name, options)
+                .unwrap()
+                .write()
+                .await
+                .unwrap(),
+        ),
+        Queued::Permit => Held::Permit(
+            client
+                .semaphore_with(name, 1, options)
+                .unwrap()
+                .lock()
+                .await
+                .unwrap(),
+        ),
+    }
+}
+
+/// The token holding `name` now (for a semaphore, its one permit's), if any.
+fn holder(server: &RedisServer, kind: Queued, name: &str) -> Option<String> {
+    if kind != Queued::Permit {
+        return server.cmd(&["GET", name]);
+    }
+    let fields: Vec<String> = server.cmd(&["HKEYS", name]);
+    fields
+        .iter()
+        .find_map(|field| field.strip_prefix("h:").map(str::to_string))
+}
+
+fn queued(server: &RedisServer, name: &str) -> i64 {
+    server.cmd(&["ZCARD", &format!("{{{name}}}:queue")])
+}
+
+async fn until_queued(server: &RedisServer, name: &str, waiters: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queued(server, name) < waiters {
+        assert!(Instant::now() < deadline, "{name}: waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until the one waiter of `name` queued, subscribed to its channel and re-checked
+/// the lock (two attempts since the stats were reset): it sleeps until told.
+async fn until_sleeping(server: &RedisServer, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let channels: Vec<String> =
+            server.cmd(&["PUBSUB", "CHANNELS", &format!("{{{name}}}:wake:*")]);
+        let attempts = server.command_calls().get("evalsha").copied().unwrap_or(0);
+        if !channels.is_empty() && attempts >= 2 && queued(server, name) == 1 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: the waiter never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The server's clock in ms.
+fn server_ms(server: &RedisServer) -> u64 {
+    let (secs, micros): (u64, u64) = server.cmd(&["TIME"]);
+    secs * 1000 + micros / 1000
+}
+
+/// Puts a waiter that will never act (it died after its last check-in) in `name`'s
+/// queue: its waiter lease ends in `lease_ms`, and it asked for holds of `ttl_ms`.
+fn ghost_waiter(server: &RedisServer, name: &str, ghost: &str, lease_ms: u64, ttl_ms: u64) {
+    let now = server_ms(server);
+    let _: i64 = server.cmd(&[
+        "ZADD",
+        &format!("{{{name}}}:queue"),
+        &(now * 1000).to_string(),
+        ghost,
+    ]);
+    let _: i64 = server.cmd(&[
+        "ZADD",
+        &format!("{{{name}}}:queue-leases"),
+        &(now + lease_ms).to_string(),
+        ghost,
+    ]);
+    let _: i64 = server.cmd(&[
+        "HSET",
+        &format!("{{{name}}}:queue-ttls"),
+        ghost,
+        &ttl_ms.to_string(),
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_next_in_line_is_handed_the_lock_and_sends_nothing() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    for kind in QUEUED {
+        let name = format!("handoff-{kind:?}");
+        let first = take(&client, kind, &name, options()).await;
+        let fence_before = first.fence().await.unwrap();
+        let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+        let waiter = tokio::spawn({
+            let (client, name) = (client.clone(), name.clone());
+            async move { take(&client, kind, &name, options()).await }
+        });
+        until_sleeping(&server, &name).await;
+
+        let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+        first.unlock().await.unwrap();
+        let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter was never handed the lock")
+            .unwrap();
+        let calls = server.command_calls();
+        let scripts = calls.get("evalsha").copied().unwrap_or(0);
+        assert_eq!(
+            scripts, 1,
+            "{kind:?}: only the release ran, the waiter sent nothing: {calls:?}"
+        );
+        assert_eq!(
+            holder(&server, kind, &name).as_deref(),
+            Some(second.token()),
+            "{kind:?}: the key holds the waiter's grant"
+        );
+        assert!(
+            second.fence().await.unwrap() > fence_before,
+            "{kind:?}: the grant drew a fence"
+        );
+        assert!(second.remaining() > Duration::from_secs(2), "{kind:?}");
+        second.unlock().await.unwrap();
+        assert_eq!(holder(&server, kind, &name), None, "{kind:?}: released");
+    }
+
+    // Negative control: the plain mutex's waiter is only woken, and takes the lock with
+    // an attempt of its own: the count sees it.
+    let plain = client.mutex_with("plain", options()).unwrap();
+    let first = plain.lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let plain = plain.clone();
+        async move { plain.lock().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    first.unlock().await.unwrap();
+    let second = waiter.await.unwrap();
+    assert!(
+        server.total_calls() >= 2,
+        "the count cannot see a waiter's own attempt"
+    );
+    second.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_direct_grant_to_a_waiter_that_died_is_reclaimed_within_its_waiter_lease() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    for kind in QUEUED {
+        let name = format!("ghost-{kind:?}");
+        let first = take(&client, kind, &name, options()).await;
+        // Died after its last check-in: its place lasts 1.5 s more, and it asked for
+        // holds of a minute.
+        ghost_waiter(&server, &name, "ghost", 1500, 60_000);
+        let waiter = tokio::spawn({
+            let (client, name) = (client.clone(), name.clone());
+            async move {
+                let options = options().waiter_lease(Duration::from_secs(20));
+                take(&client, kind, &name, options).await
+            }
+        });
+        until_queued(&server, &name, 2).await;
+
+        first.unlock().await.unwrap();
+        // The release handed the lock to the dead waiter (so this test sees the case it
+        // is about) ...
+        assert_eq!(holder(&server, kind, &name).as_deref(), Some("ghost"));
+        // ... for no longer than the rest of its waiter lease, not the minute it asked.
+        let left: i64 = if kind == Queued::Permit {
+            let entry: String = server.cmd(&["HGET", &name, "h:ghost"]);
+            let ends: u64 = entry.split('|').next().unwrap().parse().unwrap();
+            ends as i64 - server_ms(&server) as i64
+        } else {
+            server.cmd(&["PTTL", &name])
+        };
+        assert!(
+            (0..=1500).contains(&left),
+            "{kind:?}: the dead waiter's grant lasts {left} ms"
+        );
+        // The live waiter behind it gets the lock once that grant has run out.
+        let second = tokio::time::timeout(Duration::from_secs(15), waiter)
+            .await
+            .expect("the lock was never reclaimed from the dead waiter")
+            .unwrap();
+        assert_eq!(
+            holder(&server, kind, &name).as_deref(),
+            Some(second.token())
+        );
+        second.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_direct_grant_to_a_waiter_whose_future_was_dropped_is_given_back() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    // Leases of a minute: were the grant not given back, the last waiter would wait it out.
+    let long = LockOptions::default()
+        .ttl(Duration::from_secs(60))
+        .waiter_lease(Duration::from_secs(60))
+        .wait(Wait::Timeout(Duration::from_secs(30)));
+    for kind in QUEUED {
+        let name = format!("dropped-{kind:?}");
+        let first = take(&client, kind, &name, long).await;
+        let first_token = first.token().to_string();
+        // The waiter's future is polled until it queues, then left unpolled: it cannot
+        // hear the grant.
+        let handle_client = client.clone();
+        let mut dropped = Box::pin(take(&handle_client, kind, &name, long));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut dropped)
+                .await
+                .is_err(),
+            "{kind:?}: the waiter got the lock while it was held"
+        );
+        until_queued(&server, &name, 1).await;
+        let last = tokio::spawn({
+            let (client, name) = (client.clone(), name.clone());
+            async move { take(&client, kind, &name, long).await }
+        });
+        until_queued(&server, &name, 2).await;
+
+        first.unlock().await.unwrap();
+        let granted = holder(&server, kind, &name).expect("the lock was handed on");
+        assert_ne!(granted, first_token);
+        // Control: the lock went to the waiter whose future is about to be dropped.
+        assert_eq!(
+            queued(&server, &name),
+            1,
+            "{kind:?}: one waiter left in line"
+        );
+
+        drop(dropped);
+        let last = tokio::time::timeout(Duration::from_secs(15), last)
+            .await
+            .expect("the dropped waiter's grant was never given back")
+            .unwrap();
+        assert_ne!(last.token(), granted);
+        assert_eq!(holder(&server, kind, &name).as_deref(), Some(last.token()));
+        last.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_resent_release_with_a_direct_hand_off_grants_once() {
+    let server = RedisServer::start();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for kind in QUEUED {
+        let _: () = server.cmd(&["FLUSHALL"]);
+        let (files, keys, args): (&[&str], &[&str], &[&str]) = match kind {
+            Queued::Fair => {
+                let _: () = server.cmd(&["SET", "k", "tok", "PX", "60000"]);
+                (
+                    &["queue/queue.lua", "fair/release.lua"],
+                    &[
+                        "k",
+                        "{k}:queue",
+                        "{k}:queue-leases",
+                        "{k}:fence",
+                        "{k}:queue-ttls",
+                    ],
+                    &["tok", "{k}:wake:"],
+                )
+            }
+            Queued::Write => {
+                let _: () = server.cmd(&["SET", "k", "tok", "PX", "60000"]);
+                (
+                    &[
+                        "queue/queue.lua",
+                        "entries.lua",
+                        "rwlock/rwlock.lua",
+                        "rwlock/write_release.lua",
+                    ],
+                    &[
+                        "k",
+                        "{k}:fence",
+                        "{k}:queue",
+                        "{k}:queue-leases",
+                        "{k}:expiry",
+                        "{k}:queue-ttls",
+                    ],
+                    &["tok", "{k}:wake:", "{k}:released"],
+                )
+            }
+            Queued::Permit => {
+                let ends = (server_ms(&server) + 60_000).to_string();
+                let _: () = server.cmd(&[
+                    "HSET",
+                    "k",
+                    "~kind",
+                    "semaphore",
+                    "~ends",
+                    &ends,
+                    "h:tok",
+                    &format!("{ends}|1"),
+                ]);
+                let _: i64 = server.cmd(&["ZADD", "{k}:expiry", &ends, "tok"]);
+                (
+                    &["queue/queue.lua", "entries.lua", "semaphore/release.lua"],
+                    &[
+                        "k",
+                        "{k}:queue",
+                        "{k}:queue-leases",
+                        "{k}:expiry",
+                        "{k}:fence",
+                        "{k}:queue-ttls",
+                    ],
+                    &["tok", "{k}:wake:", "1"],
+                )
+            }
+        };
+        ghost_waiter(&server, "k", "first", 30_000, 30_000);
+        ghost_waiter(&server, "k", "second", 30_000, 30_000);
+        let release = script(files);
+        let mut call = release.prepare_invoke();
+        for key in keys {
+            call.key(*key);
+        }
+        for arg in args {
+            call.arg(*arg);
+        }
+        let first_reply: i64 = call.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(first_reply, 1, "{kind:?}");
+        let fence: i64 = server.cmd(&["GET", "{k}:fence"]);
+        // The reply was lost; the release is sent again.
+        let resent: i64 = call.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(resent, 0, "{kind:?}: the resend finds the hold gone");
+
+        assert_eq!(
+            holder(&server, kind, "k").as_deref(),
+            Some("first"),
+            "{kind:?}"
+        );
+        let second_waits: Option<String> = server.cmd(&["ZSCORE", "{k}:queue", "second"]);
+        assert!(
+            second_waits.is_some(),
+            "{kind:?}: the resend granted a second waiter"
+        );
+        let fence_after: i64 = server.cmd(&["GET", "{k}:fence"]);
+        assert_eq!(fence_after, fence, "{kind:?}: one fence drawn");
+
+        // Control: a release by the first waiter does hand the lock to the second, so the
+        // checks above would see a second grant.
+        let mut control = release.prepare_invoke();
+        for key in keys {
+            control.key(*key);
+        }
+        control.arg("first");
+        for arg in &args[1..] {
+            control.arg(*arg);
+        }
+        let released: i64 = control.invoke_async(&mut conn).await.unwrap();
+        assert_eq!(released, 1, "{kind:?}");
+        assert_eq!(
+            holder(&server, kind, "k").as_deref(),
+            Some("second"),
+            "{kind:?}"
+        );
+    }
+}
