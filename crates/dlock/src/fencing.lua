@@ -11,10 +11,15 @@
 -- floor is about 2^51 until the year 2255).
 local FENCE_LIMIT = 9007199254740992
 
--- The server's clock in microseconds.
+-- The server's clock in microseconds, read once per script (every command costs the
+-- server's one thread; a script runs at one instant anyway: nothing else runs meanwhile).
+local clock_read = nil
 local function clock_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not clock_read then
+    local t = redis.call('TIME')
+    clock_read = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock_read
 end
 
 -- The counter at `key` as a number: 0 when it does not exist; nil and 'counter' when it is

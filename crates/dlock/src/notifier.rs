@@ -35,8 +35,17 @@ struct Entry {
     /// Subscribed on the current connection (false when the server refused, e.g. an ACL
     /// user without the channel: its waiters poll).
     live: Arc<AtomicBool>,
-    /// The fence of a direct grant announced on this channel and not yet taken.
-    granted: Arc<StdMutex<Option<u64>>>,
+    /// What a queued waiter's own channel said and the waiter has not read yet.
+    told: Arc<StdMutex<Told>>,
+}
+
+/// What a queued waiter is told on its own channel besides "look again".
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Told {
+    /// `granted <fence>`: a release handed it the lock, with this fence.
+    pub granted: Option<u64>,
+    /// `watch <ms>`: the lock was granted to the waiter ahead; its lease ends in `ms`.
+    pub watch_ms: Option<u64>,
 }
 
 /// State shared by the notifier task and the waiters.
@@ -64,8 +73,11 @@ impl Channels {
             if payload == b"all" {
                 entry.all.send_modify(|n| *n += 1);
             } else {
-                if let Some(fence) = direct_grant(payload) {
-                    *entry.granted.lock().unwrap() = Some(fence);
+                let mut told = entry.told.lock().unwrap();
+                if let Some(fence) = said(payload, b"granted ") {
+                    told.granted = Some(fence);
+                } else if let Some(ms) = said(payload, b"watch ") {
+                    told.watch_ms = Some(ms);
                 }
                 entry.one.notify_one();
             }
@@ -73,9 +85,9 @@ impl Channels {
     }
 }
 
-/// The fence of a `granted <fence>` message.
-fn direct_grant(payload: &[u8]) -> Option<u64> {
-    std::str::from_utf8(payload.strip_prefix(b"granted ")?)
+/// The number in a message `<word> <number>` (`granted <fence>`, `watch <ms>`).
+fn said(payload: &[u8], word: &[u8]) -> Option<u64> {
+    std::str::from_utf8(payload.strip_prefix(word)?)
         .ok()?
         .parse()
         .ok()
@@ -124,21 +136,21 @@ impl Notifier {
     /// Registers interest in `channel` and returns once Redis confirmed the subscription
     /// (or it could not be made, in which case the waiter polls).
     pub(crate) async fn watch(&self, channel: &str) -> Watch {
-        let (one, all, live, granted) = {
+        let (one, all, live, told) = {
             let mut entries = self.channels.entries.lock().unwrap();
             let entry = entries.entry(channel.to_string()).or_insert_with(|| Entry {
                 one: Arc::new(Notify::new()),
                 all: watch::channel(0).0,
                 waiters: 0,
                 live: Arc::new(AtomicBool::new(false)),
-                granted: Arc::new(StdMutex::new(None)),
+                told: Arc::default(),
             });
             entry.waiters += 1;
             (
                 entry.one.clone(),
                 entry.all.subscribe(),
                 entry.live.clone(),
-                entry.granted.clone(),
+                entry.told.clone(),
             )
         };
         let watch = Watch {
@@ -146,7 +158,7 @@ impl Notifier {
             one,
             all,
             live,
-            granted,
+            told,
             holding_wake: false,
             channels: self.channels.clone(),
             commands: self.commands.clone(),
@@ -170,7 +182,7 @@ pub(crate) struct Watch {
     one: Arc<Notify>,
     all: watch::Receiver<u64>,
     live: Arc<AtomicBool>,
-    granted: Arc<StdMutex<Option<u64>>>,
+    told: Arc<StdMutex<Told>>,
     /// Woken by a `one` message whose attempt has not answered yet.
     holding_wake: bool,
     channels: Arc<Channels>,
@@ -203,14 +215,14 @@ impl Watch {
         self.holding_wake = false;
     }
 
-    /// The fence of a direct grant announced to this waiter, taken once. A grant taken
-    /// uses the wake that brought it.
-    pub(crate) fn take_grant(&mut self) -> Option<u64> {
-        let fence = self.granted.lock().unwrap().take();
-        if fence.is_some() {
+    /// What this waiter was told since it last looked (taken once). Being told uses the
+    /// wake that brought it.
+    pub(crate) fn take_told(&mut self) -> Told {
+        let told = std::mem::take(&mut *self.told.lock().unwrap());
+        if told.granted.is_some() || told.watch_ms.is_some() {
             self.holding_wake = false;
         }
-        fence
+        told
     }
 
     /// Resolves on the next wake for this waiter or broadcast after the last
@@ -426,16 +438,15 @@ impl WakeSet {
         for watch in &mut self.watches {
             watch.mark_seen();
             watch.discard_stored_wake();
-            watch.take_grant();
+            watch.take_told();
         }
     }
 
-    /// The fence of a direct grant announced to this waiter since its last attempt (a
-    /// queued waiter: one channel on one server).
-    pub(crate) fn take_grant(&mut self) -> Option<u64> {
+    /// What a queued waiter (one channel on one server) was told since its last attempt.
+    pub(crate) fn take_told(&mut self) -> Told {
         match self.watches.as_mut_slice() {
-            [watch] => watch.take_grant(),
-            _ => None,
+            [watch] => watch.take_told(),
+            _ => Told::default(),
         }
     }
 

@@ -22,7 +22,7 @@ use rand::Rng;
 
 use crate::error::{Error, Result};
 use crate::guard::Guard;
-use crate::notifier::{Turnstile, WakeSet};
+use crate::notifier::{Told, Turnstile, WakeSet};
 use crate::observe;
 use crate::options::{jitter, LockOptions, Renewal, Wait};
 use crate::queue::QueueKeys;
@@ -157,19 +157,25 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
         if session.is_closed() {
             break Err(Error::Closed);
         }
+        // What a queued waiter's own channel said while it slept (or subscribed).
+        let told = match wakes.as_mut() {
+            Some(wakes) if !wait_first => wakes.take_told(),
+            _ => Told::default(),
+        };
         let (remaining, failed, split) = if std::mem::take(&mut wait_first) {
             (None, false, false)
+        } else if let (None, Some(ms)) = (told.granted, told.watch_ms) {
+            // The waiter ahead was handed the lock: this one, still in line, sleeps until
+            // that lease ends unless handed the lock first, with no attempt to learn it.
+            (Some(Duration::from_millis(ms)), false, false)
         } else {
-            // A release handed this waiter the lock (heard while it slept, or while it
-            // subscribed): it holds the lock without an attempt. The direct grant's fence,
-            // and when a grant of the whole ttl would have been sent to end with it.
-            let direct = wakes
-                .as_mut()
-                .and_then(WakeSet::take_grant)
-                .and_then(|fence| {
-                    let start = direct_grant_start(&options, queued_at?)?;
-                    Some((fence, start))
-                });
+            // A release handed this waiter the lock: it holds the lock without an attempt.
+            // The direct grant's fence, and when a grant of the whole ttl would have been
+            // sent to end with it.
+            let direct = told.granted.and_then(|fence| {
+                let start = direct_grant_start(&options, queued_at?)?;
+                Some((fence, start))
+            });
             let (reply, sent) = match direct {
                 Some((fence, sent)) => (
                     Ok(Attempt::Granted {
@@ -291,7 +297,12 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
             continue;
         }
         let live = active.is_live() && !failed;
-        let refresh = join_queue.then(|| options.waiter_lease / 3);
+        // A queued waiter refreshes its place a third of its waiter lease after the last
+        // attempt that did (sleeps told to watch a lease do not refresh it).
+        let refresh = join_queue.then(|| {
+            let every = options.waiter_lease / 3;
+            queued_at.map_or(every, |at| every.saturating_sub(at.elapsed()))
+        });
         let mut sleep = next_sleep(
             remaining,
             live,

@@ -9,7 +9,8 @@
 --
 -- Direct hand-off: a release grants the lock to the first live waiter in the same script
 -- (its token, a fresh lease and fence) and tells that waiter alone, on its own channel,
--- 'granted <fence>': the waiter holds the lock without sending anything. The lease of a
+-- 'granted <fence>': the waiter holds the lock without sending anything. The next in line
+-- is told the new lease ('watch <ms>') and sleeps until it ends unless handed the lock. The lease of a
 -- direct grant is the waiter's ttl, but never longer than what is left of its waiter
 -- lease, so a waiter that died after its last check-in holds the lock no longer than a
 -- dead waiter holds its place in line.
@@ -73,10 +74,17 @@ local function wake(prefix, waiter)
 end
 
 -- `waiter` was granted: it leaves the queue, and the next in line is woken to take what
--- is still free or to watch the new hold's lease.
-local function queue_granted(queue, leases, prefix, waiter)
+-- is still free (a semaphore's permits), or told the new hold's lease `watch_ms` (a string
+-- hold: nothing is free), so it sleeps until that lease ends unless handed the lock
+-- first, without an attempt to learn it.
+local function queue_granted(queue, leases, prefix, waiter, watch_ms)
   queue_leave(queue, leases, waiter)
-  wake(prefix, queue_head(queue))
+  local next_waiter = queue_head(queue)
+  if next_waiter and watch_ms then
+    notify(prefix .. next_waiter, 'watch ' .. watch_ms)
+  else
+    wake(prefix, next_waiter)
+  end
 end
 
 -- The rank of `waiter` in the queue (0: first in line); with `join` = '1' it takes or
@@ -94,7 +102,7 @@ end
 local function grant_in_line(key, fence_key, queue, leases, prefix, waiter, lease_ms)
   local fence = next_fence(fence_key)
   redis.call('SET', key, waiter, 'PX', lease_ms)
-  queue_granted(queue, leases, prefix, waiter)
+  queue_granted(queue, leases, prefix, waiter, lease_ms)
   return {1, fence}
 end
 
@@ -102,13 +110,18 @@ end
 -- is left of its waiter lease. Nil when nobody waits; no lease when the waiter recorded
 -- no ttl (it is woken instead, to take the lock itself).
 local function queue_next_grant(queue, leases, ttls, now)
-  queue_purge(queue, leases, now)
   local head = queue_head(queue)
+  local lease_end = head and redis.call('ZSCORE', leases, head)
+  if head and not (lease_end and tonumber(lease_end) > now) then
+    -- The first in line is gone: drop every waiter whose lease ended.
+    queue_purge(queue, leases, now)
+    head = queue_head(queue)
+    lease_end = head and redis.call('ZSCORE', leases, head)
+  end
   if not head then
     return nil
   end
   local ttl = redis.call('HGET', ttls, head)
-  local lease_end = redis.call('ZSCORE', leases, head)
   if not ttl or not lease_end then
     return head, nil
   end
