@@ -69,6 +69,16 @@ fn holder(server: &RedisServer, kind: Queued, name: &str) -> Option<String> {
         .find_map(|field| field.strip_prefix("h:").map(str::to_string))
 }
 
+/// How many of `name`'s queue keys exist (the queue, the waiter leases, the ttls).
+fn queue_left(server: &RedisServer, name: &str) -> i64 {
+    server.cmd(&[
+        "EXISTS",
+        &format!("{{{name}}}:queue"),
+        &format!("{{{name}}}:queue-leases"),
+        &format!("{{{name}}}:queue-ttls"),
+    ])
+}
+
 fn queued(server: &RedisServer, name: &str) -> i64 {
     server.cmd(&["ZCARD", &format!("{{{name}}}:queue")])
 }
@@ -169,6 +179,11 @@ async fn the_next_in_line_is_handed_the_lock_and_sends_nothing() {
         assert!(second.remaining() > Duration::from_secs(2), "{kind:?}");
         second.unlock().await.unwrap();
         assert_eq!(holder(&server, kind, &name), None, "{kind:?}: released");
+        assert_eq!(
+            queue_left(&server, &name),
+            0,
+            "{kind:?}: nothing of the queue left"
+        );
     }
 
     // Negative control: the plain mutex's waiter is only woken, and takes the lock with
@@ -286,6 +301,11 @@ async fn a_direct_grant_to_a_waiter_whose_future_was_dropped_is_given_back() {
         assert_ne!(last.token(), granted);
         assert_eq!(holder(&server, kind, &name).as_deref(), Some(last.token()));
         last.unlock().await.unwrap();
+        assert_eq!(
+            queue_left(&server, &name),
+            0,
+            "{kind:?}: nothing of the queue left"
+        );
     }
 }
 

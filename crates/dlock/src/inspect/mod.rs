@@ -199,6 +199,7 @@ impl Client {
             .key(&queue.leases)
             .key(keys.companion("forced"))
             .key(crate::keys::expiry_index_of(&keys.key))
+            .key(&queue.ttls)
             .arg(&keys.channel)
             .arg(&queue.wake_prefix)
             // The request id that makes a resend of this call a no-op.

@@ -52,6 +52,7 @@ impl QueueKeys {
             .call()
             .key(&self.queue)
             .key(&self.leases)
+            .key(&self.ttls)
             .arg(token)
             .arg(&self.wake_prefix);
         if let Some(channel) = &self.on_empty {

@@ -4,8 +4,7 @@
 --   leases : member = waiter token, score = end of the waiter's lease (server milliseconds)
 --   ttls   : waiter token -> the lease (ms) it asked for its hold, for a direct grant
 -- A waiter whose lease ends (crashed, cancelled without cleanup) is dropped by the next
--- script that touches the queue (its ttl entry is left to expire with the hash: tokens
--- are never reused, so a stale entry is never read).
+-- script that touches the queue; a waiter leaves all three together.
 --
 -- Direct hand-off: a release grants the lock to the first live waiter in the same script
 -- (its token, a fresh lease and fence) and tells that waiter alone, on its own channel,
@@ -16,10 +15,13 @@
 -- dead waiter holds its place in line.
 
 -- Removes waiters whose lease ended; returns how many.
-local function queue_purge(queue, leases, now)
+local function queue_purge(queue, leases, ttls, now)
   local dead = call_on('queue', 'ZRANGEBYSCORE', leases, '-inf', fmt(now))
   for _, waiter in ipairs(dead) do
     redis.call('ZREM', queue, waiter)
+  end
+  if #dead > 0 then
+    redis.call('HDEL', ttls, unpack(dead))
   end
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', leases, '-inf', fmt(now))
@@ -48,9 +50,10 @@ local function queue_join(queue, leases, waiter, now, lease_ms, ttls, ttl)
   return redis.call('ZRANK', queue, waiter)
 end
 
-local function queue_leave(queue, leases, waiter)
+local function queue_leave(queue, leases, ttls, waiter)
   redis.call('ZREM', queue, waiter)
   redis.call('ZREM', leases, waiter)
+  redis.call('HDEL', ttls, waiter)
 end
 
 -- The rank a waiter has, or would have if it joined now.
@@ -77,8 +80,8 @@ end
 -- is still free (a semaphore's permits), or told the new hold's lease `watch_ms` (a string
 -- hold: nothing is free), so it sleeps until that lease ends unless handed the lock
 -- first, without an attempt to learn it.
-local function queue_granted(queue, leases, prefix, waiter, watch_ms)
-  queue_leave(queue, leases, waiter)
+local function queue_granted(queue, leases, ttls, prefix, waiter, watch_ms)
+  queue_leave(queue, leases, ttls, waiter)
   local next_waiter = queue_head(queue)
   if next_waiter and watch_ms then
     notify(prefix .. next_waiter, 'watch ' .. watch_ms)
@@ -99,10 +102,10 @@ end
 -- Grants the string hold at `key` to `waiter`, first in line, for `lease_ms` with the next
 -- fence at `fence_key`, and passes its place in line on: the grant of the fair mutex and
 -- of the writer (their KEYS and ARGV share a layout). Returns the acquire's reply.
-local function grant_in_line(key, fence_key, queue, leases, prefix, waiter, lease_ms)
+local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter, lease_ms)
   local fence = next_fence(fence_key)
   redis.call('SET', key, waiter, 'PX', lease_ms)
-  queue_granted(queue, leases, prefix, waiter, lease_ms)
+  queue_granted(queue, leases, ttls, prefix, waiter, lease_ms)
   return {1, fence}
 end
 
@@ -114,7 +117,7 @@ local function queue_next_grant(queue, leases, ttls, now)
   local lease_end = head and redis.call('ZSCORE', leases, head)
   if head and not (lease_end and tonumber(lease_end) > now) then
     -- The first in line is gone: drop every waiter whose lease ended.
-    queue_purge(queue, leases, now)
+    queue_purge(queue, leases, ttls, now)
     head = queue_head(queue)
     lease_end = head and redis.call('ZSCORE', leases, head)
   end
@@ -145,8 +148,7 @@ local function hand_off_string(key, fence_key, queue, leases, ttls, prefix, now)
     wake(prefix, head)
     return true
   end
-  local fence = grant_in_line(key, fence_key, queue, leases, prefix, head, fmt(lease))[2]
-  redis.call('HDEL', ttls, head)
+  local fence = grant_in_line(key, fence_key, queue, leases, ttls, prefix, head, fmt(lease))[2]
   tell_granted(prefix, head, fence)
   return true
 end

@@ -30,7 +30,7 @@ if got then
     held = redis.call('ZCARD', KEYS[5])
   end
 end
-queue_purge(KEYS[3], KEYS[4], now)
+queue_purge(KEYS[3], KEYS[4], KEYS[6], now)
 local free = tonumber(ARGV[3]) - held
 if queue_rank(KEYS[3], ARGV[1]) < free then
   local fence = next_fence(KEYS[2])
@@ -44,7 +44,7 @@ if queue_rank(KEYS[3], ARGV[1]) < free then
   -- The next in line takes a permit still free, or else now watches the soonest lease
   -- (queued behind us it slept until woken: were a holder to crash, no release would
   -- wake it before its place's refresh, long after the lease had freed the permit).
-  queue_granted(KEYS[3], KEYS[4], ARGV[5], ARGV[1])
+  queue_granted(KEYS[3], KEYS[4], KEYS[6], ARGV[5], ARGV[1])
   return {1, fence}
 end
 local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4], KEYS[6], ARGV[2])

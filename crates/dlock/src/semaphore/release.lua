@@ -25,9 +25,8 @@ if held < tonumber(ARGV[3]) then
       more = {KIND, 'semaphore'}
     end
     entry_put(KEYS[1], KEYS[4], head, now + lease, fence, latest, more)
-    redis.call('HDEL', KEYS[6], head)
     -- The next in line takes a permit still free, or watches the soonest lease.
-    queue_granted(KEYS[2], KEYS[3], ARGV[2], head)
+    queue_granted(KEYS[2], KEYS[3], KEYS[6], ARGV[2], head)
     tell_granted(ARGV[2], head, fence)
   elseif head then
     wake(ARGV[2], head)
