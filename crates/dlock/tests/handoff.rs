@@ -430,3 +430,36 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_semaphore_hands_a_permit_on_by_the_waiters_own_n() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let wide = client.semaphore_with("pool", 5, options()).unwrap();
+    let x = wide.lock().await.unwrap();
+    let y = wide.lock().await.unwrap();
+    // A client that allows one holder waits while any permit is held.
+    let narrow = client.semaphore_with("pool", 1, options()).unwrap();
+    let waiter = tokio::spawn(async move { narrow.lock().await.unwrap() });
+    until_queued(&server, "pool", 1).await;
+
+    x.unlock().await.unwrap();
+    // The release's own N (5) would let it in beside y; its own N (1) does not.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "a permit was handed on past the waiter's N"
+    );
+    assert_eq!(queued(&server, "pool"), 1);
+
+    y.unlock().await.unwrap();
+    let permit = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter never got a permit")
+        .unwrap();
+    assert_eq!(
+        holder(&server, Queued::Permit, "pool").as_deref(),
+        Some(permit.token())
+    );
+    permit.unlock().await.unwrap();
+}

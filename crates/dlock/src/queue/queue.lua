@@ -3,6 +3,7 @@
 --   queue  : member = waiter token, score = arrival (server microseconds, strictly increasing)
 --   leases : member = waiter token, score = end of the waiter's lease (server milliseconds)
 --   ttls   : waiter token -> the lease (ms) it asked for its hold, for a direct grant
+--            ('<ttl>' or, for a semaphore's waiter, '<ttl>|<its N>')
 -- A waiter whose lease ends (crashed, cancelled without cleanup) is dropped by the next
 -- script that touches the queue; a waiter leaves all three together.
 --
@@ -109,9 +110,10 @@ local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter
   return {1, fence}
 end
 
--- The first live waiter and the lease (ms) a direct grant gives it: its ttl, at most what
--- is left of its waiter lease. Nil when nobody waits; no lease when the waiter recorded
--- no ttl (it is woken instead, to take the lock itself).
+-- The first live waiter, the lease (ms) a direct grant gives it (its ttl, at most what is
+-- left of its waiter lease) and the limit it recorded (a semaphore waiter's N). Nil when
+-- nobody waits; no lease when the waiter recorded no ttl (it is woken instead, to take
+-- the lock itself).
 local function queue_next_grant(queue, leases, ttls, now)
   local head = queue_head(queue)
   local lease_end = head and redis.call('ZSCORE', leases, head)
@@ -124,11 +126,12 @@ local function queue_next_grant(queue, leases, ttls, now)
   if not head then
     return nil
   end
-  local ttl = redis.call('HGET', ttls, head)
+  local record = redis.call('HGET', ttls, head)
+  local ttl, limit = string.match(record or '', '^(%d+)|?(%d*)$')
   if not ttl or not lease_end then
     return head, nil
   end
-  return head, math.min(tonumber(ttl), tonumber(lease_end) - now)
+  return head, math.min(tonumber(ttl), tonumber(lease_end) - now), tonumber(limit)
 end
 
 -- Tells `waiter` it was granted the hold with `fence` (after it left the queue).

@@ -47,7 +47,7 @@ if queue_rank(KEYS[3], ARGV[1]) < free then
   queue_granted(KEYS[3], KEYS[4], KEYS[6], ARGV[5], ARGV[1])
   return {1, fence}
 end
-local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4], KEYS[6], ARGV[2])
+local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4], KEYS[6], ARGV[2] .. '|' .. ARGV[3])
 if rank == 0 and soonest then
   return {0, math.max(soonest - now, 0), 0}
 end

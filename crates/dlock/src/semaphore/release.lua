@@ -1,8 +1,9 @@
 -- Gives a permit back if its lease is still valid, and hands a free permit to the next
--- waiter (queue.lua), who is told alone.
+-- waiter (queue.lua), who is told alone: free by that waiter's own N (each client
+-- enforces its own), as its own attempt would have judged.
 -- KEYS[1] permits hash, KEYS[2] queue, KEYS[3] waiter leases, KEYS[4] expiry index,
 -- KEYS[5] fencing counter, KEYS[6] waiters' ttls
--- ARGV[1] token, ARGV[2] wake prefix, ARGV[3] N
+-- ARGV[1] token, ARGV[2] wake prefix, ARGV[3] N (for a waiter that recorded none)
 -- Returns 1 released, 0 not held (its lease had ended, or unknown).
 local got = permits_read(KEYS[1], {'h:' .. ARGV[1], ENDS})
 if not got or not got[1] then
@@ -15,9 +16,9 @@ if entries_purge(KEYS[1], KEYS[4], now, nil) then
   latest = entries_shrink(KEYS[1], KEYS[4], ended, got[2])
   held = redis.call('ZCARD', KEYS[4])
 end
-if held < tonumber(ARGV[3]) then
-  local head, lease = queue_next_grant(KEYS[2], KEYS[3], KEYS[6], now)
-  if head and lease then
+local head, lease, limit = queue_next_grant(KEYS[2], KEYS[3], KEYS[6], now)
+if head and held < (limit or tonumber(ARGV[3])) then
+  if lease then
     local fence = next_fence(KEYS[5])
     local more = nil
     if not latest then
@@ -28,7 +29,7 @@ if held < tonumber(ARGV[3]) then
     -- The next in line takes a permit still free, or watches the soonest lease.
     queue_granted(KEYS[2], KEYS[3], KEYS[6], ARGV[2], head)
     tell_granted(ARGV[2], head, fence)
-  elseif head then
+  else
     wake(ARGV[2], head)
   end
 end
