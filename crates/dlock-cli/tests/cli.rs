@@ -812,3 +812,42 @@ fn inspect_output_that_cannot_be_written_is_an_error_not_a_panic() {
     };
     assert_eq!(status.code(), Some(0));
 }
+
+/// A queued `dlock run` handed the lock by the release (with the default lease and waiter
+/// lease) runs its command: its lease starts whole, not counted from when it queued.
+#[test]
+fn queued_runs_handed_the_lock_run_their_commands() {
+    let server = RedisServer::start();
+    for flags in [&["--fair"][..], &["--write"], &["--permits", "1"]] {
+        let name = format!("queued{}", flags[0]);
+        let mut holder_args = vec!["run", name.as_str()];
+        holder_args.extend_from_slice(flags);
+        holder_args.extend_from_slice(&["--", "sleep", "2"]);
+        let mut holder = dlock(&server).args(&holder_args).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.cmd::<i64>(&["EXISTS", &name]) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{flags:?}: the holder never held"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Queued for more than a second before the release hands it the lock.
+        let mut waiter_args = vec!["run", name.as_str()];
+        waiter_args.extend_from_slice(flags);
+        waiter_args.extend_from_slice(&["--", "sh", "-c", "sleep 1; echo ran"]);
+        let waiter = output(dlock(&server).args(&waiter_args));
+        assert!(holder.wait().unwrap().success(), "{flags:?}");
+        assert_eq!(
+            waiter.status.code(),
+            Some(0),
+            "{flags:?}: {}",
+            String::from_utf8_lossy(&waiter.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&waiter.stdout),
+            "ran\n",
+            "{flags:?}"
+        );
+    }
+}

@@ -93,14 +93,43 @@ local function entries_begin(index)
   redis.call('DEL', index)
 end
 
+-- Rebuilds the index of the hash at `key` from its entries, and records its latest end:
+-- for a hash whose index is gone (evicted, deleted by hand) or was never made (written by
+-- a dlock without it; see docs/decisions.md). The index is never trusted partially: a
+-- count from it would let a semaphore over-grant. Reads the whole hash, once.
+local function entries_reindex(key, index)
+  local fields = redis.call('HGETALL', key)
+  local latest = nil
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 2) == 'h:' then
+      local ends = entry_parse(fields[i + 1])
+      if ends then
+        redis.call('ZADD', index, fmt(ends), string.sub(fields[i], 3))
+        if not latest or ends > latest then
+          latest = ends
+        end
+      end
+    end
+  end
+  if latest then
+    entries_expire_at(key, index, latest)
+  end
+end
+
 -- Removes the entries whose lease ended (calling forget(data) for each), reading only
 -- those; deletes hash and index when none is left. Returns whether any live entry is
--- left, the soonest end among them, and how many entries were removed (when some were,
--- values the caller read before are stale).
+-- left, the soonest end among them, and whether values the caller read before are stale
+-- (entries were removed, or the index rebuilt).
 local function entries_purge(key, index, now, forget)
   local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
   if first[1] and tonumber(first[2]) > now then
-    return true, tonumber(first[2]), 0
+    return true, tonumber(first[2]), false
+  end
+  local rebuilt = false
+  if not first[1] then
+    -- No index beside a hash that exists: rebuild it rather than count nothing.
+    entries_reindex(key, index)
+    rebuilt = true
   end
   local due = redis.call('ZRANGEBYSCORE', index, '-inf', fmt(now))
   for _, token in ipairs(due) do
@@ -119,11 +148,11 @@ local function entries_purge(key, index, now, forget)
   first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
   if not first[1] then
     redis.call('DEL', key, index)
-    return false, nil, #due
+    return false, nil, true
   end
   -- The latest lease is among the live ones (it ends after every expired one), so the
   -- keys' expiry stands.
-  return true, tonumber(first[2]), #due
+  return true, tonumber(first[2]), rebuilt or #due > 0
 end
 
 -- After a removed entry whose lease ended at `ended`: when it was the latest (`latest`,

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::notifier::{Told, Turnstile, WakeSet};
 use crate::observe;
-use crate::options::{jitter, LockOptions, Renewal, Wait};
+use crate::options::{jitter, LockOptions, Wait};
 use crate::queue::QueueKeys;
 use crate::raw::{Attempt, RawLock, Waiting};
 
@@ -68,27 +68,21 @@ fn next_sleep(
 }
 
 /// When a direct grant announced to a waiter whose last attempt (which queued it) was sent
-/// at `queued_at` can be held as it is: the instant a grant of the whole ttl would have
-/// been sent to end when this one does, for [`Guard`]'s lease and renewal. The grant came
-/// after `queued_at`, with the waiter's ttl but no more than the rest of its waiter
-/// lease, which that attempt had restarted.
+/// at `queued_at` can be held as it is: the instant its lease counts from, for [`Guard`]'s
+/// deadline and renewal. The grant came after `queued_at`, with the waiter's ttl but no
+/// more than the rest of its waiter lease, which that attempt had restarted: when the
+/// waiter lease is at least the ttl, the grant ends no earlier than `queued_at + ttl`.
 ///
 /// `None` when the waiter should rather make an attempt, which finds the grant its own and
-/// restarts its lease: a fixed lease that must last its whole ttl, replicas that must
-/// acknowledge the grant, or a grant whose lease may be half gone.
+/// restarts its lease to the whole ttl: a waiter lease shorter than the ttl (the grant may
+/// be as short as the waiter lease, and a guard must start with its whole lease: `dlock
+/// run` stops a command whose lease looks about to pass), replicas that must acknowledge
+/// the grant, or a grant whose lease may be half gone.
 fn direct_grant_start(options: &LockOptions, queued_at: Instant) -> Option<Instant> {
-    if options.replicas.is_some() {
+    if options.replicas.is_some() || options.waiter_lease < options.ttl {
         return None;
     }
-    let lease = match options.renewal {
-        Renewal::Auto { .. } => options.ttl.min(options.waiter_lease),
-        Renewal::Manual if options.waiter_lease >= options.ttl => options.ttl,
-        Renewal::Manual => return None,
-    };
-    if queued_at.elapsed() >= lease / 2 {
-        return None;
-    }
-    queued_at.checked_sub(options.ttl - lease)
+    (queued_at.elapsed() < options.ttl / 2).then_some(queued_at)
 }
 
 /// How often a wait that keeps failing on a transient error says so at warn level.
@@ -298,10 +292,15 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
         }
         let live = active.is_live() && !failed;
         // A queued waiter refreshes its place a third of its waiter lease after the last
-        // attempt that did (sleeps told to watch a lease do not refresh it).
+        // attempt that did (sleeps told to watch a lease do not refresh it). After a failed
+        // attempt it polls with backoff instead: counting from the last success, a server
+        // answering errors (BUSY, LOADING) for a while would be retried without a pause.
         let refresh = join_queue.then(|| {
             let every = options.waiter_lease / 3;
-            queued_at.map_or(every, |at| every.saturating_sub(at.elapsed()))
+            match queued_at {
+                Some(at) if !failed => every.saturating_sub(at.elapsed()),
+                _ => every,
+            }
         });
         let mut sleep = next_sleep(
             remaining,

@@ -463,3 +463,128 @@ async fn a_semaphore_hands_a_permit_on_by_the_waiters_own_n() {
     );
     permit.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_handed_the_lock_starts_with_its_whole_lease() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    // The defaults: a 30 s lease renewed, a 10 s waiter lease. The grant may be as short as
+    // the waiter lease; the waiter's guard must still start with (nearly) 30 s.
+    let defaults = LockOptions::default().wait(Wait::Timeout(Duration::from_secs(20)));
+    for kind in QUEUED {
+        let name = format!("whole-{kind:?}");
+        let first = take(&client, kind, &name, defaults).await;
+        let waiter = tokio::spawn({
+            let (client, name) = (client.clone(), name.clone());
+            async move { take(&client, kind, &name, defaults).await }
+        });
+        until_queued(&server, &name, 1).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        first.unlock().await.unwrap();
+        let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("never handed the lock")
+            .unwrap();
+        assert!(
+            second.remaining() > Duration::from_secs(25),
+            "{kind:?}: a fresh guard believes {:?} left",
+            second.remaining()
+        );
+        let left: i64 = server.cmd(&["PTTL", &name]);
+        assert!(left > 25_000, "{kind:?}: the key's lease is {left} ms");
+        second.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_last_reader_hands_the_write_lock_to_the_waiting_writer() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("cfg", options()).unwrap();
+    let r1 = lock.for_owner(&dlock::Owner::new()).read().await.unwrap();
+    let r2 = lock.for_owner(&dlock::Owner::new()).read().await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await.unwrap() }
+    });
+    until_sleeping(&server, "cfg").await;
+    r1.unlock().await.unwrap();
+    assert!(!writer.is_finished(), "a writer beside a reader");
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    r2.unlock().await.unwrap();
+    let writer = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer was never handed the lock")
+        .unwrap();
+    let scripts = server.command_calls().get("evalsha").copied().unwrap_or(0);
+    assert_eq!(scripts, 1, "only the last reader's release ran");
+    assert_eq!(
+        holder(&server, Queued::Write, "cfg").as_deref(),
+        Some(writer.token())
+    );
+    writer.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holds_survive_a_lost_expiry_index() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    // Read holds: the index evicted (or never made, by an older dlock) must not make
+    // live readers vanish.
+    let lock = client.rwlock_with("cfg", options()).unwrap();
+    let first = lock.for_owner(&dlock::Owner::new()).read().await.unwrap();
+    let _: i64 = server.cmd(&["DEL", "{cfg}:expiry"]);
+    let second = lock.for_owner(&dlock::Owner::new()).read().await.unwrap();
+    second.unlock().await.unwrap();
+    assert!(
+        first.is_held().await.unwrap(),
+        "the first reader was purged"
+    );
+    assert!(
+        matches!(lock.try_write().await, Err(dlock::Error::Busy { .. })),
+        "a writer got in beside a live reader"
+    );
+    let _: i64 = server.cmd(&["DEL", "{cfg}:expiry"]);
+    let mut renewed = first;
+    renewed.extend(Duration::from_secs(5)).await.unwrap();
+    let indexed: i64 = server.cmd(&["ZCARD", "{cfg}:expiry"]);
+    assert_eq!(indexed, 1, "the renewal rebuilt the index");
+    renewed.unlock().await.unwrap();
+
+    // Permits: a semaphore of 2 with both permits taken stays full.
+    let pool = client.semaphore_with("pool", 2, options()).unwrap();
+    let a = pool.lock().await.unwrap();
+    let b = pool.lock().await.unwrap();
+    let _: i64 = server.cmd(&["DEL", "{pool}:expiry"]);
+    assert!(
+        matches!(pool.try_lock().await, Err(dlock::Error::Busy { .. })),
+        "a third permit past N"
+    );
+    a.unlock().await.unwrap();
+    b.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_survives_thousands_of_dead_waiters() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let fair = client.fair_mutex_with("crowd", options()).unwrap();
+    let held = fair.lock().await.unwrap();
+    // 9 000 waiters that died long ago (their waiter leases ended).
+    let now = server_ms(&server);
+    let mut queue = vec!["ZADD".to_string(), "{crowd}:queue".into()];
+    let mut leases = vec!["ZADD".to_string(), "{crowd}:queue-leases".into()];
+    for i in 0..9000u64 {
+        queue.extend([(now * 1000 + i).to_string(), format!("dead{i}")]);
+        leases.extend([(now - 1000).to_string(), format!("dead{i}")]);
+    }
+    for args in [&queue, &leases] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let _: i64 = server.cmd(&args);
+    }
+    held.unlock().await.unwrap();
+    assert_eq!(queue_left(&server, "crowd"), 0, "the dead were purged");
+    let again = fair.try_lock().await.unwrap();
+    again.unlock().await.unwrap();
+}

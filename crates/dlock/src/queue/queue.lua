@@ -20,9 +20,7 @@ local function queue_purge(queue, leases, ttls, now)
   local dead = call_on('queue', 'ZRANGEBYSCORE', leases, '-inf', fmt(now))
   for _, waiter in ipairs(dead) do
     redis.call('ZREM', queue, waiter)
-  end
-  if #dead > 0 then
-    redis.call('HDEL', ttls, unpack(dead))
+    redis.call('HDEL', ttls, waiter)
   end
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', leases, '-inf', fmt(now))
@@ -103,8 +101,8 @@ end
 -- Grants the string hold at `key` to `waiter`, first in line, for `lease_ms` with the next
 -- fence at `fence_key`, and passes its place in line on: the grant of the fair mutex and
 -- of the writer (their KEYS and ARGV share a layout). Returns the acquire's reply.
-local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter, lease_ms)
-  local fence = next_fence(fence_key)
+local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter, lease_ms, fence)
+  fence = fence or next_fence(fence_key)
   redis.call('SET', key, waiter, 'PX', lease_ms)
   queue_granted(queue, leases, ttls, prefix, waiter, lease_ms)
   return {1, fence}
@@ -134,6 +132,17 @@ local function queue_next_grant(queue, leases, ttls, now)
   return head, math.min(tonumber(ttl), tonumber(lease_end) - now), tonumber(limit)
 end
 
+-- The next fence at `fence_key` for a direct grant, or nil when the counter cannot count
+-- or the server refused the write: a release has already let go of the lock by then, so
+-- the first in line is woken instead, and its own attempt reports the problem.
+local function hand_off_fence(fence_key)
+  local ok, fence = pcall(draw_fence, fence_key)
+  if ok then
+    return fence
+  end
+  return nil
+end
+
 -- Tells `waiter` it was granted the hold with `fence` (after it left the queue).
 local function tell_granted(prefix, waiter, fence)
   notify(prefix .. waiter, 'granted ' .. fmt(fence))
@@ -147,11 +156,12 @@ local function hand_off_string(key, fence_key, queue, leases, ttls, prefix, now)
   if not head then
     return false
   end
-  if not lease then
+  local fence = lease and hand_off_fence(fence_key)
+  if not fence then
     wake(prefix, head)
     return true
   end
-  local fence = grant_in_line(key, fence_key, queue, leases, ttls, prefix, head, fmt(lease))[2]
+  grant_in_line(key, fence_key, queue, leases, ttls, prefix, head, fmt(lease), fence)
   tell_granted(prefix, head, fence)
   return true
 end

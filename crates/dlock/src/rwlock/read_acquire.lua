@@ -30,9 +30,9 @@ if state == 'write' then
 end
 local live = false
 if state == 'read' then
-  local soonest, dropped
-  live, soonest, dropped = purge_reads(KEYS[1], now)
-  if live and dropped > 0 then
+  local soonest, stale
+  live, soonest, stale = purge_reads(KEYS[1], now)
+  if live and stale then
     got = redis.call('HMGET', KEYS[1], unpack(fields))
   end
 end

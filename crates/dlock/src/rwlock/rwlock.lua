@@ -32,7 +32,7 @@ local function rw_state(key)
 end
 
 -- Drops expired read holds; returns whether any live hold is left, the soonest lease end,
--- and how many were dropped.
+-- and whether values read before are stale.
 local function purge_reads(key, now)
   return entries_purge(key, KEYS[5], now, function(owner)
     if redis.call('HINCRBY', key, 'o:' .. owner, -1) <= 0 then

@@ -16,10 +16,10 @@ local got = permits_read(KEYS[1], fields)
 local held, soonest = 0, nil
 if got then
   -- Reclaims permits whose holders stopped renewing.
-  local live, dropped
-  live, soonest, dropped = entries_purge(KEYS[1], KEYS[5], now, nil)
+  local live, stale
+  live, soonest, stale = entries_purge(KEYS[1], KEYS[5], now, nil)
   if live then
-    if dropped > 0 then
+    if stale then
       got = redis.call('HMGET', KEYS[1], unpack(fields))
     end
     if got[1] then

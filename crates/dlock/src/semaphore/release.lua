@@ -18,8 +18,8 @@ if entries_purge(KEYS[1], KEYS[4], now, nil) then
 end
 local head, lease, limit = queue_next_grant(KEYS[2], KEYS[3], KEYS[6], now)
 if head and held < (limit or tonumber(ARGV[3])) then
-  if lease then
-    local fence = next_fence(KEYS[5])
+  local fence = lease and hand_off_fence(KEYS[5])
+  if fence then
     local more = nil
     if not latest then
       entries_begin(KEYS[4])
