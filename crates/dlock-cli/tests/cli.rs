@@ -813,13 +813,20 @@ fn inspect_output_that_cannot_be_written_is_an_error_not_a_panic() {
     assert_eq!(status.code(), Some(0));
 }
 
-/// A queued `dlock run` handed the lock by the release (with the default lease and waiter
-/// lease) runs its command: its lease starts whole, not counted from when it queued.
+/// A queued `dlock run` handed the lock by the release runs its command: with the default
+/// lease and waiter lease (it makes one attempt, restoring its whole lease) and with a
+/// waiter lease longer than the lease (it takes the grant as it is).
 #[test]
 fn queued_runs_handed_the_lock_run_their_commands() {
     let server = RedisServer::start();
-    for flags in [&["--fair"][..], &["--write"], &["--permits", "1"]] {
-        let name = format!("queued{}", flags[0]);
+    for flags in [
+        &["--fair"][..],
+        &["--write"],
+        &["--permits", "1"],
+        &["--fair", "--waiter-lease", "60s"],
+        &["--permits", "1", "--waiter-lease", "60s"],
+    ] {
+        let name = format!("queued{}", flags.join(""));
         let mut holder_args = vec!["run", name.as_str()];
         holder_args.extend_from_slice(flags);
         holder_args.extend_from_slice(&["--", "sleep", "2"]);

@@ -75,14 +75,16 @@ fn next_sleep(
 ///
 /// `None` when the waiter should rather make an attempt, which finds the grant its own and
 /// restarts its lease to the whole ttl: a waiter lease shorter than the ttl (the grant may
-/// be as short as the waiter lease, and a guard must start with its whole lease: `dlock
-/// run` stops a command whose lease looks about to pass), replicas that must acknowledge
-/// the grant, or a grant whose lease may be half gone.
+/// be as short as the waiter lease), replicas that must acknowledge the grant, or a grant
+/// whose first renewal would already be due (a third of the ttl after `queued_at`). So a
+/// guard starts as a grant from an attempt does, its first renewal still ahead: `dlock
+/// run` counts on that when it decides how long a command may run before its lease could
+/// pass.
 fn direct_grant_start(options: &LockOptions, queued_at: Instant) -> Option<Instant> {
     if options.replicas.is_some() || options.waiter_lease < options.ttl {
         return None;
     }
-    (queued_at.elapsed() < options.ttl / 2).then_some(queued_at)
+    (queued_at.elapsed() < options.ttl / 3).then_some(queued_at)
 }
 
 /// How often a wait that keeps failing on a transient error says so at warn level.
@@ -380,7 +382,8 @@ fn timed_out<R: RawLock>(raw: &R, started: Instant) -> Error {
 pub(crate) struct Claim<R: RawLock> {
     raw: R,
     pub token: String,
-    queue: Option<QueueKeys>,
+    /// Boxed: a claim comes back as the error of [`Claim::into_guard`], kept small.
+    queue: Option<Box<QueueKeys>>,
     in_flight: bool,
     /// An attempt's outcome is unknown (its reply was lost): it may have been granted.
     unknown: bool,
@@ -394,7 +397,7 @@ impl<R: RawLock> Claim<R> {
         Claim {
             token: raw.session().new_token(),
             raw,
-            queue,
+            queue: queue.map(Box::new),
             in_flight: false,
             unknown: false,
             queued: false,

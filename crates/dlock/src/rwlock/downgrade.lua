@@ -4,10 +4,19 @@
 -- ARGV[5] the write grant's fence, ARGV[6] readers' channel
 -- Returns {1, fence, holds} (also for a resend that finds the read hold made), or
 --         {0, -1} when the write lock was no longer ours.
-local state, got = rw_read(KEYS[1], {'h:' .. ARGV[4], 'o:' .. ARGV[2], 'f:' .. ARGV[2], ENDS})
+local fields = {'h:' .. ARGV[4], 'o:' .. ARGV[2], 'f:' .. ARGV[2], ENDS}
+local state, got = rw_read(KEYS[1], fields)
 local now, lease = now_ms(), tonumber(ARGV[3])
 if state == 'read' and got[1] and entry_parse(got[1]) > now then
-  return restart_read(KEYS[1], ARGV[2], ARGV[4], now, lease, got[2], got[3], got[4])
+  -- A resend: the read hold was made. Purged first, so a lost index is rebuilt whole
+  -- before the hold's lease restarts in it.
+  local live, soonest, stale = purge_reads(KEYS[1], now)
+  if stale then
+    got = redis.call('HMGET', KEYS[1], unpack(fields))
+  end
+  if live and got[1] then
+    return restart_read(KEYS[1], ARGV[2], ARGV[4], now, lease, got[2], got[3], got[4])
+  end
 end
 if state ~= 'write' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0, -1}

@@ -19,9 +19,14 @@ if got[1] then
     released = 1
   end
 end
-if purge_reads(KEYS[1], now) then
+local live, soonest, stale = purge_reads(KEYS[1], now)
+if live then
   if ended then
-    entries_shrink(KEYS[1], KEYS[5], ended, got[2])
+    local latest = got[2]
+    if stale then
+      latest = redis.call('HGET', KEYS[1], ENDS) -- the purge rebuilt what was read
+    end
+    entries_shrink(KEYS[1], KEYS[5], ended, latest)
   end
 elseif redis.call('ZCARD', KEYS[3]) > 0 then
   hand_off_string(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[2], now)

@@ -12,8 +12,13 @@ end
 local now = now_ms()
 local ended = entry_remove(KEYS[1], KEYS[4], ARGV[1], got[1])
 local held, latest = 0, false
-if entries_purge(KEYS[1], KEYS[4], now, nil) then
-  latest = entries_shrink(KEYS[1], KEYS[4], ended, got[2])
+local live, soonest, stale = entries_purge(KEYS[1], KEYS[4], now, nil)
+if live then
+  latest = got[2]
+  if stale then
+    latest = redis.call('HGET', KEYS[1], ENDS) -- the purge rebuilt what was read
+  end
+  latest = entries_shrink(KEYS[1], KEYS[4], ended, latest)
   held = redis.call('ZCARD', KEYS[4])
 end
 local head, lease, limit = queue_next_grant(KEYS[2], KEYS[3], KEYS[6], now)
