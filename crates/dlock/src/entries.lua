@@ -57,7 +57,8 @@ end
 
 -- Puts the entry `token` (a new hold, or a restarted lease) with `more` field/value
 -- pairs in the same write. `latest` is the '~ends' the caller read (false for a new
--- hash): the keys' expiry moves only when this lease ends later.
+-- hash): the keys' expiry moves only when this lease ends later. Returns 1 when the
+-- token was not in the index yet, else 0.
 local function entry_put(key, index, token, ends, data, latest, more)
   if type(data) == 'number' then
     data = fmt(data) -- a fence: `..` would print it in 14 digits
@@ -72,11 +73,12 @@ local function entry_put(key, index, token, ends, data, latest, more)
     table.insert(fields, fmt(ends))
   end
   redis.call('HSET', key, unpack(fields))
-  redis.call('ZADD', index, fmt(ends), token)
+  local added = redis.call('ZADD', index, fmt(ends), token)
   if later then
     redis.call('PEXPIREAT', key, fmt(ends))
     redis.call('PEXPIREAT', index, fmt(ends))
   end
+  return added
 end
 
 -- Removes the entry `token` whose value was `value` (as the caller read it), and with it

@@ -7,7 +7,8 @@
 //! permit per message, so a release costs one attempt per client instead of one per
 //! waiter. A woken waiter that gives up before using its wake passes it on. On a queued
 //! waiter's own channel, `granted <fence>` says the release handed it the lock (a direct
-//! hand-off, see `queue.lua`): it holds the lock without an attempt.
+//! hand-off, see `queue.lua`): it holds the lock without an attempt; `watch <ms>` says the
+//! waiter ahead was, with a lease that ends in `ms`.
 //!
 //! Pub/sub is fire-and-forget: when the subscriber connection drops, every waiter is woken,
 //! falls back to jittered polling, and the task resubscribes everything on reconnect (and

@@ -166,8 +166,7 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
             (Some(Duration::from_millis(ms)), false, false)
         } else {
             // A release handed this waiter the lock: it holds the lock without an attempt.
-            // The direct grant's fence, and when a grant of the whole ttl would have been
-            // sent to end with it.
+            // The direct grant's fence, and the instant its lease counts from.
             let direct = told.granted.and_then(|fence| {
                 let start = direct_grant_start(&options, queued_at?)?;
                 Some((fence, start))

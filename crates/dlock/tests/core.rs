@@ -77,11 +77,7 @@ async fn a_wait_cancelled_while_redis_is_paused_leaves_nothing_behind() {
 
     // Negative control: the same acquire sent during a pause and abandoned without
     // dlock's give-back leaves the lock held, and the check above sees it.
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = common::raw_conn(&server).await;
     let acquire = script(&["mutex/bare.lua", "mutex/acquire.lua"]);
     let _: Vec<i64> = acquire
         .key("control")
@@ -192,14 +188,7 @@ async fn is_held(held: &Held) -> bool {
 /// Every acquire script, and how to call it with `token` for a 1 s lease (the waiter
 /// lease 10 s, joining the queue where there is one).
 fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
-    const QUEUED: &[&str] = &[
-        "k",
-        "{k}:fence",
-        "{k}:queue",
-        "{k}:queue-leases",
-        "{k}:expiry",
-        "{k}:queue-ttls",
-    ];
+    const QUEUED: &[&str] = common::RW_KEYS;
     const FAIR: &[&str] = &[
         "k",
         "{k}:fence",
@@ -288,11 +277,7 @@ fn lease_left(server: &RedisServer, kind: Kind, token: &str) -> i64 {
 #[tokio::test]
 async fn a_resent_acquire_restarts_the_whole_lease_for_every_kind() {
     let server = RedisServer::start();
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = common::raw_conn(&server).await;
     for kind in KINDS {
         let _: () = server.cmd(&["FLUSHALL"]);
         // The plain mutex's first attempt is its fast path, a bare `SET NX PX`; the resend

@@ -312,11 +312,7 @@ async fn a_direct_grant_to_a_waiter_whose_future_was_dropped_is_given_back() {
 #[tokio::test]
 async fn a_resent_release_with_a_direct_hand_off_grants_once() {
     let server = RedisServer::start();
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = common::raw_conn(&server).await;
     for kind in QUEUED {
         let _: () = server.cmd(&["FLUSHALL"]);
         let (files, keys, args): (&[&str], &[&str], &[&str]) = match kind {
@@ -343,14 +339,7 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
                         "rwlock/rwlock.lua",
                         "rwlock/write_release.lua",
                     ],
-                    &[
-                        "k",
-                        "{k}:fence",
-                        "{k}:queue",
-                        "{k}:queue-leases",
-                        "{k}:expiry",
-                        "{k}:queue-ttls",
-                    ],
+                    common::RW_KEYS,
                     &["tok", "{k}:wake:", "{k}:released"],
                 )
             }

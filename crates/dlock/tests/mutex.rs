@@ -32,14 +32,6 @@ async fn unsafe_increment(conn: &mut redis::aio::MultiplexedConnection, key: &st
         .unwrap();
 }
 
-async fn raw_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
 /// 32 tasks over 4 clients; returns the final counter.
 async fn hammer(server: &RedisServer, locked: bool) -> i64 {
     const TASKS: usize = 32;
@@ -51,7 +43,7 @@ async fn hammer(server: &RedisServer, locked: bool) -> i64 {
     let mut handles = Vec::new();
     for task in 0..TASKS {
         let client = clients[task % clients.len()].clone();
-        let mut conn = raw_conn(server).await;
+        let mut conn = common::raw_conn(server).await;
         handles.push(tokio::spawn(async move {
             let mutex = client.mutex("counter-lock").unwrap();
             for _ in 0..ITERATIONS {
@@ -464,7 +456,7 @@ async fn interoperates_with_plain_set_nx_px_locks() {
 #[tokio::test]
 async fn a_resent_acquire_with_the_same_token_is_granted_once() {
     let server = RedisServer::start();
-    let mut conn = raw_conn(&server).await;
+    let mut conn = common::raw_conn(&server).await;
     // The fast path is a bare `SET NX PX`; a resend of it finds the key taken and runs the
     // slow-path script, which must recognise the token as ours.
     let acquire = common::script(&["mutex/bare.lua", "mutex/acquire.lua"]);
@@ -636,7 +628,7 @@ async fn a_fence_drawn_at_grant_costs_no_read_and_a_resend_keeps_it() {
     // and restarts the lease.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let acquire = common::script(&["mutex/bare.lua", "mutex/acquire.lua"]);
-    let mut conn = raw_conn(&server).await;
+    let mut conn = common::raw_conn(&server).await;
     let resent: Vec<i64> = acquire
         .key("job")
         .key("{job}:fence")

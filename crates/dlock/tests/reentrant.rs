@@ -105,11 +105,7 @@ async fn fencing_is_drawn_once_per_outermost_grant() {
 #[tokio::test]
 async fn a_resent_acquire_request_counts_once() {
     let server = RedisServer::start();
-    let conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let conn = common::raw_conn(&server).await;
     let acquire = common::script(&["reentrant/acquire.lua"]);
     let call = |request: &'static str| {
         let mut invocation = acquire.prepare_invoke();

@@ -10,10 +10,10 @@
 -- Direct hand-off: a release grants the lock to the first live waiter in the same script
 -- (its token, a fresh lease and fence) and tells that waiter alone, on its own channel,
 -- 'granted <fence>': the waiter holds the lock without sending anything. The next in line
--- is told the new lease ('watch <ms>') and sleeps until it ends unless handed the lock. The lease of a
--- direct grant is the waiter's ttl, but never longer than what is left of its waiter
--- lease, so a waiter that died after its last check-in holds the lock no longer than a
--- dead waiter holds its place in line.
+-- is told the new lease ('watch <ms>') and sleeps until it ends unless handed the lock.
+-- The lease of a direct grant is the waiter's ttl, but never longer than what is left of
+-- its waiter lease, so a waiter that died after its last check-in holds the lock no longer
+-- than a dead waiter holds its place in line.
 
 -- Removes waiters whose lease ended; returns how many.
 local function queue_purge(queue, leases, ttls, now)
@@ -149,8 +149,8 @@ local function tell_granted(prefix, waiter, fence)
 end
 
 -- After a string hold at `key` ended (fair mutex, write lock): grants it directly to the
--- first waiter in line and tells it so. Returns false when nobody waits (or the first
--- one recorded no ttl: woken instead).
+-- first waiter in line and tells it so, or wakes it when it recorded no ttl or no fence
+-- can be drawn. Returns false when nobody waits.
 local function hand_off_string(key, fence_key, queue, leases, ttls, prefix, now)
   local head, lease = queue_next_grant(queue, leases, ttls, now)
   if not head then

@@ -31,13 +31,11 @@ local function hold_restart(kind, key, index, token, now, lease, state)
     return
   end
   if kind == 'e' then
-    local latest = state[2]
-    if not latest or redis.call('EXISTS', index) == 0 then
-      -- The index is gone or was never made: rebuilt whole before this hold joins it.
+    if entry_put(key, index, token, now + lease, state[1], state[2]) == 1 then
+      -- A held token missing from the index: the index is gone or was never made.
+      -- Rebuilt whole (its expiry and '~ends' from every hold), never left partial.
       entries_reindex(key, index)
-      latest = redis.call('HGET', key, ENDS)
     end
-    entry_put(key, index, token, now + lease, state[1], latest)
     return
   end
   keep_alive(key, lease)

@@ -10,7 +10,7 @@ local now, lease = now_ms(), tonumber(ARGV[3])
 if state == 'read' and got[1] and entry_parse(got[1]) > now then
   -- A resend: the read hold was made. Purged first, so a lost index is rebuilt whole
   -- before the hold's lease restarts in it.
-  local live, soonest, stale = purge_reads(KEYS[1], now)
+  local live, _, stale = purge_reads(KEYS[1], now)
   if stale then
     got = redis.call('HMGET', KEYS[1], unpack(fields))
   end

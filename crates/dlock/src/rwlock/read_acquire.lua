@@ -30,8 +30,8 @@ if state == 'write' then
 end
 local live = false
 if state == 'read' then
-  local soonest, stale
-  live, soonest, stale = purge_reads(KEYS[1], now)
+  local _, stale
+  live, _, stale = purge_reads(KEYS[1], now)
   if live and stale then
     got = redis.call('HMGET', KEYS[1], unpack(fields))
   end

@@ -19,7 +19,7 @@ if got[1] then
     released = 1
   end
 end
-local live, soonest, stale = purge_reads(KEYS[1], now)
+local live, _, stale = purge_reads(KEYS[1], now)
 if live then
   if ended then
     local latest = got[2]

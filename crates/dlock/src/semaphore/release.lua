@@ -12,7 +12,7 @@ end
 local now = now_ms()
 local ended = entry_remove(KEYS[1], KEYS[4], ARGV[1], got[1])
 local held, latest = 0, false
-local live, soonest, stale = entries_purge(KEYS[1], KEYS[4], now, nil)
+local live, _, stale = entries_purge(KEYS[1], KEYS[4], now, nil)
 if live then
   latest = got[2]
   if stale then

@@ -17,6 +17,26 @@ pub fn script(files: &[&str]) -> redis::Script {
 
 use dlock::{Client, LockOptions, Owner};
 
+/// A plain connection to `server`, beside dlock (to run its scripts by hand, or to look).
+pub async fn raw_conn(server: &dlock_testkit::RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The keys of the read-write lock scripts for the lock `k`, in their KEYS order (see
+/// `rwlock/rwlock.lua`); the semaphore's acquire takes the same.
+pub const RW_KEYS: &[&str] = &[
+    "k",
+    "{k}:fence",
+    "{k}:queue",
+    "{k}:queue-leases",
+    "{k}:expiry",
+    "{k}:queue-ttls",
+];
+
 /// Every kind of lock dlock has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
