@@ -577,3 +577,57 @@ async fn a_release_survives_thousands_of_dead_waiters() {
     let again = fair.try_lock().await.unwrap();
     again.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_that_cannot_draw_the_hand_off_fence_still_releases() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    for kind in QUEUED {
+        let name = format!("broken-{kind:?}");
+        let first = take(&client, kind, &name, options()).await;
+        let waiter = tokio::spawn({
+            let (client, name) = (client.clone(), name.clone());
+            async move {
+                match kind {
+                    Queued::Fair => client
+                        .fair_mutex_with(&name, options())
+                        .unwrap()
+                        .lock()
+                        .await
+                        .map(drop),
+                    Queued::Write => client
+                        .rwlock_with(&name, options())
+                        .unwrap()
+                        .write()
+                        .await
+                        .map(drop),
+                    Queued::Permit => client
+                        .semaphore_with(&name, 1, options())
+                        .unwrap()
+                        .lock()
+                        .await
+                        .map(drop),
+                }
+            }
+        });
+        until_queued(&server, &name, 1).await;
+        // Someone broke the fencing counter: no fence can be drawn for a grant.
+        let _: () = server.cmd(&["SET", &format!("{{{name}}}:fence"), "not a number"]);
+        first.unlock().await.expect("the release itself succeeds");
+        assert_eq!(
+            holder(&server, kind, &name),
+            None,
+            "{kind:?}: nothing granted"
+        );
+        // The waiter was woken, and its own attempt says what is wrong.
+        let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter was never woken")
+            .unwrap();
+        assert!(
+            matches!(outcome, Err(dlock::Error::WrongType { .. })),
+            "{kind:?}: {outcome:?}"
+        );
+        assert_eq!(holder(&server, kind, &name), None, "{kind:?}: nothing held");
+    }
+}
