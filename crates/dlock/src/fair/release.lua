@@ -7,6 +7,5 @@
 if token_at(KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1])
-hand_off_string(KEYS[1], KEYS[4], KEYS[2], KEYS[3], KEYS[5], ARGV[2], now_ms())
+release_exclusive(KEYS[1], KEYS[4], KEYS[2], KEYS[3], KEYS[5], ARGV[2], nil)
 return 1

@@ -68,6 +68,12 @@ local function queue_head(queue)
   return call_on('queue', 'ZRANGE', queue, 0, 0)[1]
 end
 
+-- The first two in line (either may be nil), read at once: a hand-off needs both.
+local function queue_first_two(queue)
+  local two = call_on('queue', 'ZRANGE', queue, 0, 1)
+  return two[1], two[2]
+end
+
 -- Wakes exactly one waiter on its own channel.
 local function wake(prefix, waiter)
   if waiter then
@@ -78,10 +84,13 @@ end
 -- `waiter` was granted: it leaves the queue, and the next in line is woken to take what
 -- is still free (a semaphore's permits), or told the new hold's lease `watch_ms` (a string
 -- hold: nothing is free), so it sleeps until that lease ends unless handed the lock
--- first, without an attempt to learn it.
-local function queue_granted(queue, leases, ttls, prefix, waiter, watch_ms)
+-- first, without an attempt to learn it. `next_waiter`: who is next once `waiter` left,
+-- when the caller read it already (false: nobody); nil to read it here.
+local function queue_granted(queue, leases, ttls, prefix, waiter, watch_ms, next_waiter)
   queue_leave(queue, leases, ttls, waiter)
-  local next_waiter = queue_head(queue)
+  if next_waiter == nil then
+    next_waiter = queue_head(queue)
+  end
   if next_waiter and watch_ms then
     notify(prefix .. next_waiter, 'watch ' .. watch_ms)
   else
@@ -100,36 +109,38 @@ end
 
 -- Grants the string hold at `key` to `waiter`, first in line, for `lease_ms` with the next
 -- fence at `fence_key`, and passes its place in line on: the grant of the fair mutex and
--- of the writer (their KEYS and ARGV share a layout). Returns the acquire's reply.
-local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter, lease_ms, fence)
+-- of the writer (their KEYS and ARGV share a layout). `next_waiter` as for queue_granted.
+-- Returns the acquire's reply.
+local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter, lease_ms, fence, next_waiter)
   fence = fence or next_fence(fence_key)
   redis.call('SET', key, waiter, 'PX', lease_ms)
-  queue_granted(queue, leases, ttls, prefix, waiter, lease_ms)
+  queue_granted(queue, leases, ttls, prefix, waiter, lease_ms, next_waiter)
   return {1, fence}
 end
 
 -- The first live waiter, the lease (ms) a direct grant gives it (its ttl, at most what is
--- left of its waiter lease) and the limit it recorded (a semaphore waiter's N). Nil when
--- nobody waits; no lease when the waiter recorded no ttl (it is woken instead, to take
--- the lock itself).
+-- left of its waiter lease), the limit it recorded (a semaphore waiter's N) and who is
+-- behind it (false: nobody). Nil when nobody waits; no lease when the waiter recorded no
+-- ttl (it is woken instead, to take the lock itself).
 local function queue_next_grant(queue, leases, ttls, now)
-  local head = queue_head(queue)
+  local head, after = queue_first_two(queue)
   local lease_end = head and redis.call('ZSCORE', leases, head)
   if head and not (lease_end and tonumber(lease_end) > now) then
     -- The first in line is gone: drop every waiter whose lease ended.
     queue_purge(queue, leases, ttls, now)
-    head = queue_head(queue)
+    head, after = queue_first_two(queue)
     lease_end = head and redis.call('ZSCORE', leases, head)
   end
   if not head then
     return nil
   end
+  after = after or false
   local record = redis.call('HGET', ttls, head)
   local ttl, limit = string.match(record or '', '^(%d+)|?(%d*)$')
   if not ttl or not lease_end then
-    return head, nil
+    return head, nil, nil, after
   end
-  return head, math.min(tonumber(ttl), tonumber(lease_end) - now), tonumber(limit)
+  return head, math.min(tonumber(ttl), tonumber(lease_end) - now), tonumber(limit), after
 end
 
 -- The next fence at `fence_key` for a direct grant, or nil when the counter cannot count
@@ -149,28 +160,34 @@ local function tell_granted(prefix, waiter, fence)
 end
 
 -- After a string hold at `key` ended (fair mutex, write lock): grants it directly to the
--- first waiter in line and tells it so, or wakes it when it recorded no ttl or no fence
--- can be drawn. Returns false when nobody waits.
+-- first waiter in line and tells it so (the grant overwrites `key`), or wakes it when it
+-- recorded no ttl or no fence can be drawn. Returns 'granted', 'woken', or nil when
+-- nobody waits.
 local function hand_off_string(key, fence_key, queue, leases, ttls, prefix, now)
-  local head, lease = queue_next_grant(queue, leases, ttls, now)
+  local head, lease, _, after = queue_next_grant(queue, leases, ttls, now)
   if not head then
-    return false
+    return nil
   end
   local fence = lease and hand_off_fence(fence_key)
   if not fence then
     wake(prefix, head)
-    return true
+    return 'woken'
   end
-  grant_in_line(key, fence_key, queue, leases, ttls, prefix, head, fmt(lease), fence)
+  grant_in_line(key, fence_key, queue, leases, ttls, prefix, head, fmt(lease), fence, after)
   tell_granted(prefix, head, fence)
-  return true
+  return 'granted'
 end
 
--- After an exclusive hold at `key` ended: hands it to the next in the queue (a fair
+-- Ends the exclusive (string) hold at `key` and hands it to the next in the queue (a fair
 -- waiter or a writer) if there is one, else wakes every waiter on `channel` (mutex
--- waiters, readers).
-local function hand_off_after_exclusive(key, fence_key, queue, leases, ttls, prefix, channel)
-  if not hand_off_string(key, fence_key, queue, leases, ttls, prefix, now_ms()) then
+-- waiters, readers; none for the fair mutex, whose waiters all queue). A grant overwrites
+-- the key: it is deleted only when nobody was handed it.
+local function release_exclusive(key, fence_key, queue, leases, ttls, prefix, channel)
+  local handed = hand_off_string(key, fence_key, queue, leases, ttls, prefix, now_ms())
+  if handed ~= 'granted' then
+    redis.call('DEL', key)
+  end
+  if not handed and channel then
     notify(channel, 'all')
   end
 end

@@ -21,7 +21,7 @@ if live then
   latest = entries_shrink(KEYS[1], KEYS[4], ended, latest)
   held = redis.call('ZCARD', KEYS[4])
 end
-local head, lease, limit = queue_next_grant(KEYS[2], KEYS[3], KEYS[6], now)
+local head, lease, limit, after = queue_next_grant(KEYS[2], KEYS[3], KEYS[6], now)
 if head and held < (limit or tonumber(ARGV[3])) then
   local fence = lease and hand_off_fence(KEYS[5])
   if fence then
@@ -32,7 +32,7 @@ if head and held < (limit or tonumber(ARGV[3])) then
     end
     entry_put(KEYS[1], KEYS[4], head, now + lease, fence, latest, more)
     -- The next in line takes a permit still free, or watches the soonest lease.
-    queue_granted(KEYS[2], KEYS[3], KEYS[6], ARGV[2], head)
+    queue_granted(KEYS[2], KEYS[3], KEYS[6], ARGV[2], head, nil, after)
     tell_granted(ARGV[2], head, fence)
   else
     wake(ARGV[2], head)
