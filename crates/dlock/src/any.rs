@@ -170,8 +170,12 @@ impl RawProtocol for AnyKind {
         delegate!(self, raw => raw.draw_fence(token).await)
     }
 
-    async fn watch(&self, channel: &str, budget: Duration) -> WakeSet {
-        delegate!(self, raw => raw.watch(channel, budget).await)
+    async fn watch(&self, channel: &str, token: Option<&str>, budget: Duration) -> WakeSet {
+        delegate!(self, raw => raw.watch(channel, token, budget).await)
+    }
+
+    fn watch_if_live(&self, channel: &str, token: Option<&str>) -> Option<WakeSet> {
+        delegate!(self, raw => raw.watch_if_live(channel, token))
     }
 
     async fn leave_queue(&self, queue: &QueueKeys, token: &str) -> Result<()> {

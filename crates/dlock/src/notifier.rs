@@ -5,48 +5,116 @@
 //! holder only) or `all` (a broadcast: e.g. every reader may go when a writer leaves).
 //! One waiter per client is woken by `one`, as Redisson's `LockPubSub` releases one
 //! permit per message, so a release costs one attempt per client instead of one per
-//! waiter. A woken waiter that gives up before using its wake passes it on. On a queued
-//! waiter's own channel, `granted <fence>` says the release handed it the lock (a direct
-//! hand-off, see `queue.lua`): it holds the lock without an attempt; `watch <ms>` says the
-//! waiter ahead was, with a lease that ends in `ms`.
+//! waiter. A woken waiter that gives up before using its wake passes it on.
+//!
+//! Queued waiters (fair mutex, semaphore, writers) are addressed one by one: the waiters
+//! of one client for one lock share a channel, and each line of a message there names the
+//! token it is for (see `waiter_address` in `queue.lua`): `one <token>` (look again),
+//! `granted <fence> <token>` (a release handed it the lock, a direct hand-off: it holds
+//! the lock without an attempt), `watch <ms> <token>` (the waiter ahead was, with a lease
+//! that ends in `ms`).
+//!
+//! A channel stays subscribed a while after its last waiter left ([`LINGER`]): a client
+//! that waits again soon finds it live, and spends neither a `SUBSCRIBE` nor the second
+//! attempt that covers the time a subscription takes.
 //!
 //! Pub/sub is fire-and-forget: when the subscriber connection drops, every waiter is woken,
 //! falls back to jittered polling, and the task resubscribes everything on reconnect (and
 //! wakes everyone again, since releases may have been missed meanwhile).
 
 use crate::backend::{Backend, Heard, SubscriberSink};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::time::Instant;
 
 /// How long a waiter waits for Redis to confirm its subscription before polling instead.
 const SUBSCRIBE_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a channel stays subscribed after its last waiter left.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
+
+/// Where one waiter (or every waiter of a shared channel) is woken and told things.
+#[derive(Clone, Default)]
+struct Inbox {
+    one: Arc<Notify>,
+    /// What a queued waiter was told and has not read yet.
+    told: Arc<StdMutex<Told>>,
+}
+
+impl Inbox {
+    fn hear(&self, word: Word) {
+        {
+            let mut told = self.told.lock().unwrap();
+            match word {
+                Word::Granted(fence) => told.granted = Some(fence),
+                Word::Watch(ms) => told.watch_ms = Some(ms),
+                Word::Look => {}
+            }
+        }
+        self.one.notify_one();
+    }
+}
+
 /// One channel's waiters in this client.
 struct Entry {
-    /// Wakes one waiter (or keeps the wake for the next one to wait).
-    one: Arc<Notify>,
+    /// The waiters that are not addressed by token: `one` wakes one of them (or is kept
+    /// for the next one to wait).
+    shared: Inbox,
+    /// Queued waiters, by token.
+    addressed: HashMap<String, Inbox>,
     /// Bumped on every broadcast; a waiter marks the value seen before re-checking the
     /// lock, so a broadcast in between is not missed.
     all: watch::Sender<u64>,
+    /// Its waiters; at 0 the entry lingers (subscribed) until the task forgets it.
     waiters: usize,
     /// Subscribed on the current connection (false when the server refused, e.g. an ACL
     /// user without the channel: its waiters poll).
     live: Arc<AtomicBool>,
-    /// What a queued waiter's own channel said and the waiter has not read yet.
-    told: Arc<StdMutex<Told>>,
 }
 
-/// What a queued waiter is told on its own channel besides "look again".
+/// What a queued waiter is told on its channel besides "look again".
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Told {
     /// `granted <fence>`: a release handed it the lock, with this fence.
     pub granted: Option<u64>,
     /// `watch <ms>`: the lock was granted to the waiter ahead; its lease ends in `ms`.
     pub watch_ms: Option<u64>,
+}
+
+/// What one line of a message says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Word {
+    /// `one` (or anything not understood): look again.
+    Look,
+    Granted(u64),
+    Watch(u64),
+}
+
+/// Reads one line of a message: what it says, and the token it names (empty: whoever
+/// listens on the channel).
+fn read_line(line: &[u8]) -> (Word, &[u8]) {
+    fn split(text: &[u8]) -> (&[u8], &[u8]) {
+        match text.iter().position(|&b| b == b' ') {
+            Some(at) => (&text[..at], &text[at + 1..]),
+            None => (text, &[]),
+        }
+    }
+    let number = |text: &[u8]| std::str::from_utf8(text).ok()?.parse::<u64>().ok();
+    let (verb, rest) = split(line);
+    let numbered = |make: fn(u64) -> Word| {
+        let (n, to) = split(rest);
+        number(n).map(|n| (make(n), to))
+    };
+    let read = match verb {
+        b"granted" => numbered(Word::Granted),
+        b"watch" => numbered(Word::Watch),
+        _ => None,
+    };
+    read.unwrap_or((Word::Look, if verb == b"one" { rest } else { &[] }))
 }
 
 /// State shared by the notifier task and the waiters.
@@ -70,33 +138,43 @@ impl Channels {
     }
 
     fn deliver(&self, channel: &str, payload: &[u8]) {
-        if let Some(entry) = self.entries.lock().unwrap().get(channel) {
-            if payload == b"all" {
-                entry.all.send_modify(|n| *n += 1);
-            } else {
-                let mut told = entry.told.lock().unwrap();
-                if let Some(fence) = said(payload, b"granted ") {
-                    told.granted = Some(fence);
-                } else if let Some(ms) = said(payload, b"watch ") {
-                    told.watch_ms = Some(ms);
-                }
-                entry.one.notify_one();
+        let entries = self.entries.lock().unwrap();
+        let Some(entry) = entries.get(channel) else {
+            return;
+        };
+        if payload == b"all" {
+            entry.all.send_modify(|n| *n += 1);
+            return;
+        }
+        for line in payload.split(|&b| b == b'\n') {
+            let (word, to) = read_line(line);
+            if to.is_empty() {
+                entry.shared.hear(word);
+            } else if let Some(inbox) = std::str::from_utf8(to)
+                .ok()
+                .and_then(|token| entry.addressed.get(token))
+            {
+                inbox.hear(word);
             }
+            // A line for a token nobody here waits as: that wait has ended.
         }
     }
-}
 
-/// The number in a message `<word> <number>` (`granted <fence>`, `watch <ms>`).
-fn said(payload: &[u8], word: &[u8]) -> Option<u64> {
-    std::str::from_utf8(payload.strip_prefix(word)?)
-        .ok()?
-        .parse()
-        .ok()
+    /// Removes `channel` if nobody waits on it (it lingered long enough); true if removed.
+    fn remove_if_unwatched(&self, channel: &str) -> bool {
+        let mut entries = self.entries.lock().unwrap();
+        if entries.get(channel).is_some_and(|entry| entry.waiters == 0) {
+            entries.remove(channel);
+            return true;
+        }
+        false
+    }
 }
 
 enum Command {
     Subscribe(String, oneshot::Sender<bool>),
-    /// The last waiter of a channel left: unsubscribe unless a new one came meanwhile.
+    /// The last waiter of a channel left: unsubscribe after [`LINGER`] unless a new one
+    /// came meanwhile.
     Forget(String),
     Stop,
 }
@@ -134,36 +212,49 @@ impl Notifier {
         self.channels.wake_all();
     }
 
-    /// Registers interest in `channel` and returns once Redis confirmed the subscription
-    /// (or it could not be made, in which case the waiter polls).
-    pub(crate) async fn watch(&self, channel: &str) -> Watch {
-        let (one, all, live, told) = {
-            let mut entries = self.channels.entries.lock().unwrap();
-            let entry = entries.entry(channel.to_string()).or_insert_with(|| Entry {
-                one: Arc::new(Notify::new()),
-                all: watch::channel(0).0,
-                waiters: 0,
-                live: Arc::new(AtomicBool::new(false)),
-                told: Arc::default(),
-            });
-            entry.waiters += 1;
-            (
-                entry.one.clone(),
-                entry.all.subscribe(),
-                entry.live.clone(),
-                entry.told.clone(),
-            )
+    /// Registers a waiter on `channel` (addressed as `token`, for a queued waiter):
+    /// returns it, and whether the channel was live already.
+    fn register(&self, channel: &str, token: Option<&str>) -> (Watch, bool) {
+        let mut entries = self.channels.entries.lock().unwrap();
+        let entry = entries.entry(channel.to_string()).or_insert_with(|| Entry {
+            shared: Inbox::default(),
+            addressed: HashMap::new(),
+            all: watch::channel(0).0,
+            waiters: 0,
+            live: Arc::new(AtomicBool::new(false)),
+        });
+        entry.waiters += 1;
+        let inbox = match token {
+            Some(token) => entry
+                .addressed
+                .entry(token.to_string())
+                .or_default()
+                .clone(),
+            None => entry.shared.clone(),
         };
+        let live =
+            entry.live.load(Ordering::Acquire) && self.channels.connected.load(Ordering::Acquire);
         let watch = Watch {
             channel: channel.to_string(),
-            one,
-            all,
-            live,
-            told,
+            token: token.map(str::to_string),
+            inbox,
+            all: entry.all.subscribe(),
+            live: entry.live.clone(),
             holding_wake: false,
             channels: self.channels.clone(),
             commands: self.commands.clone(),
         };
+        (watch, live)
+    }
+
+    /// Registers interest in `channel` (as `token`, for a queued waiter) and returns once
+    /// Redis confirmed the subscription (or it could not be made, in which case the
+    /// waiter polls). No round trip when the channel is subscribed already.
+    pub(crate) async fn watch(&self, channel: &str, token: Option<&str>) -> Watch {
+        let (watch, live) = self.register(channel, token);
+        if live {
+            return watch;
+        }
         let (ack_tx, ack_rx) = oneshot::channel();
         if self
             .commands
@@ -174,16 +265,30 @@ impl Notifier {
         }
         watch
     }
+
+    /// Registers on `channel` (as `token`) only if it is subscribed and delivered already
+    /// (a waiter of this client listens, or did a moment ago): then a waiter registered
+    /// before its attempt misses nothing that comes after it.
+    pub(crate) fn watch_if_live(&self, channel: &str, token: Option<&str>) -> Option<Watch> {
+        let live = self.channels.connected.load(Ordering::Acquire)
+            && (self.channels.entries.lock().unwrap().get(channel))
+                .is_some_and(|entry| entry.live.load(Ordering::Acquire));
+        // (A forget that removes the entry meanwhile leaves this registration not live:
+        // then it subscribes as any waiter does.)
+        live.then(|| self.register(channel, token))
+            .and_then(|(watch, live)| live.then_some(watch))
+    }
 }
 
 /// One waiter's registration on a release channel. Dropping it deregisters, and passes on
 /// a wake it received but did not use.
 pub(crate) struct Watch {
     channel: String,
-    one: Arc<Notify>,
+    /// The token it is addressed as (a queued waiter), or none (a shared wake).
+    token: Option<String>,
+    inbox: Inbox,
     all: watch::Receiver<u64>,
     live: Arc<AtomicBool>,
-    told: Arc<StdMutex<Told>>,
     /// Woken by a `one` message whose attempt has not answered yet.
     holding_wake: bool,
     channels: Arc<Channels>,
@@ -205,7 +310,7 @@ impl Watch {
     /// release before now). Only right before an attempt, which sees what that release
     /// did: otherwise the wake would be lost.
     pub(crate) fn discard_stored_wake(&mut self) {
-        let stored = self.one.notified();
+        let stored = self.inbox.one.notified();
         tokio::pin!(stored);
         // Takes a stored wake, or registers and, dropped at once, leaves again.
         stored.as_mut().enable();
@@ -219,7 +324,7 @@ impl Watch {
     /// What this waiter was told since it last looked (taken once). Being told uses the
     /// wake that brought it.
     pub(crate) fn take_told(&mut self) -> Told {
-        let told = std::mem::take(&mut *self.told.lock().unwrap());
+        let told = std::mem::take(&mut *self.inbox.told.lock().unwrap());
         if told.granted.is_some() || told.watch_ms.is_some() {
             self.holding_wake = false;
         }
@@ -230,7 +335,7 @@ impl Watch {
     /// [`Watch::mark_seen`].
     pub(crate) async fn notified(&mut self) {
         tokio::select! {
-            _ = self.one.notified() => self.holding_wake = true,
+            _ = self.inbox.one.notified() => self.holding_wake = true,
             changed = self.all.changed() => {
                 if changed.is_err() {
                     // The entry was dropped (cannot happen while we hold it); never resolve.
@@ -246,12 +351,15 @@ impl Drop for Watch {
         let mut entries = self.channels.entries.lock().unwrap();
         if let Some(entry) = entries.get_mut(&self.channel) {
             entry.waiters -= 1;
-            if entry.waiters == 0 {
-                entries.remove(&self.channel);
-                let _ = self.commands.send(Command::Forget(self.channel.clone()));
-            } else if self.holding_wake {
+            if let Some(token) = &self.token {
+                // Nobody else is addressed as this token: its wake goes nowhere.
+                entry.addressed.remove(token);
+            } else if self.holding_wake && entry.waiters > 0 {
                 // This waiter was woken but leaves without using it: another one must try.
-                entry.one.notify_one();
+                entry.shared.one.notify_one();
+            }
+            if entry.waiters == 0 {
+                let _ = self.commands.send(Command::Forget(self.channel.clone()));
             }
         }
     }
@@ -286,7 +394,11 @@ async fn subscribe(sink: &mut SubscriberSink, channel: &str) -> Subscribed {
 /// Waits `pause` before the next connection attempt, answering subscribe requests with
 /// "no" meanwhile (so waiters poll at once instead of waiting for an answer). False when
 /// the notifier was stopped.
-async fn back_off(pause: Duration, commands: &mut mpsc::UnboundedReceiver<Command>) -> bool {
+async fn back_off(
+    pause: Duration,
+    channels: &Channels,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+) -> bool {
     let sleep = tokio::time::sleep(crate::options::jitter(pause));
     tokio::pin!(sleep);
     loop {
@@ -294,10 +406,47 @@ async fn back_off(pause: Duration, commands: &mut mpsc::UnboundedReceiver<Comman
             _ = &mut sleep => return true,
             command = commands.recv() => match command {
                 Some(Command::Subscribe(_, ack)) => { let _ = ack.send(false); }
-                Some(Command::Forget(_)) => {}
+                Some(Command::Forget(channel)) => {
+                    channels.remove_if_unwatched(&channel);
+                }
                 Some(Command::Stop) | None => return false,
             },
         }
+    }
+}
+
+/// The channels whose last waiter left, each forgotten [`LINGER`] after it last did.
+#[derive(Default)]
+struct Lingering {
+    /// In the order they are due (a channel may be in it more than once).
+    due: VecDeque<(Instant, String)>,
+    /// When each channel is due (its latest entry in `due`).
+    latest: HashMap<String, Instant>,
+}
+
+impl Lingering {
+    fn add(&mut self, channel: String) {
+        let at = Instant::now() + LINGER;
+        self.latest.insert(channel.clone(), at);
+        self.due.push_back((at, channel));
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.front().map(|(at, _)| *at)
+    }
+
+    /// The channels due now (each once, at its latest time).
+    fn take_due(&mut self) -> Vec<String> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        while self.due.front().is_some_and(|(at, _)| *at <= now) {
+            let (at, channel) = self.due.pop_front().expect("checked above");
+            if self.latest.get(&channel) == Some(&at) {
+                self.latest.remove(&channel);
+                due.push(channel);
+            }
+        }
+        due
     }
 }
 
@@ -312,14 +461,20 @@ async fn run_subscriber(
     loop {
         let connection = tokio::time::timeout(connect_timeout, backend.subscriber()).await;
         let Ok(Ok((mut sink, mut stream))) = connection else {
-            if !back_off(pause, &mut commands).await {
+            if !back_off(pause, &channels, &mut commands).await {
                 return;
             }
             pause = (pause * 2).min(Duration::from_secs(2));
             continue;
         };
         let mut subscribed: HashSet<String> = HashSet::new();
-        let wanted: Vec<String> = channels.entries.lock().unwrap().keys().cloned().collect();
+        // Channels nobody waits on any more need no new subscription.
+        let mut lingering = Lingering::default();
+        let wanted: Vec<String> = {
+            let mut entries = channels.entries.lock().unwrap();
+            entries.retain(|_, entry| entry.waiters > 0);
+            entries.keys().cloned().collect()
+        };
         let mut healthy = true;
         for channel in wanted {
             match subscribe(&mut sink, &channel).await {
@@ -343,7 +498,18 @@ async fn run_subscriber(
         }
 
         while healthy {
+            let next_forget = lingering.next_due();
             tokio::select! {
+                _ = tokio::time::sleep_until(next_forget.unwrap_or_else(Instant::now)), if next_forget.is_some() => {
+                    for channel in lingering.take_due() {
+                        if channels.remove_if_unwatched(&channel)
+                            && subscribed.remove(&channel)
+                            && sink.unsubscribe(&channel).await.is_err()
+                        {
+                            healthy = false;
+                        }
+                    }
+                }
                 heard = stream.next() => match heard {
                     Some(Heard::Message { channel, payload }) => channels.deliver(&channel, &payload),
                     // Our own unsubscription's confirmation (the channel was already
@@ -388,12 +554,7 @@ async fn run_subscriber(
                         channels.set_live(&channel, ok);
                         let _ = ack.send(ok);
                     }
-                    Some(Command::Forget(channel)) => {
-                        let still_wanted = channels.entries.lock().unwrap().contains_key(&channel);
-                        if !still_wanted && subscribed.remove(&channel) && sink.unsubscribe(&channel).await.is_err() {
-                            healthy = false;
-                        }
-                    }
+                    Some(Command::Forget(channel)) => lingering.add(channel),
                     Some(Command::Stop) | None => return,
                 },
             }
@@ -401,7 +562,7 @@ async fn run_subscriber(
         channels.connected.store(false, Ordering::Release);
         tracing::debug!("release notifications interrupted; waiters poll until reconnected");
         channels.wake_all();
-        if !back_off(pause, &mut commands).await {
+        if !back_off(pause, &channels, &mut commands).await {
             return;
         }
         pause = (pause * 2).min(Duration::from_secs(2));
@@ -506,3 +667,24 @@ impl WakeSet {
 /// between them, round after round. The slot carries a granted waiter's subscriptions to
 /// the next one, so the next one need not subscribe and re-check while the lock is held.
 pub type Turnstile = tokio::sync::Mutex<Option<WakeSet>>;
+
+#[cfg(test)]
+mod tests {
+    use super::{read_line, Word};
+
+    #[test]
+    fn lines_say_what_and_to_whom() {
+        let to = |line: &'static str| read_line(line.as_bytes());
+        assert_eq!(to("one"), (Word::Look, &b""[..]));
+        assert_eq!(to("one ab.cd"), (Word::Look, &b"ab.cd"[..]));
+        assert_eq!(to("granted 42"), (Word::Granted(42), &b""[..]));
+        assert_eq!(
+            to("granted 42 web/ab.cd"),
+            (Word::Granted(42), &b"web/ab.cd"[..])
+        );
+        assert_eq!(to("watch 900 ab.cd"), (Word::Watch(900), &b"ab.cd"[..]));
+        // Not understood: look again, whoever listens (never a wrong grant).
+        assert_eq!(to("granted x ab.cd"), (Word::Look, &b""[..]));
+        assert_eq!(to("hello ab.cd"), (Word::Look, &b""[..]));
+    }
+}

@@ -195,8 +195,21 @@ pub mod private {
         /// Draws the fence of a hold granted without one, while held;
         /// [`crate::Error::Lost`] when it is not held any more.
         fn draw_fence(&self, token: &str) -> impl Future<Output = Result<u64>> + Send;
-        /// Subscribes to `channel` where the holds are, within `budget`.
-        fn watch(&self, channel: &str, budget: Duration) -> impl Future<Output = WakeSet> + Send;
+        /// Subscribes to `channel` where the holds are, within `budget`; a queued waiter
+        /// is addressed there as its `token`.
+        fn watch(
+            &self,
+            channel: &str,
+            token: Option<&str>,
+            budget: Duration,
+        ) -> impl Future<Output = WakeSet> + Send;
+        /// Listens on `channel` (as `token`) at once, without a request, if it is
+        /// subscribed already: a waiter that registers before its attempt then needs no
+        /// second attempt once queued. `None` otherwise, or where waking takes several
+        /// servers.
+        fn watch_if_live(&self, _channel: &str, _token: Option<&str>) -> Option<WakeSet> {
+            None
+        }
         /// Gives up the waiter place of `token` in `queue`.
         fn leave_queue(
             &self,
@@ -294,9 +307,18 @@ pub mod private {
             draw_fence_on_server(self, token).await
         }
 
-        async fn watch(&self, channel: &str, _budget: Duration) -> WakeSet {
+        async fn watch(&self, channel: &str, token: Option<&str>, _budget: Duration) -> WakeSet {
             // Bounded by the subscription's own acknowledgement timeout.
-            WakeSet::one(self.core().client.notifier().watch(channel).await)
+            WakeSet::one(self.core().client.notifier().watch(channel, token).await)
+        }
+
+        fn watch_if_live(&self, channel: &str, token: Option<&str>) -> Option<WakeSet> {
+            let watch = self
+                .core()
+                .client
+                .notifier()
+                .watch_if_live(channel, token)?;
+            Some(WakeSet::one(watch))
         }
 
         fn leave_queue(

@@ -60,6 +60,8 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     /// Put in front of every hold token (see `ClientBuilder::holder_label`).
     holder_label: Option<String>,
+    /// This session's tag in its tokens (see [`client_tag_of`]).
+    tag: String,
     /// Set when shutdown begins: no new hold is tracked, no new wait starts.
     closed: AtomicBool,
     /// Set when shutdown has given every hold back.
@@ -108,6 +110,7 @@ impl Session {
             inner: Arc::new(Inner {
                 runtime,
                 holder_label,
+                tag: format!("{:08x}", rand::random::<u32>()),
                 closed: AtomicBool::new(false),
                 done: tokio::sync::watch::Sender::new(false),
                 holds: StdMutex::new(HashMap::new()),
@@ -170,12 +173,15 @@ impl Session {
         &self.inner.lost
     }
 
-    /// A fresh hold token: 128 random bits as 32 hex digits, behind the holder label if
-    /// there is one.
+    /// A fresh hold token: `[label/]<tag>.<random>`, the session's tag (32 random bits as 8
+    /// hex digits) and 128 random bits as 32 hex digits, behind the holder label if there
+    /// is one. The tag lets a release address a queued waiter on a channel its client
+    /// shares (see [`client_tag_of`]).
     pub(crate) fn new_token(&self) -> String {
+        let tag = &self.inner.tag;
         match &self.inner.holder_label {
-            Some(label) => format!("{label}/{}", random_token()),
-            None => random_token(),
+            Some(label) => format!("{label}/{tag}.{}", random_token()),
+            None => format!("{tag}.{}", random_token()),
         }
     }
 
@@ -406,6 +412,16 @@ impl Default for Owner {
 }
 
 /// A fresh 128-bit random token, as 32 hex digits.
+/// The client tag in a token made by [`Session::new_token`]: after the holder label (if
+/// any), hex digits before a `.` and hex digits to the end. `None` for a token of another
+/// form. `queue.lua`'s `waiter_address` reads tokens the same way.
+pub(crate) fn client_tag_of(token: &str) -> Option<&str> {
+    let tail = token.rsplit('/').next()?;
+    let (tag, random) = tail.split_once('.')?;
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(tag) && hex(random)).then_some(tag)
+}
+
 pub(crate) fn random_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
@@ -510,5 +526,17 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_token_names_its_client_tag_and_nothing_else_does() {
+        use super::client_tag_of;
+        assert_eq!(client_tag_of("0a1b2c3d.ff00"), Some("0a1b2c3d"));
+        assert_eq!(client_tag_of("web.1:x/0a1b2c3d.ff00"), Some("0a1b2c3d"));
+        for other in [
+            "", "ff00", "a.b.c", "a.", ".a", "web/ff00", "x.y", "ab.cd/", "ab.cd/ef",
+        ] {
+            assert_eq!(client_tag_of(other), None, "{other}");
+        }
     }
 }

@@ -143,6 +143,17 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
     let mut wakes: Option<WakeSet> = turn.as_mut().and_then(|turn| turn.take());
     let mut wait_first = wakes.is_some();
     let mut claim = Claim::new(raw.clone(), queue);
+    // Where this waiter listens, and as which token (a queued waiter is addressed).
+    let wake_address = |token: &str| match raw.waiting() {
+        Waiting::Channel(channel) => (channel.to_string(), None),
+        Waiting::Queue(queue) => (queue.wake_channel(token), Some(token.to_string())),
+    };
+    if wakes.is_none() && wait != Wait::NoWait {
+        // Already subscribed (another waiter of this client listens, or did a moment
+        // ago): listen before the first attempt, so a busy one needs no second attempt.
+        let (channel, token) = wake_address(&claim.token);
+        wakes = raw.watch_if_live(&channel, token.as_deref());
+    }
     let mut poll = options.backoff.min;
     let mut split_delay = SPLIT_DELAY.start;
     let mut attempts: u32 = 0;
@@ -274,11 +285,8 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
         let Some(active) = wakes.as_mut() else {
             // Subscribe, then re-check at once: a release between the failed attempt and
             // the subscription would otherwise go unnoticed.
-            let channel = match raw.waiting() {
-                Waiting::Channel(channel) => channel.to_string(),
-                Waiting::Queue(queue) => queue.wake_channel(&claim.token),
-            };
-            wakes = Some(raw.watch(&channel, budget_left()).await);
+            let (channel, token) = wake_address(&claim.token);
+            wakes = Some(raw.watch(&channel, token.as_deref(), budget_left()).await);
             continue;
         };
         if split {

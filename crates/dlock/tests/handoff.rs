@@ -631,3 +631,192 @@ async fn a_release_that_cannot_draw_the_hand_off_fence_still_releases() {
         assert_eq!(holder(&server, kind, &name), None, "{kind:?}: nothing held");
     }
 }
+
+/// The queued waiters of one client share one channel per lock, and each line of a message
+/// there names the token it is for: a release hands the lock to the first in line alone,
+/// however many waiters of that client listen. The check that exactly one waiter believes
+/// it holds is shown able to fail: a word forged for the last waiter makes it believe so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    for kind in QUEUED {
+        let name = format!("shared-{kind:?}");
+        let mut held = take(&client, kind, &name, options()).await;
+        let mut waiters = Vec::new();
+        for n in 1..=3 {
+            waiters.push(tokio::spawn({
+                let (client, name) = (client.clone(), name.clone());
+                async move { take(&client, kind, &name, options()).await }
+            }));
+            until_queued(&server, &name, n).await;
+        }
+        let channels: Vec<String> =
+            server.cmd(&["PUBSUB", "CHANNELS", &format!("{{{name}}}:wake:*")]);
+        assert_eq!(channels.len(), 1, "{kind:?}: one channel: {channels:?}");
+        for turn in 0..3 {
+            held.unlock().await.unwrap();
+            let next = tokio::time::timeout(Duration::from_secs(10), &mut waiters[turn])
+                .await
+                .expect("the first in line was never handed the lock")
+                .unwrap();
+            // Give a misdelivered word the time to reach the others.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let done = waiters[turn + 1..]
+                .iter()
+                .filter(|w| w.is_finished())
+                .count();
+            assert_eq!(
+                done, 0,
+                "{kind:?}: turn {turn}: a waiter behind believes it holds"
+            );
+            assert_eq!(holder(&server, kind, &name).as_deref(), Some(next.token()));
+            held = next;
+        }
+        held.unlock().await.unwrap();
+    }
+
+    // Negative control: a word for the last waiter, forged while the second holds, makes
+    // it believe it holds too, and the check above sees that.
+    let name = "shared-forged";
+    let holder = take(&client, Queued::Fair, name, options()).await;
+    let mut waiters = Vec::new();
+    for n in 1..=2 {
+        waiters.push(tokio::spawn({
+            let client = client.clone();
+            async move { take(&client, Queued::Fair, name, options()).await }
+        }));
+        until_queued(&server, name, n).await;
+    }
+    let last: Vec<String> = server.cmd(&["ZRANGE", &format!("{{{name}}}:queue"), "1", "1"]);
+    let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS", &format!("{{{name}}}:wake:*")]);
+    holder.unlock().await.unwrap();
+    let second = waiters.remove(0).await.unwrap();
+    let _: i64 = server.cmd(&["PUBLISH", &channels[0], &format!("granted 7 {}", last[0])]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        waiters[0].is_finished(),
+        "the check cannot see a waiter that believes it holds"
+    );
+    drop(second);
+}
+
+/// Where a release tells a waiter: a token `<client>.<random>` on its client's channel,
+/// named in the message (the grant and the next in line's `watch` in one message when they
+/// share a client); a token of another form (an older dlock's) on a channel of its own,
+/// named nowhere.
+#[tokio::test]
+async fn a_release_addresses_each_waiter_by_its_token() {
+    use futures_util::StreamExt;
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut pubsub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    for channel in ["abc", "legacy-token"] {
+        pubsub
+            .subscribe(format!("{{addr}}:wake:{channel}"))
+            .await
+            .unwrap();
+    }
+    let mut heard = pubsub.into_on_message();
+    let mut next_message = async || {
+        let message = tokio::time::timeout(Duration::from_secs(5), heard.next())
+            .await
+            .expect("nothing published")
+            .unwrap();
+        let payload: String = message.get_payload().unwrap();
+        (message.get_channel_name().to_string(), payload)
+    };
+    let mutex = client.fair_mutex_with("addr", options()).unwrap();
+    let held = mutex.lock().await.unwrap();
+    ghost_waiter(&server, "addr", "abc.01", 60_000, 5_000);
+    ghost_waiter(&server, "addr", "web/abc.02", 60_000, 5_000);
+    held.unlock().await.unwrap();
+    let (channel, payload) = next_message().await;
+    assert_eq!(channel, "{addr}:wake:abc");
+    let lines: Vec<&str> = payload.lines().collect();
+    assert_eq!(lines.len(), 2, "{payload:?}");
+    assert!(
+        lines[0].starts_with("granted ") && lines[0].ends_with(" abc.01"),
+        "{payload:?}"
+    );
+    assert!(
+        lines[1].starts_with("watch ") && lines[1].ends_with(" web/abc.02"),
+        "{payload:?}"
+    );
+
+    // The first ghost holds now. The second leaves, and one with a token of another form
+    // queues; the first ghost's hold is released by its token.
+    for key in ["{addr}:queue", "{addr}:queue-leases"] {
+        let _: i64 = server.cmd(&["ZREM", key, "web/abc.02"]);
+    }
+    ghost_waiter(&server, "addr", "legacy-token", 60_000, 5_000);
+    mutex.release_token("abc.01").await.unwrap();
+    let (channel, payload) = next_message().await;
+    assert_eq!(channel, "{addr}:wake:legacy-token");
+    assert!(
+        payload.starts_with("granted ") && payload.split(' ').count() == 2,
+        "{payload:?}"
+    );
+}
+
+/// A channel stays subscribed a while after its last waiter left: a waiter of the same
+/// client that comes soon after listens before its first attempt, so once queued it needs
+/// neither a `SUBSCRIBE` nor a second attempt; and once nobody has waited for a while the
+/// subscription goes. The first wait, with nothing subscribed yet, is the control: the
+/// count sees its subscription and its second attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_that_waits_again_soon_subscribes_once_and_queues_in_one_attempt() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    for kind in QUEUED {
+        let name = format!("again-{kind:?}");
+        let mut counts = Vec::new();
+        for _ in 0..2 {
+            // The holder is another client: its own calls are not this waiter's.
+            let held = take(&other, kind, &name, options()).await;
+            let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+            let waiter = tokio::spawn({
+                let (client, name) = (client.clone(), name.clone());
+                async move { take(&client, kind, &name, options()).await }
+            });
+            until_queued(&server, &name, 1).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let calls = server.command_calls();
+            counts.push((
+                calls.get("subscribe").copied().unwrap_or(0),
+                calls.get("evalsha").copied().unwrap_or(0),
+            ));
+            held.unlock().await.unwrap();
+            let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+                .await
+                .expect("the waiter was never handed the lock")
+                .unwrap();
+            granted.unlock().await.unwrap();
+        }
+        assert_eq!(
+            counts[0],
+            (1, 2),
+            "{kind:?}: the first wait subscribes and re-checks"
+        );
+        assert_eq!(
+            counts[1],
+            (0, 1),
+            "{kind:?}: the next wait finds the channel live"
+        );
+    }
+    // Nobody waits now: the subscriptions go once they have lingered.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS", "*"]);
+        if channels.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still subscribed: {channels:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -100,7 +100,9 @@ async fn try_lock_reports_busy_with_the_holders_remaining_lease() {
     );
     assert!(guard.is_held().await.unwrap());
     assert!(guard.valid_until() <= Instant::now() + Duration::from_secs(10));
-    assert_eq!(guard.token().len(), 32);
+    // `<client tag>.<random>`: 8 and 32 hex digits.
+    let (tag, random) = guard.token().split_once('.').expect("a client tag");
+    assert!(tag.len() == 8 && random.len() == 32, "{}", guard.token());
     guard.unlock().await.unwrap();
     let stored: Option<String> = server.cmd(&["GET", "job"]);
     assert_eq!(stored, None);

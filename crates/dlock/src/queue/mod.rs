@@ -42,8 +42,12 @@ impl QueueKeys {
         }
     }
 
+    /// Where the queued waiter `token` listens: its client's channel (its waiters share
+    /// it; messages name the token), or, for a token without a client tag, a channel of
+    /// its own (see `waiter_address` in `queue.lua`).
     pub fn wake_channel(&self, token: &str) -> String {
-        format!("{}{token}", self.wake_prefix)
+        let to = crate::session::client_tag_of(token).unwrap_or(token);
+        format!("{}{to}", self.wake_prefix)
     }
 
     /// Removes `token` from the queue, waking the next waiter if it was first.

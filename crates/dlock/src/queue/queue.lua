@@ -8,8 +8,8 @@
 -- script that touches the queue; a waiter leaves all three together.
 --
 -- Direct hand-off: a release grants the lock to the first live waiter in the same script
--- (its token, a fresh lease and fence) and tells that waiter alone, on its own channel,
--- 'granted <fence>': the waiter holds the lock without sending anything. The next in line
+-- (its token, a fresh lease and fence) and tells that waiter alone 'granted <fence>' (see
+-- waiter_address): the waiter holds the lock without sending anything. The next in line
 -- is told the new lease ('watch <ms>') and sleeps until it ends unless handed the lock.
 -- The lease of a direct grant is the waiter's ttl, but never longer than what is left of
 -- its waiter lease, so a waiter that died after its last check-in holds the lock no longer
@@ -74,10 +74,42 @@ local function queue_first_two(queue)
   return two[1], two[2]
 end
 
--- Wakes exactly one waiter on its own channel.
+-- Where a waiter listens, and how a message names it there. A dlock waiter's token is
+-- '[label/]<client>.<random>' (hex): it listens on its client's channel, which every waiter
+-- of that client for this lock shares (one subscription, kept between waits), and each
+-- line names the token it is for. A token of any other form listens on a channel of its
+-- own, where messages name nobody.
+-- (The same reading as `client_tag_of` in session.rs.)
+local function waiter_address(prefix, waiter)
+  local client = string.match(string.match(waiter, '([^/]*)$'), '^(%x+)%.%x+$')
+  if client then
+    return prefix .. client, ' ' .. waiter
+  end
+  return prefix .. waiter, ''
+end
+
+-- Tells waiters what `words` say ({waiter, message} pairs: 'one' to look again,
+-- 'granted <fence>', 'watch <ms>'), one PUBLISH per channel (lines in one message).
+local function tell(prefix, words)
+  local lines, order = {}, {}
+  for _, word in ipairs(words) do
+    local channel, to = waiter_address(prefix, word[1])
+    if lines[channel] then
+      lines[channel] = lines[channel] .. '\n' .. word[2] .. to
+    else
+      lines[channel] = word[2] .. to
+      order[#order + 1] = channel
+    end
+  end
+  for _, channel in ipairs(order) do
+    notify(channel, lines[channel])
+  end
+end
+
+-- Wakes exactly one waiter, alone.
 local function wake(prefix, waiter)
   if waiter then
-    notify(prefix .. waiter, 'one')
+    tell(prefix, {{waiter, 'one'}})
   end
 end
 
@@ -85,17 +117,24 @@ end
 -- is still free (a semaphore's permits), or told the new hold's lease `watch_ms` (a string
 -- hold: nothing is free), so it sleeps until that lease ends unless handed the lock
 -- first, without an attempt to learn it. `next_waiter`: who is next once `waiter` left,
--- when the caller read it already (false: nobody); nil to read it here.
-local function queue_granted(queue, leases, ttls, prefix, waiter, watch_ms, next_waiter)
+-- when the caller read it already (false: nobody); nil to read it here. With `fence`, a
+-- release handed `waiter` the hold: it is told so too (with the next in line, in one
+-- message when they share a client).
+local function queue_granted(queue, leases, ttls, prefix, waiter, watch_ms, next_waiter, fence)
   queue_leave(queue, leases, ttls, waiter)
   if next_waiter == nil then
     next_waiter = queue_head(queue)
   end
-  if next_waiter and watch_ms then
-    notify(prefix .. next_waiter, 'watch ' .. watch_ms)
-  else
-    wake(prefix, next_waiter)
+  local words = {}
+  if fence then
+    words[1] = {waiter, 'granted ' .. fmt(fence)}
   end
+  if next_waiter and watch_ms then
+    words[#words + 1] = {next_waiter, 'watch ' .. watch_ms}
+  elseif next_waiter then
+    words[#words + 1] = {next_waiter, 'one'}
+  end
+  tell(prefix, words)
 end
 
 -- The rank of `waiter` in the queue (0: first in line); with `join` = '1' it takes or
@@ -109,12 +148,13 @@ end
 
 -- Grants the string hold at `key` to `waiter`, first in line, for `lease_ms` with the next
 -- fence at `fence_key`, and passes its place in line on: the grant of the fair mutex and
--- of the writer (their KEYS and ARGV share a layout). `next_waiter` as for queue_granted.
--- Returns the acquire's reply.
-local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter, lease_ms, fence, next_waiter)
+-- of the writer (their KEYS and ARGV share a layout). With `handed` (a direct hand-off:
+-- see queue_granted), `fence` was drawn already and the waiter is told. Returns the
+-- acquire's reply.
+local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter, lease_ms, fence, next_waiter, handed)
   fence = fence or next_fence(fence_key)
   redis.call('SET', key, waiter, 'PX', lease_ms)
-  queue_granted(queue, leases, ttls, prefix, waiter, lease_ms, next_waiter)
+  queue_granted(queue, leases, ttls, prefix, waiter, lease_ms, next_waiter, handed and fence)
   return {1, fence}
 end
 
@@ -154,11 +194,6 @@ local function hand_off_fence(fence_key)
   return nil
 end
 
--- Tells `waiter` it was granted the hold with `fence` (after it left the queue).
-local function tell_granted(prefix, waiter, fence)
-  notify(prefix .. waiter, 'granted ' .. fmt(fence))
-end
-
 -- After a string hold at `key` ended (fair mutex, write lock): grants it directly to the
 -- first waiter in line and tells it so (the grant overwrites `key`), or wakes it when it
 -- recorded no ttl or no fence can be drawn. Returns 'granted', 'woken', or nil when
@@ -173,8 +208,7 @@ local function hand_off_string(key, fence_key, queue, leases, ttls, prefix, now)
     wake(prefix, head)
     return 'woken'
   end
-  grant_in_line(key, fence_key, queue, leases, ttls, prefix, head, fmt(lease), fence, after)
-  tell_granted(prefix, head, fence)
+  grant_in_line(key, fence_key, queue, leases, ttls, prefix, head, fmt(lease), fence, after, true)
   return 'granted'
 end
 

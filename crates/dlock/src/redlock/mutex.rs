@@ -701,14 +701,14 @@ impl RawProtocol for RawRedlock {
 
     /// Subscribes on every connected master at once, within `budget`; woken when a
     /// majority of the live ones announced a release.
-    async fn watch(&self, channel: &str, budget: Duration) -> WakeSet {
+    async fn watch(&self, channel: &str, _token: Option<&str>, budget: Duration) -> WakeSet {
         let subscribing = self
             .redlock
             .inner
             .nodes
             .iter()
             .filter_map(|node| node.connected())
-            .map(|client| tokio::time::timeout(budget, client.notifier().watch(channel)));
+            .map(|client| tokio::time::timeout(budget, client.notifier().watch(channel, None)));
         let subscribed = futures_util::future::join_all(subscribing).await;
         WakeSet::quorum(subscribed.into_iter().flatten().collect(), self.quorum())
     }

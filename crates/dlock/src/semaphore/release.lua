@@ -31,9 +31,8 @@ if head and held < (limit or tonumber(ARGV[3])) then
       more = {KIND, 'semaphore'}
     end
     entry_put(KEYS[1], KEYS[4], head, now + lease, fence, latest, more)
-    -- The next in line takes a permit still free, or watches the soonest lease.
-    queue_granted(KEYS[2], KEYS[3], KEYS[6], ARGV[2], head, nil, after)
-    tell_granted(ARGV[2], head, fence)
+    -- Told so; the next in line takes a permit still free, or watches the soonest lease.
+    queue_granted(KEYS[2], KEYS[3], KEYS[6], ARGV[2], head, nil, after, fence)
   else
     wake(ARGV[2], head)
   end
