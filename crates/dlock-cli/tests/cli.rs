@@ -814,8 +814,9 @@ fn inspect_output_that_cannot_be_written_is_an_error_not_a_panic() {
 }
 
 /// A queued `dlock run` handed the lock by the release runs its command: with the default
-/// lease and waiter lease (it makes one attempt, restoring its whole lease) and with a
-/// waiter lease longer than the lease (it takes the grant as it is).
+/// lease and waiter lease (it takes the grant as it is), with a waiter lease longer than
+/// the lease (the same), and with one shorter (it makes one attempt, restoring its whole
+/// lease).
 #[test]
 fn queued_runs_handed_the_lock_run_their_commands() {
     let server = RedisServer::start();
@@ -825,6 +826,8 @@ fn queued_runs_handed_the_lock_run_their_commands() {
         &["--permits", "1"],
         &["--fair", "--waiter-lease", "60s"],
         &["--permits", "1", "--waiter-lease", "60s"],
+        &["--fair", "--waiter-lease", "5s"],
+        &["--write", "--waiter-lease", "5s"],
     ] {
         let name = format!("queued{}", flags.join(""));
         let mut holder_args = vec!["run", name.as_str()];

@@ -74,8 +74,10 @@ const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// Longest polling interval accepted in [`Backoff`].
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60 * 60);
 
-/// Default lease on a waiter's place in a queue.
-pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(10);
+/// Default lease on a waiter's place in a queue: the default lease of a hold, so that with
+/// the defaults a release's direct hand-off is taken as it is, with no command (a direct
+/// grant lasts at most the rest of the waiter lease; see `queue.lua`).
+pub const DEFAULT_WAITER_LEASE: Duration = DEFAULT_TTL;
 
 impl Default for LockOptions {
     fn default() -> Self {
