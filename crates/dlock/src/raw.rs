@@ -380,7 +380,6 @@ async fn release_string_hold(core: &LockCore, token: &str) -> Result<()> {
         .key(&queue.queue)
         .key(&queue.leases)
         .key(&core.keys.fence)
-        .key(&queue.ttls)
         .arg(token)
         .arg(&core.keys.channel)
         .arg(&queue.wake_prefix)

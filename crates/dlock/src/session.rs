@@ -417,6 +417,8 @@ impl Default for Owner {
 /// form. `queue.lua`'s `waiter_address` reads tokens the same way.
 pub(crate) fn client_tag_of(token: &str) -> Option<&str> {
     let tail = token.rsplit('/').next()?;
+    // A queued waiter's token ends with what it asks for (`QueueKeys::waiter_token`).
+    let tail = tail.split('~').next()?;
     let (tag, random) = tail.split_once('.')?;
     let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
     (hex(tag) && hex(random)).then_some(tag)
@@ -533,6 +535,7 @@ mod tests {
         use super::client_tag_of;
         assert_eq!(client_tag_of("0a1b2c3d.ff00"), Some("0a1b2c3d"));
         assert_eq!(client_tag_of("web.1:x/0a1b2c3d.ff00"), Some("0a1b2c3d"));
+        assert_eq!(client_tag_of("0a1b2c3d.ff00~30000~3"), Some("0a1b2c3d"));
         for other in [
             "", "ff00", "a.b.c", "a.", ".a", "web/ff00", "x.y", "ab.cd/", "ab.cd/ef",
         ] {

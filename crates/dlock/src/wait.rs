@@ -401,8 +401,12 @@ pub(crate) struct Claim<R: RawLock> {
 
 impl<R: RawLock> Claim<R> {
     pub fn new(raw: R, queue: Option<QueueKeys>) -> Claim<R> {
+        let token = raw.session().new_token();
         Claim {
-            token: raw.session().new_token(),
+            token: match &queue {
+                Some(queue) => queue.waiter_token(token, raw.options().ttl),
+                None => token,
+            },
             raw,
             queue: queue.map(Box::new),
             in_flight: false,

@@ -189,13 +189,7 @@ async fn is_held(held: &Held) -> bool {
 /// lease 10 s, joining the queue where there is one).
 fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
     const QUEUED: &[&str] = common::RW_KEYS;
-    const FAIR: &[&str] = &[
-        "k",
-        "{k}:fence",
-        "{k}:queue",
-        "{k}:queue-leases",
-        "{k}:queue-ttls",
-    ];
+    const FAIR: &[&str] = &["k", "{k}:fence", "{k}:queue", "{k}:queue-leases"];
     let (files, keys, args): (&[&str], &[&str], Vec<String>) = match kind {
         Kind::Mutex => (
             &["mutex/bare.lua", "mutex/acquire.lua"],

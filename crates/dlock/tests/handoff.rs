@@ -69,13 +69,12 @@ fn holder(server: &RedisServer, kind: Queued, name: &str) -> Option<String> {
         .find_map(|field| field.strip_prefix("h:").map(str::to_string))
 }
 
-/// How many of `name`'s queue keys exist (the queue, the waiter leases, the ttls).
+/// How many of `name`'s queue keys exist (the queue, the waiter leases).
 fn queue_left(server: &RedisServer, name: &str) -> i64 {
     server.cmd(&[
         "EXISTS",
         &format!("{{{name}}}:queue"),
         &format!("{{{name}}}:queue-leases"),
-        &format!("{{{name}}}:queue-ttls"),
     ])
 }
 
@@ -117,8 +116,9 @@ fn server_ms(server: &RedisServer) -> u64 {
 }
 
 /// Puts a waiter that will never act (it died after its last check-in) in `name`'s
-/// queue: its waiter lease ends in `lease_ms`, and it asked for holds of `ttl_ms`.
-fn ghost_waiter(server: &RedisServer, name: &str, ghost: &str, lease_ms: u64, ttl_ms: u64) {
+/// queue: its waiter lease ends in `lease_ms`, and its token `ghost` names the ttl of the
+/// hold it asked for (`<token>~<ttl ms>`, see `queue.lua`).
+fn ghost_waiter(server: &RedisServer, name: &str, ghost: &str, lease_ms: u64) {
     let now = server_ms(server);
     let _: i64 = server.cmd(&[
         "ZADD",
@@ -131,12 +131,6 @@ fn ghost_waiter(server: &RedisServer, name: &str, ghost: &str, lease_ms: u64, tt
         &format!("{{{name}}}:queue-leases"),
         &(now + lease_ms).to_string(),
         ghost,
-    ]);
-    let _: i64 = server.cmd(&[
-        "HSET",
-        &format!("{{{name}}}:queue-ttls"),
-        ghost,
-        &ttl_ms.to_string(),
     ]);
 }
 
@@ -214,7 +208,7 @@ async fn a_direct_grant_to_a_waiter_that_died_is_reclaimed_within_its_waiter_lea
         let first = take(&client, kind, &name, options()).await;
         // Died after its last check-in: its place lasts 1.5 s more, and it asked for
         // holds of a minute.
-        ghost_waiter(&server, &name, "ghost", 1500, 60_000);
+        ghost_waiter(&server, &name, "ghost~60000", 1500);
         let waiter = tokio::spawn({
             let (client, name) = (client.clone(), name.clone());
             async move {
@@ -227,10 +221,10 @@ async fn a_direct_grant_to_a_waiter_that_died_is_reclaimed_within_its_waiter_lea
         first.unlock().await.unwrap();
         // The release handed the lock to the dead waiter (so this test sees the case it
         // is about) ...
-        assert_eq!(holder(&server, kind, &name).as_deref(), Some("ghost"));
+        assert_eq!(holder(&server, kind, &name).as_deref(), Some("ghost~60000"));
         // ... for no longer than the rest of its waiter lease, not the minute it asked.
         let left: i64 = if kind == Queued::Permit {
-            let entry: String = server.cmd(&["HGET", &name, "h:ghost"]);
+            let entry: String = server.cmd(&["HGET", &name, "h:ghost~60000"]);
             let ends: u64 = entry.split('|').next().unwrap().parse().unwrap();
             ends as i64 - server_ms(&server) as i64
         } else {
@@ -320,13 +314,7 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
                 let _: () = server.cmd(&["SET", "k", "tok", "PX", "60000"]);
                 (
                     &["queue/queue.lua", "fair/release.lua"],
-                    &[
-                        "k",
-                        "{k}:queue",
-                        "{k}:queue-leases",
-                        "{k}:fence",
-                        "{k}:queue-ttls",
-                    ],
+                    &["k", "{k}:queue", "{k}:queue-leases", "{k}:fence"],
                     &["tok", "{k}:wake:"],
                 )
             }
@@ -364,14 +352,13 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
                         "{k}:queue-leases",
                         "{k}:expiry",
                         "{k}:fence",
-                        "{k}:queue-ttls",
                     ],
                     &["tok", "{k}:wake:", "1"],
                 )
             }
         };
-        ghost_waiter(&server, "k", "first", 30_000, 30_000);
-        ghost_waiter(&server, "k", "second", 30_000, 30_000);
+        ghost_waiter(&server, "k", "first~30000", 30_000);
+        ghost_waiter(&server, "k", "second~30000", 30_000);
         let release = script(files);
         let mut call = release.prepare_invoke();
         for key in keys {
@@ -389,10 +376,10 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
 
         assert_eq!(
             holder(&server, kind, "k").as_deref(),
-            Some("first"),
+            Some("first~30000"),
             "{kind:?}"
         );
-        let second_waits: Option<String> = server.cmd(&["ZSCORE", "{k}:queue", "second"]);
+        let second_waits: Option<String> = server.cmd(&["ZSCORE", "{k}:queue", "second~30000"]);
         assert!(
             second_waits.is_some(),
             "{kind:?}: the resend granted a second waiter"
@@ -406,7 +393,7 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
         for key in keys {
             control.key(*key);
         }
-        control.arg("first");
+        control.arg("first~30000");
         for arg in &args[1..] {
             control.arg(*arg);
         }
@@ -414,7 +401,7 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
         assert_eq!(released, 1, "{kind:?}");
         assert_eq!(
             holder(&server, kind, "k").as_deref(),
-            Some("second"),
+            Some("second~30000"),
             "{kind:?}"
         );
     }
@@ -701,10 +688,10 @@ async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word(
     drop(second);
 }
 
-/// Where a release tells a waiter: a token `<client>.<random>` on its client's channel,
-/// named in the message (the grant and the next in line's `watch` in one message when they
-/// share a client); a token of another form (an older dlock's) on a channel of its own,
-/// named nowhere.
+/// Where a release tells a waiter: a token `<client>.<random>~<ttl>` on its client's
+/// channel, named in the message (the grant and the next in line's `watch` in one message
+/// when they share a client); a token of another form (an older dlock's) on a channel of
+/// its own, named nowhere, and woken rather than handed the lock (it names no ttl).
 #[tokio::test]
 async fn a_release_addresses_each_waiter_by_its_token() {
     use futures_util::StreamExt;
@@ -732,35 +719,35 @@ async fn a_release_addresses_each_waiter_by_its_token() {
     };
     let mutex = client.fair_mutex_with("addr", options()).unwrap();
     let held = mutex.lock().await.unwrap();
-    ghost_waiter(&server, "addr", "abc.01", 60_000, 5_000);
-    ghost_waiter(&server, "addr", "web/abc.02", 60_000, 5_000);
+    ghost_waiter(&server, "addr", "abc.01~5000", 60_000);
+    ghost_waiter(&server, "addr", "web/abc.02~5000", 60_000);
     held.unlock().await.unwrap();
     let (channel, payload) = next_message().await;
     assert_eq!(channel, "{addr}:wake:abc");
     let lines: Vec<&str> = payload.lines().collect();
     assert_eq!(lines.len(), 2, "{payload:?}");
     assert!(
-        lines[0].starts_with("granted ") && lines[0].ends_with(" abc.01"),
+        lines[0].starts_with("granted ") && lines[0].ends_with(" abc.01~5000"),
         "{payload:?}"
     );
     assert!(
-        lines[1].starts_with("watch ") && lines[1].ends_with(" web/abc.02"),
+        lines[1].starts_with("watch ") && lines[1].ends_with(" web/abc.02~5000"),
         "{payload:?}"
     );
 
     // The first ghost holds now. The second leaves, and one with a token of another form
     // queues; the first ghost's hold is released by its token.
     for key in ["{addr}:queue", "{addr}:queue-leases"] {
-        let _: i64 = server.cmd(&["ZREM", key, "web/abc.02"]);
+        let _: i64 = server.cmd(&["ZREM", key, "web/abc.02~5000"]);
     }
-    ghost_waiter(&server, "addr", "legacy-token", 60_000, 5_000);
-    mutex.release_token("abc.01").await.unwrap();
+    ghost_waiter(&server, "addr", "legacy-token", 60_000);
+    mutex.release_token("abc.01~5000").await.unwrap();
     let (channel, payload) = next_message().await;
     assert_eq!(channel, "{addr}:wake:legacy-token");
-    assert!(
-        payload.starts_with("granted ") && payload.split(' ').count() == 2,
-        "{payload:?}"
-    );
+    // Its token names no ttl: it is woken to take the lock itself, as an older dlock
+    // expects, and the lock is left free for it.
+    assert_eq!(payload, "one");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "addr"]), 0);
 }
 
 /// A channel stays subscribed a while after its last waiter left: a waiter of the same

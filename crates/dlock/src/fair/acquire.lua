@@ -1,6 +1,6 @@
 -- Grants the fair mutex strictly in arrival order.
 -- KEYS[1] lock key (string holding the owner's token, PX expiry: the Mutex format)
--- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases, KEYS[5] waiters' ttls
+-- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] waiter lease ms, ARGV[4] wake channel prefix,
 -- ARGV[5] '1' to take (or refresh) a place in the queue when not granted, '0' for a single
 -- attempt that leaves no trace
@@ -13,7 +13,7 @@ if current == ARGV[1] then
   return {1, last_fence(KEYS[2])}
 end
 local now = now_ms()
-if queue_purge(KEYS[3], KEYS[4], KEYS[5], now) > 0 and not current then
+if queue_purge(KEYS[3], KEYS[4], now) > 0 and not current then
   -- Crashed waiters were ahead: make sure the new head knows the lock is free.
   local head = queue_head(KEYS[3])
   if head ~= ARGV[1] then
@@ -21,9 +21,9 @@ if queue_purge(KEYS[3], KEYS[4], KEYS[5], now) > 0 and not current then
   end
 end
 if not current and queue_rank(KEYS[3], ARGV[1]) == 0 then
-  return grant_in_line(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[1], ARGV[2])
+  return grant_in_line(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[1], ARGV[2])
 end
-local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[5], ARGV[3], KEYS[5], ARGV[2])
+local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[5], ARGV[3])
 if rank == 0 and current then
   return {0, redis.call('PTTL', KEYS[1]), 0}
 end

@@ -199,7 +199,6 @@ impl Client {
             .key(&queue.leases)
             .key(keys.companion("forced"))
             .key(crate::keys::expiry_index_of(&keys.key))
-            .key(&queue.ttls)
             .arg(&keys.channel)
             .arg(&queue.wake_prefix)
             // The request id that makes a resend of this call a no-op.
@@ -221,6 +220,7 @@ fn is_companion(key: &str) -> bool {
         "forced",
         "queue",
         "queue-leases",
+        // Written by dlock before waiters' tokens named their ttl; expires by itself.
         "queue-ttls",
         crate::keys::EXPIRY_INDEX,
     ]

@@ -22,8 +22,8 @@ static CANCEL: LazyLock<LuaScript> =
 pub struct QueueKeys {
     pub queue: String,
     pub leases: String,
-    /// Each waiter's ttl, for a direct hand-off (see `queue.lua`).
-    pub ttls: String,
+    /// A semaphore waiter's N, named in its token for a direct hand-off.
+    pub limit: Option<u32>,
     /// Prefix of the per-waiter wake channels (the waiter's token follows).
     pub wake_prefix: String,
     /// Where to announce that the last waiter left without a grant (rwlock writers:
@@ -36,9 +36,20 @@ impl QueueKeys {
         QueueKeys {
             queue: keys.companion("queue"),
             leases: keys.companion("queue-leases"),
-            ttls: keys.companion("queue-ttls"),
+            limit: None,
             wake_prefix: keys.companion("wake:"),
             on_empty: None,
+        }
+    }
+
+    /// The token of a queued waiter: `token` followed by what a release that hands it the
+    /// lock directly must give it, `~<ttl ms>` and a semaphore waiter's `~<N>` (read by
+    /// `waiter_wants` in `queue.lua`): the queue then stores nothing else per waiter.
+    pub fn waiter_token(&self, token: String, ttl: Duration) -> String {
+        let ttl = ttl.as_millis();
+        match self.limit {
+            Some(n) => format!("{token}~{ttl}~{n}"),
+            None => format!("{token}~{ttl}"),
         }
     }
 
@@ -56,7 +67,6 @@ impl QueueKeys {
             .call()
             .key(&self.queue)
             .key(&self.leases)
-            .key(&self.ttls)
             .arg(token)
             .arg(&self.wake_prefix);
         if let Some(channel) = &self.on_empty {

@@ -1,11 +1,12 @@
 -- Prelude shared by the queued primitives (fair mutex, semaphore, rwlock writers).
--- A queue is two sorted sets and a hash in the lock's hash slot:
+-- A queue is two sorted sets in the lock's hash slot:
 --   queue  : member = waiter token, score = arrival (server microseconds, strictly increasing)
 --   leases : member = waiter token, score = end of the waiter's lease (server milliseconds)
---   ttls   : waiter token -> the lease (ms) it asked for its hold, for a direct grant
---            ('<ttl>' or, for a semaphore's waiter, '<ttl>|<its N>')
 -- A waiter whose lease ends (crashed, cancelled without cleanup) is dropped by the next
--- script that touches the queue; a waiter leaves all three together.
+-- script that touches the queue; a waiter leaves both together.
+-- A queued waiter's token says what a direct grant gives it: '<token>~<ttl ms>' or, for a
+-- semaphore's waiter, '<token>~<ttl ms>~<its N>' (see waiter_wants; `QueueKeys::waiter_token`
+-- writes it), so a hand-off reads and a queue stores nothing more.
 --
 -- Direct hand-off: a release grants the lock to the first live waiter in the same script
 -- (its token, a fresh lease and fence) and tells that waiter alone 'granted <fence>' (see
@@ -16,11 +17,10 @@
 -- than a dead waiter holds its place in line.
 
 -- Removes waiters whose lease ended; returns how many.
-local function queue_purge(queue, leases, ttls, now)
+local function queue_purge(queue, leases, now)
   local dead = call_on('queue', 'ZRANGEBYSCORE', leases, '-inf', fmt(now))
   for _, waiter in ipairs(dead) do
     redis.call('ZREM', queue, waiter)
-    redis.call('HDEL', ttls, waiter)
   end
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', leases, '-inf', fmt(now))
@@ -28,12 +28,10 @@ local function queue_purge(queue, leases, ttls, now)
   return #dead
 end
 
--- Puts a waiter at the end of the queue (if not queued yet) and refreshes its lease;
--- records at `ttls` the lease `ttl` ms of the hold it waits for (a direct grant's).
+-- Puts a waiter at the end of the queue (if not queued yet) and refreshes its lease.
 -- Returns its rank (0 = head).
-local function queue_join(queue, leases, waiter, now, lease_ms, ttls, ttl)
+local function queue_join(queue, leases, waiter, now, lease_ms)
   if not redis.call('ZSCORE', queue, waiter) then
-    redis.call('HSET', ttls, waiter, ttl)
     local arrival = now_us()
     local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     if tail[2] and tonumber(tail[2]) >= arrival then
@@ -45,14 +43,12 @@ local function queue_join(queue, leases, waiter, now, lease_ms, ttls, ttl)
   -- An abandoned queue disappears by itself.
   keep_alive(queue, lease_ms)
   keep_alive(leases, lease_ms)
-  keep_alive(ttls, lease_ms)
   return redis.call('ZRANK', queue, waiter)
 end
 
-local function queue_leave(queue, leases, ttls, waiter)
+local function queue_leave(queue, leases, waiter)
   redis.call('ZREM', queue, waiter)
   redis.call('ZREM', leases, waiter)
-  redis.call('HDEL', ttls, waiter)
 end
 
 -- The rank a waiter has, or would have if it joined now.
@@ -81,7 +77,8 @@ end
 -- own, where messages name nobody.
 -- (The same reading as `client_tag_of` in session.rs.)
 local function waiter_address(prefix, waiter)
-  local client = string.match(string.match(waiter, '([^/]*)$'), '^(%x+)%.%x+$')
+  local tail = string.match(waiter, '([^/]*)$')
+  local client = string.match(string.match(tail, '^([^~]*)'), '^(%x+)%.%x+$')
   if client then
     return prefix .. client, ' ' .. waiter
   end
@@ -120,8 +117,8 @@ end
 -- when the caller read it already (false: nobody); nil to read it here. With `fence`, a
 -- release handed `waiter` the hold: it is told so too (with the next in line, in one
 -- message when they share a client).
-local function queue_granted(queue, leases, ttls, prefix, waiter, watch_ms, next_waiter, fence)
-  queue_leave(queue, leases, ttls, waiter)
+local function queue_granted(queue, leases, prefix, waiter, watch_ms, next_waiter, fence)
+  queue_leave(queue, leases, waiter)
   if next_waiter == nil then
     next_waiter = queue_head(queue)
   end
@@ -139,9 +136,9 @@ end
 
 -- The rank of `waiter` in the queue (0: first in line); with `join` = '1' it takes or
 -- refreshes its leased place first.
-local function queue_place(queue, leases, waiter, now, join, lease_ms, ttls, ttl)
+local function queue_place(queue, leases, waiter, now, join, lease_ms)
   if join == '1' then
-    return queue_join(queue, leases, waiter, now, tonumber(lease_ms), ttls, ttl)
+    return queue_join(queue, leases, waiter, now, tonumber(lease_ms))
   end
   return queue_rank(queue, waiter)
 end
@@ -151,23 +148,31 @@ end
 -- of the writer (their KEYS and ARGV share a layout). With `handed` (a direct hand-off:
 -- see queue_granted), `fence` was drawn already and the waiter is told. Returns the
 -- acquire's reply.
-local function grant_in_line(key, fence_key, queue, leases, ttls, prefix, waiter, lease_ms, fence, next_waiter, handed)
+local function grant_in_line(key, fence_key, queue, leases, prefix, waiter, lease_ms, fence, next_waiter, handed)
   fence = fence or next_fence(fence_key)
   redis.call('SET', key, waiter, 'PX', lease_ms)
-  queue_granted(queue, leases, ttls, prefix, waiter, lease_ms, next_waiter, handed and fence)
+  queue_granted(queue, leases, prefix, waiter, lease_ms, next_waiter, handed and fence)
   return {1, fence}
 end
 
+-- What a queued waiter's token says it asks for: the ttl (ms) of its hold and, for a
+-- semaphore's waiter, its N. Nil for a token that says nothing (a dlock before this
+-- format): such a waiter is woken to take the lock itself.
+local function waiter_wants(waiter)
+  local ttl, limit = string.match(waiter, '~(%d+)~?(%d*)$')
+  return tonumber(ttl), tonumber(limit)
+end
+
 -- The first live waiter, the lease (ms) a direct grant gives it (its ttl, at most what is
--- left of its waiter lease), the limit it recorded (a semaphore waiter's N) and who is
--- behind it (false: nobody). Nil when nobody waits; no lease when the waiter recorded no
--- ttl (it is woken instead, to take the lock itself).
-local function queue_next_grant(queue, leases, ttls, now)
+-- left of its waiter lease), its limit (a semaphore waiter's N) and who is behind it
+-- (false: nobody). Nil when nobody waits; no lease when the waiter's token names no ttl
+-- (it is woken instead, to take the lock itself).
+local function queue_next_grant(queue, leases, now)
   local head, after = queue_first_two(queue)
   local lease_end = head and redis.call('ZSCORE', leases, head)
   if head and not (lease_end and tonumber(lease_end) > now) then
     -- The first in line is gone: drop every waiter whose lease ended.
-    queue_purge(queue, leases, ttls, now)
+    queue_purge(queue, leases, now)
     head, after = queue_first_two(queue)
     lease_end = head and redis.call('ZSCORE', leases, head)
   end
@@ -175,12 +180,11 @@ local function queue_next_grant(queue, leases, ttls, now)
     return nil
   end
   after = after or false
-  local record = redis.call('HGET', ttls, head)
-  local ttl, limit = string.match(record or '', '^(%d+)|?(%d*)$')
+  local ttl, limit = waiter_wants(head)
   if not ttl or not lease_end then
     return head, nil, nil, after
   end
-  return head, math.min(tonumber(ttl), tonumber(lease_end) - now), tonumber(limit), after
+  return head, math.min(ttl, tonumber(lease_end) - now), limit, after
 end
 
 -- The next fence at `fence_key` for a direct grant, or nil when the counter cannot count
@@ -198,8 +202,8 @@ end
 -- first waiter in line and tells it so (the grant overwrites `key`), or wakes it when it
 -- recorded no ttl or no fence can be drawn. Returns 'granted', 'woken', or nil when
 -- nobody waits.
-local function hand_off_string(key, fence_key, queue, leases, ttls, prefix, now)
-  local head, lease, _, after = queue_next_grant(queue, leases, ttls, now)
+local function hand_off_string(key, fence_key, queue, leases, prefix, now)
+  local head, lease, _, after = queue_next_grant(queue, leases, now)
   if not head then
     return nil
   end
@@ -208,7 +212,7 @@ local function hand_off_string(key, fence_key, queue, leases, ttls, prefix, now)
     wake(prefix, head)
     return 'woken'
   end
-  grant_in_line(key, fence_key, queue, leases, ttls, prefix, head, fmt(lease), fence, after, true)
+  grant_in_line(key, fence_key, queue, leases, prefix, head, fmt(lease), fence, after, true)
   return 'granted'
 end
 
@@ -216,8 +220,8 @@ end
 -- waiter or a writer) if there is one, else wakes every waiter on `channel` (mutex
 -- waiters, readers; none for the fair mutex, whose waiters all queue). A grant overwrites
 -- the key: it is deleted only when nobody was handed it.
-local function release_exclusive(key, fence_key, queue, leases, ttls, prefix, channel)
-  local handed = hand_off_string(key, fence_key, queue, leases, ttls, prefix, now_ms())
+local function release_exclusive(key, fence_key, queue, leases, prefix, channel)
+  local handed = hand_off_string(key, fence_key, queue, leases, prefix, now_ms())
   if handed ~= 'granted' then
     redis.call('DEL', key)
   end

@@ -200,7 +200,6 @@ impl Shared {
             .key(&self.writers.queue)
             .key(&self.writers.leases)
             .key(&self.read_expiry)
-            .key(&self.writers.ttls)
     }
 
     async fn release_read(&self, hold: &str) -> Result<()> {

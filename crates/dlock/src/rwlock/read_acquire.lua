@@ -13,7 +13,7 @@ local function writers_wait_until()
   if redis.call('ZCARD', KEYS[3]) == 0 then
     return nil
   end
-  queue_purge(KEYS[3], KEYS[4], KEYS[6], now)
+  queue_purge(KEYS[3], KEYS[4], now)
   local head = queue_head(KEYS[3])
   if head then
     return tonumber(redis.call('ZSCORE', KEYS[4], head) or now)

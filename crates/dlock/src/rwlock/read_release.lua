@@ -29,6 +29,6 @@ if live then
     entries_shrink(KEYS[1], KEYS[5], ended, latest)
   end
 elseif redis.call('ZCARD', KEYS[3]) > 0 then
-  hand_off_string(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[2], now)
+  hand_off_string(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], now)
 end
 return released

@@ -7,7 +7,6 @@
 --   KEYS[2] fencing counter (shared by write and read grants)
 --   KEYS[3] writer queue, KEYS[4] writer waiter leases (see queue.lua)
 --   KEYS[5] the expiry index of the read holds (entries.lua)
---   KEYS[6] the waiting writers' ttls (queue.lua: a release hands the lock to the first)
 -- Every read hold has its own token and lease: one hold's release or expiry removes only
 -- that hold. The hash expires with its longest lease, so no reader state outlives readers.
 

@@ -21,11 +21,11 @@ local readers, soonest = false, nil
 if state == 'read' then
   readers, soonest = purge_reads(KEYS[1], now)
 end
-queue_purge(KEYS[3], KEYS[4], KEYS[6], now)
+queue_purge(KEYS[3], KEYS[4], now)
 if not current and not readers and queue_rank(KEYS[3], ARGV[1]) == 0 then
-  return grant_in_line(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[4], ARGV[1], ARGV[2])
+  return grant_in_line(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[1], ARGV[2])
 end
-local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[5], ARGV[3], KEYS[6], ARGV[2])
+local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[5], ARGV[3])
 if rank == 0 then
   if current then
     return {0, redis.call('PTTL', KEYS[1]), 0}

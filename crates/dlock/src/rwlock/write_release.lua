@@ -6,5 +6,5 @@
 if rw_state(KEYS[1]) ~= 'write' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-release_exclusive(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[2], ARGV[3])
+release_exclusive(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
 return 1

@@ -3,7 +3,7 @@
 --         h:<permit token> = '<end ms>|<fence>'} (entries.lua), expiring with its
 --         latest lease
 -- KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases, KEYS[5] the permits'
--- expiry index (entries.lua), KEYS[6] waiters' ttls (queue.lua)
+-- expiry index (entries.lua)
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] N, ARGV[4] waiter lease ms, ARGV[5] wake prefix,
 -- ARGV[6] '1' to take (or refresh) a place in the queue when not granted, '0' for a single
 -- attempt that leaves no trace
@@ -30,7 +30,7 @@ if got then
     held = redis.call('ZCARD', KEYS[5])
   end
 end
-queue_purge(KEYS[3], KEYS[4], KEYS[6], now)
+queue_purge(KEYS[3], KEYS[4], now)
 local free = tonumber(ARGV[3]) - held
 if queue_rank(KEYS[3], ARGV[1]) < free then
   local fence = next_fence(KEYS[2])
@@ -44,10 +44,10 @@ if queue_rank(KEYS[3], ARGV[1]) < free then
   -- The next in line takes a permit still free, or else now watches the soonest lease
   -- (queued behind us it slept until woken: were a holder to crash, no release would
   -- wake it before its place's refresh, long after the lease had freed the permit).
-  queue_granted(KEYS[3], KEYS[4], KEYS[6], ARGV[5], ARGV[1])
+  queue_granted(KEYS[3], KEYS[4], ARGV[5], ARGV[1])
   return {1, fence}
 end
-local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4], KEYS[6], ARGV[2] .. '|' .. ARGV[3])
+local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4])
 if rank == 0 and soonest then
   return {0, math.max(soonest - now, 0), 0}
 end

@@ -75,7 +75,10 @@ impl RawSemaphore {
             )));
         }
         Ok(Lock::of(RawSemaphore {
-            queue: QueueKeys::new(&core.keys),
+            queue: QueueKeys {
+                limit: Some(permits),
+                ..QueueKeys::new(&core.keys)
+            },
             expiry: crate::keys::expiry_index_of(&core.keys.key),
             core,
             permits,
@@ -91,7 +94,6 @@ impl RawSemaphore {
             .key(&self.queue.leases)
             .key(&self.expiry)
             .key(&self.core.keys.fence)
-            .key(&self.queue.ttls)
             .arg(token)
             .arg(&self.queue.wake_prefix)
             .arg(self.permits)
@@ -141,7 +143,6 @@ impl KindProtocol for RawSemaphore {
             .key(&self.queue.queue)
             .key(&self.queue.leases)
             .key(&self.expiry)
-            .key(&self.queue.ttls)
             .arg(token)
             .arg(self.core.options.ttl.as_millis() as u64)
             .arg(self.permits)

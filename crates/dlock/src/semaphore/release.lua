@@ -2,8 +2,8 @@
 -- waiter (queue.lua), who is told alone: free by that waiter's own N (each client
 -- enforces its own), as its own attempt would have judged.
 -- KEYS[1] permits hash, KEYS[2] queue, KEYS[3] waiter leases, KEYS[4] expiry index,
--- KEYS[5] fencing counter, KEYS[6] waiters' ttls
--- ARGV[1] token, ARGV[2] wake prefix, ARGV[3] N (for a waiter that recorded none)
+-- KEYS[5] fencing counter
+-- ARGV[1] token, ARGV[2] wake prefix, ARGV[3] N (for a waiter whose token names none)
 -- Returns 1 released, 0 not held (its lease had ended, or unknown).
 local got = permits_read(KEYS[1], {'h:' .. ARGV[1], ENDS})
 if not got or not got[1] then
@@ -21,7 +21,7 @@ if live then
   latest = entries_shrink(KEYS[1], KEYS[4], ended, latest)
   held = redis.call('ZCARD', KEYS[4])
 end
-local head, lease, limit, after = queue_next_grant(KEYS[2], KEYS[3], KEYS[6], now)
+local head, lease, limit, after = queue_next_grant(KEYS[2], KEYS[3], now)
 if head and held < (limit or tonumber(ARGV[3])) then
   local fence = lease and hand_off_fence(KEYS[5])
   if fence then
@@ -32,7 +32,7 @@ if head and held < (limit or tonumber(ARGV[3])) then
     end
     entry_put(KEYS[1], KEYS[4], head, now + lease, fence, latest, more)
     -- Told so; the next in line takes a permit still free, or watches the soonest lease.
-    queue_granted(KEYS[2], KEYS[3], KEYS[6], ARGV[2], head, nil, after, fence)
+    queue_granted(KEYS[2], KEYS[3], ARGV[2], head, nil, after, fence)
   else
     wake(ARGV[2], head)
   end

@@ -34,7 +34,6 @@ pub const RW_KEYS: &[&str] = &[
     "{k}:queue",
     "{k}:queue-leases",
     "{k}:expiry",
-    "{k}:queue-ttls",
 ];
 
 /// Every kind of lock dlock has.
