@@ -196,7 +196,6 @@ enum Command {
     /// or stops renewing (--terminal: dlock's process group, given the terminal back)
     #[command(name = "__watch-group", hide = true)]
     WatchGroup {
-        pgid: i32,
         #[arg(long)]
         terminal: Option<i32>,
     },
@@ -602,8 +601,8 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    if let Command::WatchGroup { pgid, terminal } = cli.command {
-        return ExitCode::from(tree::watch_group(pgid, terminal) as u8);
+    if let Command::WatchGroup { terminal } = cli.command {
+        return ExitCode::from(tree::watch_group(terminal) as u8);
     }
     init_logging(&cli);
     // Arguments are checked before any connection: a bad name is a usage error even

@@ -7,7 +7,10 @@
 //! to both. A small watchdog process (dlock itself, re-executed as `__watch-group`, in a
 //! process group of its own) holds the read end of a pipe whose write end only dlock has:
 //! when dlock dies, even by SIGKILL, the pipe closes and the watchdog gives the terminal
-//! back and kills the whole group. Through the same pipe dlock tells it, after every
+//! back and kills the whole group. The watchdog starts before the command, and the
+//! command's process itself, between its fork and its exec, writes its group's id into
+//! that pipe: so the watchdog knows the group before the command can start anything, and
+//! a dlock killed at any instant leaves no process of the command's behind. Through the same pipe dlock tells it, after every
 //! renewal, by when the command must be gone if no renewal follows: if dlock itself is
 //! stopped (SIGSTOP, a debugger, a freezer) past that, the watchdog kills the command's
 //! group, so whatever continues the command later, it cannot run a step without the lock.
@@ -61,18 +64,31 @@ fn give_terminal(tty: &OwnedFd, pgid: libc::pid_t) {
     }
 }
 
-/// Starts `command` in its own process group, with `env` added, and its watchdog.
+/// Starts the watchdog, then `command` in its own process group, with `env` added.
 pub fn spawn(
     command: &[String],
     env: &[(&str, String)],
 ) -> std::io::Result<(tokio::process::Child, Group)> {
     let tty = foreground_terminal();
     let parent = std::process::id() as libc::pid_t;
+    // SAFETY: getpgrp only queries.
+    let ours = unsafe { libc::getpgrp() };
+    let watchdog = match start_watchdog(tty.is_some().then_some(ours)) {
+        Ok(watchdog) => Some(watchdog),
+        Err(err) => {
+            eprintln!(
+                "dlock: warning: no watchdog for the command's process group ({err}); if dlock is killed, processes the command started may keep running"
+            );
+            None
+        }
+    };
+    // Where the command tells the watchdog its group (close-on-exec: gone once it runs).
+    let tell_watchdog = watchdog.as_ref().map(|(lifeline, _)| lifeline.as_raw_fd());
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..])
         .envs(env.iter().map(|(k, v)| (k, v)));
     // SAFETY: the closure only calls async-signal-safe functions (setpgid, prctl,
-    // getppid, raise).
+    // getppid, raise, getpid, signal, write).
     unsafe {
         cmd.pre_exec(move || {
             if libc::setpgid(0, 0) != 0 {
@@ -85,15 +101,35 @@ pub fn spawn(
             if libc::getppid() != parent {
                 libc::raise(libc::SIGKILL);
             }
+            if let Some(fd) = tell_watchdog {
+                // The group's id, before the command runs a single instruction of its own.
+                // (A watchdog already gone changes nothing: no SIGPIPE for that.)
+                let pgid = (libc::getpid() as u64).to_le_bytes();
+                let previous = libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                libc::write(fd, pgid.as_ptr().cast(), pgid.len());
+                libc::signal(libc::SIGPIPE, previous);
+            }
             Ok(())
         });
     }
-    let child = cmd.kill_on_drop(true).spawn()?;
+    let child = match cmd.kill_on_drop(true).spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            // The command never ran; the watchdog may know a group id that is nobody's
+            // now: it must not kill it later.
+            if let Some((_, mut watchdog)) = watchdog {
+                let _ = watchdog.kill();
+                let _ = watchdog.wait();
+            }
+            return Err(err);
+        }
+    };
     let pgid = child.id().map(|id| id as libc::pid_t).unwrap_or(-1);
+    let (lifeline, watchdog) = watchdog.unzip();
     let mut group = Group {
         pgid,
-        lifeline: None,
-        watchdog: None,
+        lifeline,
+        watchdog,
         terminal: None,
     };
     // SAFETY: setpgid on our own child (also done by the child: whichever runs first
@@ -106,27 +142,14 @@ pub fn spawn(
         // it). A command that touched the terminal before this was stopped: continue it.
         give_terminal(&tty, pgid);
         group.signal(libc::SIGCONT);
-        // SAFETY: getpgrp only queries.
-        group.terminal = Some((tty, unsafe { libc::getpgrp() }));
-    }
-    // SAFETY: getpgrp only queries.
-    let ours = unsafe { libc::getpgrp() };
-    match start_watchdog(pgid, group.terminal.is_some().then_some(ours)) {
-        Ok((lifeline, watchdog)) => {
-            group.lifeline = Some(lifeline);
-            group.watchdog = Some(watchdog);
-        }
-        Err(err) => eprintln!(
-            "dlock: warning: no watchdog for the command's process group ({err}); if dlock is killed, processes the command started may keep running"
-        ),
+        group.terminal = Some((tty, ours));
     }
     Ok((child, group))
 }
 
-/// Starts the watchdog of the group `pgid`; `terminal`: dlock's own group, to which it
-/// gives the terminal back.
+/// Starts the watchdog of a group the command will tell it (see [`spawn`]); `terminal`:
+/// dlock's own group, to which it gives the terminal back.
 fn start_watchdog(
-    pgid: libc::pid_t,
     terminal: Option<libc::pid_t>,
 ) -> std::io::Result<(OwnedFd, std::process::Child)> {
     let mut fds = [0 as libc::c_int; 2];
@@ -138,7 +161,7 @@ fn start_watchdog(
     // SAFETY: both descriptors were just created and are owned here alone.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let mut command = std::process::Command::new(std::env::current_exe()?);
-    command.arg("__watch-group").arg(pgid.to_string());
+    command.arg("__watch-group");
     if let Some(ours) = terminal {
         command.arg("--terminal").arg(ours.to_string());
     }
@@ -280,12 +303,14 @@ pub fn watch_stops(pid: libc::pid_t, stops: tokio::sync::mpsc::UnboundedSender<l
 
 /// The watchdog: waits until its pipe closes (dlock exited, however it died), then gives
 /// the terminal back to dlock's group (`terminal`: its id) and kills the command's
-/// process group. Meanwhile it reads the deadlines dlock sends (8-byte CLOCK_MONOTONIC
-/// nanoseconds): when one passes before a later one arrives, dlock has not renewed in
-/// time (it is stopped, frozen or starved), and the command's group is killed at once.
-/// Ignores the signals a terminal or a supervisor sends to dlock's group, so only dlock's
-/// end or its silence decides.
-pub fn watch_group(pgid: libc::pid_t, terminal: Option<libc::pid_t>) -> i32 {
+/// process group. The first 8 bytes on the pipe are that group's id, written by the
+/// command's process before it runs (see [`spawn`]); a pipe that closes before (the
+/// command never started) leaves nothing to kill. Then it reads the deadlines dlock sends
+/// (8-byte CLOCK_MONOTONIC nanoseconds): when one passes before a later one arrives, dlock
+/// has not renewed in time (it is stopped, frozen or starved), and the command's group is
+/// killed at once. Ignores the signals a terminal or a supervisor sends to dlock's group,
+/// so only dlock's end or its silence decides.
+pub fn watch_group(terminal: Option<libc::pid_t>) -> i32 {
     // SAFETY: setting dispositions of this single-threaded process.
     unsafe {
         for signal in [
@@ -300,6 +325,7 @@ pub fn watch_group(pgid: libc::pid_t, terminal: Option<libc::pid_t>) -> i32 {
     }
     let mut stdin = std::io::stdin();
     let mut pending = Vec::new();
+    let mut pgid: libc::pid_t = 0;
     let mut deadline: Option<u64> = None;
     loop {
         let timeout_ms = match deadline {
@@ -333,7 +359,12 @@ pub fn watch_group(pgid: libc::pid_t, terminal: Option<libc::pid_t>) -> i32 {
                     let mut bytes = [0u8; 8];
                     bytes.copy_from_slice(&pending[..8]);
                     pending.drain(..8);
-                    deadline = Some(u64::from_le_bytes(bytes));
+                    let word = u64::from_le_bytes(bytes);
+                    if pgid == 0 {
+                        pgid = libc::pid_t::try_from(word).unwrap_or(0);
+                    } else {
+                        deadline = Some(word);
+                    }
                 }
             }
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,

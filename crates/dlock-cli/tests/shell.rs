@@ -115,6 +115,56 @@ fn the_whole_tree_dies_with_a_killed_dlock_but_an_escaped_process_shows_the_chec
     }
 }
 
+/// A dlock killed the instant its command has started a process leaves nothing behind: the
+/// watchdog knows the command's group before the command runs (the command's process
+/// tells it between fork and exec), so there is no gap in which a grandchild could be
+/// started unwatched. (The escaped process of the test above shows the liveness check can
+/// see a survivor.) Before the watchdog started first, about one run in ten left the
+/// grandchild running.
+#[test]
+fn a_dlock_killed_as_its_command_starts_leaves_no_process_behind() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    for run in 0..100 {
+        let pid_file = dir.path().join(format!("grandchild-{run}"));
+        let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+        let mut child = dlock(&server)
+            .args([
+                "run",
+                &format!("race-{run}"),
+                "--ttl",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .spawn()
+            .unwrap();
+        // As soon as the grandchild exists, not a poll interval later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let grandchild = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+            {
+                break pid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {run}: the command never started"
+            );
+            std::thread::yield_now();
+        };
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            wait_until_dead(grandchild, Duration::from_secs(3)),
+            "run {run}: the grandchild outlived a dlock killed as the command started"
+        );
+    }
+}
+
 /// Not a test of its own: this test binary, run with `DLOCK_TEST_COUNT_SIGINTS=FILE`, is
 /// the command of the SIGINT tests. It counts the SIGINTs it gets into FILE (re-installing
 /// the handler, so even a shell's background job, which starts with SIGINT ignored,
