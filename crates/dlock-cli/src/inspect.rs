@@ -327,15 +327,17 @@ fn holder_json(h: &dlock::Holder) -> serde_json::Value {
     })
 }
 
-/// The first characters of a token's random part (after any holder label).
+/// A short form of a token that still tells one client's holds apart: after any holder
+/// label, the client tag and the first 8 digits of the random part (`<tag>.<8 hex>`); the
+/// first 8 characters of a token of another form.
 fn token_prefix(token: &str) -> String {
-    token
-        .rsplit('/')
-        .next()
-        .unwrap_or(token)
-        .chars()
-        .take(8)
-        .collect()
+    let tail = token.rsplit('/').next().unwrap_or(token);
+    // (A queued waiter's token ends with what it asked for: not part of the short form.)
+    let tail = tail.split('~').next().unwrap_or(tail);
+    match tail.split_once('.') {
+        Some((tag, random)) => format!("{tag}.{}", random.chars().take(8).collect::<String>()),
+        None => tail.chars().take(8).collect(),
+    }
 }
 
 /// A holder label written by the `dlock` CLI: `dlock@host:pid:start`.
@@ -387,6 +389,19 @@ fn utc(time: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_prefix_tells_one_clients_holds_apart() {
+        assert_eq!(
+            token_prefix("dlock@h:1:2/0a1b2c3d.0123456789abcdef~30000"),
+            "0a1b2c3d.01234567"
+        );
+        assert_eq!(
+            token_prefix("0a1b2c3d.fedcba9876543210"),
+            "0a1b2c3d.fedcba98"
+        );
+        assert_eq!(token_prefix("someone-elses-token"), "someone-");
+    }
 
     #[test]
     fn utc_dates() {

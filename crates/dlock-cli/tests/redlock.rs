@@ -131,7 +131,9 @@ fn run_acquire_extend_release_and_inspect_over_three_masters() {
     let (code, stdout, stderr) = run(over(&urls).args(["inspect", "job", "--json"]));
     assert_eq!(code, 0, "{stderr}");
     let lock: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    let short: String = token.rsplit('/').next().unwrap().chars().take(8).collect();
+    // The client tag and the first 8 digits of the random part.
+    let (tag, random) = token.rsplit('/').next().unwrap().split_once('.').unwrap();
+    let short = format!("{tag}.{}", &random[..8]);
     assert_eq!(lock["holder"]["token_prefix"], short.as_str(), "{lock}");
     assert_eq!(lock["redlock"]["quorum"], 2, "{lock}");
     // At least the grant's fence: a master that granted after the quorum decided drew

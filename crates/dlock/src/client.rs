@@ -75,8 +75,9 @@ pub struct ClientBuilder {
 pub const MAX_HOLDER_LABEL: usize = 128;
 
 impl ClientBuilder {
-    /// Puts `label` in front of every token this client's holds get (`label/<32 hex
-    /// digits>`), so `dlock inspect` can tell who holds a lock (the `dlock` CLI uses
+    /// Puts `label` in front of every token this client's holds get
+    /// (`label/<client tag>.<32 hex digits>`, and a queued waiter's `~<ttl ms>[~<N>]` after
+    /// it), so `dlock inspect` can tell who holds a lock (the `dlock` CLI uses
     /// `dlock@host:pid:start`). The token stays a plain string with 128 random bits, so
     /// other clients' locks still interoperate. Letters, digits and `.:@_-` only, at most
     /// [`MAX_HOLDER_LABEL`] bytes.

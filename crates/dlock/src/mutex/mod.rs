@@ -292,7 +292,8 @@ impl Client {
     }
 
     /// A fair mutex named `name` with default options: granted strictly in arrival order;
-    /// a release wakes only the next waiter. Same storage and guard as [`Client::mutex`].
+    /// a release hands the lock directly to the next waiter, which holds it without a
+    /// command of its own. Same storage and guard as [`Client::mutex`].
     pub fn fair_mutex(&self, name: &str) -> Result<Mutex> {
         Ok(Lock::of(RawMutex::new_fair(
             self.clone(),

@@ -4,7 +4,8 @@
 //! `entries.lua`): `h:<permit token> = '<end of its lease, server ms>|<fence>'`. Every
 //! permit has its own token, lease, renewal and fencing token; a permit whose lease ended
 //! is reclaimed by the next acquire, and the hash expires with its last lease. Waiters
-//! queue in arrival order and a freed permit wakes only the next one.
+//! queue in arrival order, and a freed permit is handed directly to the next one (judged
+//! by that waiter's own N, named in its token).
 //!
 //! N is not stored: each acquire checks the live permits against the N of the caller.
 //! Clients that open the same semaphore with different N each enforce their own: one with
