@@ -1151,7 +1151,7 @@ fn partition_lead(ttl: Duration) -> Duration {
 /// new `dlock run` asks the sentinels at once: it is granted the lock there about a
 /// second after the cut.) Not long enough for the queued kinds: the places the other
 /// clients held in the old master's queue when it was cut off stay at its head for a
-/// waiter lease, ten seconds by default, in front of the cut-off client's.
+/// waiter lease, thirty seconds by default, in front of the cut-off client's.
 fn partition_length(ttl: Duration) -> Duration {
     dlock::DEFAULT_RESPONSE_TIMEOUT * 2 + ttl
 }

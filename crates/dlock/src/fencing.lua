@@ -49,12 +49,13 @@ end
 -- Draws the next fence at `key`: returns it and whether it is the clock (not the counter
 -- + 1), or nil and the reason (see fence_counter). One command in the common case: the
 -- clock is written while the old counter is read (`SET .. GET`), and since the clock moves
--- faster than grants come, it is nearly always the fence. A counter that cannot count is
--- put back as it was (`KEEPTTL` on both writes: nothing of it is lost), so nothing is
--- changed unless a fence is drawn.
+-- faster than grants come, it is nearly always the fence. Like every write of a counter
+-- it clears an expiry someone put on it: a counter never expires. A value that cannot
+-- count is written back at once, so only the expiry someone gave it is lost (and a
+-- `WATCH`, keyspace events and replicas see two writes).
 local function draw_fence(key)
   local clock = clock_us()
-  local last = redis.pcall('SET', key, string.format('%.0f', clock), 'KEEPTTL', 'GET')
+  local last = redis.pcall('SET', key, string.format('%.0f', clock), 'GET')
   if type(last) == 'table' and last.err then
     if string.sub(last.err, 1, 9) == 'WRONGTYPE' then
       return nil, 'counter' -- SET .. GET refuses a non-string without writing it
@@ -66,13 +67,13 @@ local function draw_fence(key)
   end
   local n = string.match(last, '^-?%d+$') and tonumber(last)
   if not n or string.len(last) > 16 or n >= FENCE_LIMIT - 1 then
-    redis.call('SET', key, last, 'KEEPTTL')
+    redis.call('SET', key, last)
     return nil, n and 'huge' or 'counter'
   end
   if n + 1 >= clock then
     -- The counter is ahead of the clock (a clock stepped back): it counts on.
     if n + 1 > clock then
-      redis.call('SET', key, string.format('%.0f', n + 1), 'KEEPTTL')
+      redis.call('SET', key, string.format('%.0f', n + 1))
     end
     return n + 1, false
   end

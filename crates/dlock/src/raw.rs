@@ -120,7 +120,8 @@ pub enum Waiting<'a> {
     /// On the lock's release channel, shared by its waiters (one is woken per release
     /// and client, or all on a broadcast).
     Channel(&'a str),
-    /// In line: each waiter has a leased place in a queue and a wake channel of its own.
+    /// In line: each waiter has a leased place in a queue and is named in the messages on
+    /// its client's wake channel for the lock.
     Queue(&'a QueueKeys),
 }
 

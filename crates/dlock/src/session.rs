@@ -411,10 +411,10 @@ impl Default for Owner {
     }
 }
 
-/// A fresh 128-bit random token, as 32 hex digits.
 /// The client tag in a token made by [`Session::new_token`]: after the holder label (if
-/// any), hex digits before a `.` and hex digits to the end. `None` for a token of another
-/// form. `queue.lua`'s `waiter_address` reads tokens the same way.
+/// any) and before a queued waiter's `~<ttl>[~<N>]`, hex digits before a `.` and hex digits
+/// after it. `None` for a token of another form. `queue.lua`'s `waiter_address` reads
+/// tokens the same way.
 pub(crate) fn client_tag_of(token: &str) -> Option<&str> {
     let tail = token.rsplit('/').next()?;
     // A queued waiter's token ends with what it asks for (`QueueKeys::waiter_token`).
@@ -424,6 +424,7 @@ pub(crate) fn client_tag_of(token: &str) -> Option<&str> {
     (hex(tag) && hex(random)).then_some(tag)
 }
 
+/// A fresh 128-bit random token, as 32 hex digits.
 pub(crate) fn random_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }

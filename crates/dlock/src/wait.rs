@@ -8,7 +8,8 @@
 //! backoff.
 //!
 //! A queued waiter may be handed the lock by the release itself (a direct grant, see
-//! `queue.lua`): told so on its own channel, it holds the lock without an attempt.
+//! `queue.lua`): told so by name on its client's channel, it holds the lock without an
+//! attempt.
 //!
 //! One token serves every attempt of one wait: an attempt whose reply was lost but that
 //! was granted is recognised by the next attempt as ours (and its lease restarted). A
@@ -164,7 +165,7 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
         if session.is_closed() {
             break Err(Error::Closed);
         }
-        // What a queued waiter's own channel said while it slept (or subscribed).
+        // What a queued waiter was told while it slept (or subscribed).
         let told = match wakes.as_mut() {
             Some(wakes) if !wait_first => wakes.take_told(),
             _ => Told::default(),

@@ -807,3 +807,48 @@ async fn a_client_that_waits_again_soon_subscribes_once_and_queues_in_one_attemp
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A server at `maxmemory` (noeviction) refuses new grants, but a release still hands the
+/// lock to the next in line: the hand-off's first write is the waiter leaving the queue,
+/// which takes no memory, and a script's later writes are not refused. The refused new
+/// acquire is the control that the server is full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_server_refuses_new_grants_but_still_hands_the_lock_on() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    for kind in QUEUED {
+        let name = format!("full-{kind:?}");
+        let first = take(&client, kind, &name, options()).await;
+        let fence_before = first.fence().await.unwrap();
+        let waiter = tokio::spawn({
+            let (client, name) = (client.clone(), name.clone());
+            async move { take(&client, kind, &name, options()).await }
+        });
+        until_queued(&server, &name, 1).await;
+        let _: () = server.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+        // Control: the server refuses what takes memory.
+        let refused = client
+            .fair_mutex_with(&format!("{name}-new"), options().wait(Wait::NoWait))
+            .unwrap()
+            .lock()
+            .await;
+        assert!(
+            matches!(&refused, Err(dlock::Error::Refused { .. })),
+            "{kind:?}: the server is not full: {refused:?}"
+        );
+        first.unlock().await.unwrap();
+        let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter was never handed the lock")
+            .unwrap();
+        assert_eq!(
+            holder(&server, kind, &name).as_deref(),
+            Some(second.token()),
+            "{kind:?}"
+        );
+        assert!(second.fence().await.unwrap() > fence_before, "{kind:?}");
+        let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+        second.unlock().await.unwrap();
+    }
+}

@@ -1,9 +1,9 @@
 //! Waiter queues for the kinds that grant in order (fair mutex, semaphore, writers of the
 //! read-write lock).
 //!
-//! A waiter holds a leased place in a queue kept in Redis (see `queue.lua`) and listens on
-//! a channel of its own, so a release wakes exactly the next waiter instead of every
-//! waiter. The acquisition path ([`crate::wait`]) gives the place back when a wait ends
+//! A waiter holds a leased place in a queue kept in Redis (see `queue.lua`) and is named in
+//! the messages on its client's channel, so a release hands the lock to exactly the next
+//! waiter (or wakes it) instead of waking every waiter. The acquisition path ([`crate::wait`]) gives the place back when a wait ends
 //! without a grant, including when its future is dropped.
 
 use std::sync::LazyLock;

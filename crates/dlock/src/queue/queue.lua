@@ -64,10 +64,11 @@ local function queue_head(queue)
   return call_on('queue', 'ZRANGE', queue, 0, 0)[1]
 end
 
--- The first two in line (either may be nil), read at once: a hand-off needs both.
+-- The first two in line (either may be nil), read at once: a hand-off needs both; and
+-- the first one's arrival.
 local function queue_first_two(queue)
-  local two = call_on('queue', 'ZRANGE', queue, 0, 1)
-  return two[1], two[2]
+  local two = call_on('queue', 'ZRANGE', queue, 0, 1, 'WITHSCORES')
+  return two[1], two[3], two[2]
 end
 
 -- Where a waiter listens, and how a message names it there. A dlock waiter's token is
@@ -110,18 +111,12 @@ local function wake(prefix, waiter)
   end
 end
 
--- `waiter` was granted: it leaves the queue, and the next in line is woken to take what
+-- After `waiter` was granted and left the queue: with `fence`, a release handed it the
+-- hold, and it is told so; the next in line (`next_waiter`, if any) is woken to take what
 -- is still free (a semaphore's permits), or told the new hold's lease `watch_ms` (a string
 -- hold: nothing is free), so it sleeps until that lease ends unless handed the lock
--- first, without an attempt to learn it. `next_waiter`: who is next once `waiter` left,
--- when the caller read it already (false: nobody); nil to read it here. With `fence`, a
--- release handed `waiter` the hold: it is told so too (with the next in line, in one
--- message when they share a client).
-local function queue_granted(queue, leases, prefix, waiter, watch_ms, next_waiter, fence)
-  queue_leave(queue, leases, waiter)
-  if next_waiter == nil then
-    next_waiter = queue_head(queue)
-  end
+-- first, without an attempt to learn it. One message when both are of one client.
+local function tell_after_grant(prefix, waiter, watch_ms, next_waiter, fence)
   local words = {}
   if fence then
     words[1] = {waiter, 'granted ' .. fmt(fence)}
@@ -132,6 +127,17 @@ local function queue_granted(queue, leases, prefix, waiter, watch_ms, next_waite
     words[#words + 1] = {next_waiter, 'one'}
   end
   tell(prefix, words)
+end
+
+-- `waiter` was granted: it leaves the queue, and it and the next in line are told what
+-- they must know (tell_after_grant). `next_waiter`: who is next once `waiter` left, when
+-- the caller read it already (false: nobody); nil to read it here.
+local function queue_granted(queue, leases, prefix, waiter, watch_ms, next_waiter, fence)
+  queue_leave(queue, leases, waiter)
+  if next_waiter == nil then
+    next_waiter = queue_head(queue)
+  end
+  tell_after_grant(prefix, waiter, watch_ms, next_waiter, fence)
 end
 
 -- The rank of `waiter` in the queue (0: first in line); with `join` = '1' it takes or
@@ -145,35 +151,38 @@ end
 
 -- Grants the string hold at `key` to `waiter`, first in line, for `lease_ms` with the next
 -- fence at `fence_key`, and passes its place in line on: the grant of the fair mutex and
--- of the writer (their KEYS and ARGV share a layout). With `handed` (a direct hand-off:
--- see queue_granted), `fence` was drawn already and the waiter is told. Returns the
--- acquire's reply.
-local function grant_in_line(key, fence_key, queue, leases, prefix, waiter, lease_ms, fence, next_waiter, handed)
-  fence = fence or next_fence(fence_key)
+-- of the writer (their KEYS and ARGV share a layout). Returns the acquire's reply.
+local function grant_in_line(key, fence_key, queue, leases, prefix, waiter, lease_ms)
+  local fence = next_fence(fence_key)
   redis.call('SET', key, waiter, 'PX', lease_ms)
-  queue_granted(queue, leases, prefix, waiter, lease_ms, next_waiter, handed and fence)
+  queue_granted(queue, leases, prefix, waiter, lease_ms)
   return {1, fence}
 end
 
 -- What a queued waiter's token says it asks for: the ttl (ms) of its hold and, for a
--- semaphore's waiter, its N. Nil for a token that says nothing (a dlock before this
--- format): such a waiter is woken to take the lock itself.
+-- semaphore's waiter, its N. Nil for a token that says nothing usable (a dlock before
+-- this format, a ttl of 0): such a waiter is woken to take the lock itself.
 local function waiter_wants(waiter)
   local ttl, limit = string.match(waiter, '~(%d+)~?(%d*)$')
-  return tonumber(ttl), tonumber(limit)
+  ttl = tonumber(ttl)
+  if not ttl or ttl < 1 then
+    return nil
+  end
+  return ttl, tonumber(limit)
 end
 
 -- The first live waiter, the lease (ms) a direct grant gives it (its ttl, at most what is
 -- left of its waiter lease), its limit (a semaphore waiter's N) and who is behind it
--- (false: nobody). Nil when nobody waits; no lease when the waiter's token names no ttl
--- (it is woken instead, to take the lock itself).
+-- (false: nobody), and its arrival and waiter lease's end (scores, to put it back). Nil
+-- when nobody waits; no lease when the waiter's token names no ttl (it is woken instead,
+-- to take the lock itself).
 local function queue_next_grant(queue, leases, now)
-  local head, after = queue_first_two(queue)
+  local head, after, arrival = queue_first_two(queue)
   local lease_end = head and redis.call('ZSCORE', leases, head)
   if head and not (lease_end and tonumber(lease_end) > now) then
     -- The first in line is gone: drop every waiter whose lease ended.
     queue_purge(queue, leases, now)
-    head, after = queue_first_two(queue)
+    head, after, arrival = queue_first_two(queue)
     lease_end = head and redis.call('ZSCORE', leases, head)
   end
   if not head then
@@ -184,7 +193,7 @@ local function queue_next_grant(queue, leases, now)
   if not ttl or not lease_end then
     return head, nil, nil, after
   end
-  return head, math.min(ttl, tonumber(lease_end) - now), limit, after
+  return head, math.min(ttl, tonumber(lease_end) - now), limit, after, arrival, lease_end
 end
 
 -- The next fence at `fence_key` for a direct grant, or nil when the counter cannot count
@@ -203,16 +212,27 @@ end
 -- recorded no ttl or no fence can be drawn. Returns 'granted', 'woken', or nil when
 -- nobody waits.
 local function hand_off_string(key, fence_key, queue, leases, prefix, now)
-  local head, lease, _, after = queue_next_grant(queue, leases, now)
+  local head, lease, _, after, arrival, lease_end = queue_next_grant(queue, leases, now)
   if not head then
     return nil
   end
-  local fence = lease and hand_off_fence(fence_key)
-  if not fence then
+  if not lease then
     wake(prefix, head)
     return 'woken'
   end
-  grant_in_line(key, fence_key, queue, leases, prefix, head, fmt(lease), fence, after, true)
+  -- It leaves the queue before the fence is drawn: a full server (maxmemory) refuses a
+  -- script's first write that may take memory, not its later ones, and a ZREM takes none.
+  queue_leave(queue, leases, head)
+  local fence = hand_off_fence(fence_key)
+  if not fence then
+    -- Back in its place, woken to try itself (its attempt names the problem).
+    redis.call('ZADD', queue, arrival, head)
+    redis.call('ZADD', leases, lease_end, head)
+    wake(prefix, head)
+    return 'woken'
+  end
+  redis.call('SET', key, head, 'PX', fmt(lease))
+  tell_after_grant(prefix, head, fmt(lease), after, fence)
   return 'granted'
 end
 
