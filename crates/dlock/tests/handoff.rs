@@ -852,3 +852,37 @@ async fn a_full_server_refuses_new_grants_but_still_hands_the_lock_on() {
         second.unlock().await.unwrap();
     }
 }
+
+/// The subscriber connection dropped while a channel lingered: nothing of the old
+/// subscription is trusted (the lingering channel is forgotten at reconnect), and the next
+/// wait subscribes afresh and is handed the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wait_after_the_subscriber_reconnected_is_still_handed_the_lock() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    for kind in QUEUED {
+        let name = format!("reconnect-{kind:?}");
+        for round in 0..2 {
+            let held = take(&other, kind, &name, options()).await;
+            let waiter = tokio::spawn({
+                let (client, name) = (client.clone(), name.clone());
+                async move { take(&client, kind, &name, options()).await }
+            });
+            until_queued(&server, &name, 1).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            held.unlock().await.unwrap();
+            let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("{kind:?}, round {round}: never handed the lock"))
+                .unwrap();
+            granted.unlock().await.unwrap();
+            if round == 0 {
+                // The channel lingers now; cut the subscriber connection under it.
+                let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+                assert!(killed >= 1, "{kind:?}: no subscriber connection to cut");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
