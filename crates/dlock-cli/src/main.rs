@@ -192,6 +192,19 @@ enum Command {
     /// the same deployment (use a private one: it writes keys and resets nothing); with
     /// several --redis masters (or --spawn's five), Redlock over them vs over the first
     Bench(bench::BenchArgs),
+    /// Print the completion script for SHELL on stdout, e.g. `dlock completions bash >
+    /// ~/.local/share/bash-completion/completions/dlock` (see the README for zsh and fish)
+    Completions {
+        /// The shell to complete in
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page dlock(1) on stdout (`dlock man | man -l -`), or with
+    /// --out-dir write it and one page per subcommand (dlock-run.1, ...) into DIR
+    Man {
+        /// Write dlock.1 and the subcommands' pages into this directory instead
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<std::path::PathBuf>,
+    },
     /// Internal: the watchdog of `run` that kills the command's process group when dlock dies
     /// or stops renewing (--terminal: dlock's process group, given the terminal back)
     #[command(name = "__watch-group", hide = true)]
@@ -604,6 +617,20 @@ fn main() -> ExitCode {
     if let Command::WatchGroup { terminal } = cli.command {
         return ExitCode::from(tree::watch_group(terminal) as u8);
     }
+    // Generated from the definitions above: no Redis, no checks of Redis options.
+    if let Command::Completions { shell } = &cli.command {
+        let mut script = Vec::new();
+        clap_complete::generate(
+            *shell,
+            &mut <Cli as clap::CommandFactory>::command(),
+            "dlock",
+            &mut script,
+        );
+        return ExitCode::from(exit::emit(&String::from_utf8_lossy(&script)) as u8);
+    }
+    if let Command::Man { out_dir } = &cli.command {
+        return ExitCode::from(man_pages(out_dir.as_deref()) as u8);
+    }
     init_logging(&cli);
     // Arguments are checked before any connection: a bad name is a usage error even
     // when Redis is down.
@@ -811,7 +838,7 @@ fn check(cli: &Cli) -> dlock::Result<()> {
             }
             args.check()
         }
-        Command::WatchGroup { .. } => Ok(()),
+        Command::WatchGroup { .. } | Command::Completions { .. } | Command::Man { .. } => Ok(()),
     }
 }
 
@@ -1055,7 +1082,9 @@ async fn dispatch(
             hold::extend(locks, kind, name, token, *ttl, cli.replication()).await?;
             Ok(exit::OK)
         }
-        Command::WatchGroup { .. } => Ok(exit::OK),
+        Command::WatchGroup { .. } | Command::Completions { .. } | Command::Man { .. } => {
+            Ok(exit::OK)
+        }
     }
 }
 
@@ -1125,6 +1154,30 @@ fn stdout_is_open() -> bool {
             && (ours.st_mode & libc::S_IFMT) == libc::S_IFCHR
             && ours.st_rdev == null.st_rdev;
         !(is_null && flags & libc::O_ACCMODE == libc::O_RDWR)
+    }
+}
+
+/// `dlock man`: dlock(1) on stdout, or with `out_dir` every page (dlock.1 and one per
+/// visible subcommand) written there. Returns the exit code.
+fn man_pages(out_dir: Option<&std::path::Path>) -> i32 {
+    let command = <Cli as clap::CommandFactory>::command();
+    let Some(dir) = out_dir else {
+        let mut page = Vec::new();
+        if let Err(err) = clap_mangen::Man::new(command).render(&mut page) {
+            eprintln!("dlock: cannot render the manual page: {err}");
+            return exit::IO_ERROR;
+        }
+        return exit::emit(&String::from_utf8_lossy(&page));
+    };
+    match clap_mangen::generate_to(command, dir) {
+        Ok(()) => exit::OK,
+        Err(err) => {
+            eprintln!(
+                "dlock: cannot write the manual pages into {}: {err}\n  hint: the directory must exist and be writable",
+                dir.display()
+            );
+            exit::IO_ERROR
+        }
     }
 }
 

@@ -861,3 +861,79 @@ fn queued_runs_handed_the_lock_run_their_commands() {
         );
     }
 }
+
+/// `dlock completions SHELL` and `dlock man` come from the clap definitions, need no Redis
+/// (the URL here reaches nothing), and work: bash completes a subcommand and its flags from
+/// the generated script; the man page renders the command and its subcommands; pages
+/// written to a directory that does not exist are an I/O error (74), said.
+#[test]
+fn completions_and_man_pages_are_generated_without_redis() {
+    let offline = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
+        command.env("DLOCK_REDIS", "redis://127.0.0.1:1");
+        command
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("dlock.bash");
+    let out = output(offline().args(["completions", "bash"]));
+    assert_eq!(out.status.code(), Some(0));
+    std::fs::write(&script, &out.stdout).unwrap();
+    let complete = |words: &str| {
+        let probe = format!(
+            "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _dlock dlock \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; echo \"${{COMPREPLY[*]}}\"",
+            script.display()
+        );
+        let out = output(Command::new("bash").args(["-c", &probe]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let subcommands = complete("dlock ru");
+    assert!(
+        subcommands.split_whitespace().any(|w| w == "run"),
+        "{subcommands}"
+    );
+    let flags = complete("dlock run job --wai");
+    assert!(
+        flags.split_whitespace().any(|w| w == "--waiter-lease"),
+        "{flags}"
+    );
+    // Negative control: the probe does not complete whatever it is given.
+    let nothing = complete("dlock zzz");
+    assert!(!nothing.contains("run"), "{nothing}");
+    for shell in ["zsh", "fish"] {
+        let out = output(offline().args(["completions", shell]));
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("waiter-lease"),
+            "{shell}"
+        );
+    }
+    assert_eq!(code(offline().args(["completions", "tcsh"])), 64);
+
+    let out = output(offline().arg("man"));
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH dlock 1"), "{page}");
+    assert!(page.contains("inspect"), "{page}");
+    let pages = dir.path().join("man1");
+    std::fs::create_dir(&pages).unwrap();
+    let out = output(offline().args(["man", "--out-dir"]).arg(&pages));
+    assert_eq!(out.status.code(), Some(0));
+    let run_page = std::fs::read_to_string(pages.join("dlock-run.1")).unwrap();
+    assert!(run_page.contains("waiter"), "{run_page}");
+    assert!(
+        !pages.join("dlock-__watch-group.1").exists(),
+        "internal commands have no page"
+    );
+    let out = output(
+        offline()
+            .args(["man", "--out-dir"])
+            .arg(dir.path().join("missing")),
+    );
+    assert_eq!(out.status.code(), Some(74));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the manual pages"));
+}
