@@ -328,15 +328,18 @@ fn holder_json(h: &dlock::Holder) -> serde_json::Value {
 }
 
 /// A short form of a token that still tells one client's holds apart: after any holder
-/// label, the client tag and the first 8 digits of the random part (`<tag>.<8 hex>`); the
-/// first 8 characters of a token of another form.
+/// label, for dlock's form (`<tag>.<random>`, both hex, and a queued waiter's
+/// `~<ttl>[~<N>]`) the client tag and the first 8 digits of the random part; for any other
+/// token its first 8 characters (never more: a string lock's token releases it).
 fn token_prefix(token: &str) -> String {
     let tail = token.rsplit('/').next().unwrap_or(token);
-    // (A queued waiter's token ends with what it asked for: not part of the short form.)
-    let tail = tail.split('~').next().unwrap_or(tail);
-    match tail.split_once('.') {
-        Some((tag, random)) => format!("{tag}.{}", random.chars().take(8).collect::<String>()),
-        None => tail.chars().take(8).collect(),
+    let base = tail.split('~').next().unwrap_or(tail);
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    match base.split_once('.') {
+        Some((tag, random)) if tag.len() <= 16 && hex(tag) && hex(random) => {
+            format!("{tag}.{}", &random[..random.len().min(8)])
+        }
+        _ => tail.chars().take(8).collect(),
     }
 }
 
@@ -401,6 +404,9 @@ mod tests {
             "0a1b2c3d.fedcba98"
         );
         assert_eq!(token_prefix("someone-elses-token"), "someone-");
+        // Another client's token with a dot: still only its first 8 characters.
+        assert_eq!(token_prefix("averylongsecretvalue.v1"), "averylon");
+        assert_eq!(token_prefix("xyz.def~1"), "xyz.def~");
     }
 
     #[test]

@@ -82,10 +82,13 @@ local function entry_put(key, index, token, ends, data, latest, more)
 end
 
 -- Removes the entry `token` whose value was `value` (as the caller read it), and with it
--- the `more` fields. Returns the end of its lease.
+-- the fields `more` returns (called once the index lost the entry; nil: none). The index
+-- goes first: a write that takes no memory, after which a server at maxmemory lets the
+-- script's later writes through (it refuses only a script's first write that may take
+-- memory), so a release works on a full server. Returns the end of its lease.
 local function entry_remove(key, index, token, value, more)
-  redis.call('HDEL', key, 'h:' .. token, unpack(more or {}))
   redis.call('ZREM', index, token)
+  redis.call('HDEL', key, 'h:' .. token, unpack(more and more() or {}))
   return (entry_parse(value))
 end
 

@@ -820,11 +820,13 @@ async fn a_full_server_refuses_new_grants_but_still_hands_the_lock_on() {
         let name = format!("full-{kind:?}");
         let first = take(&client, kind, &name, options()).await;
         let fence_before = first.fence().await.unwrap();
+        let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
         let waiter = tokio::spawn({
             let (client, name) = (client.clone(), name.clone());
             async move { take(&client, kind, &name, options()).await }
         });
-        until_queued(&server, &name, 1).await;
+        // Queued, subscribed and done re-checking: it sleeps until told.
+        until_sleeping(&server, &name).await;
         let _: () = server.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
         let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
         // Control: the server refuses what takes memory.
@@ -851,6 +853,29 @@ async fn a_full_server_refuses_new_grants_but_still_hands_the_lock_on() {
         let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
         second.unlock().await.unwrap();
     }
+
+    // The last reader's release hands the write lock to the waiting writer, full or not.
+    let lock = client.rwlock_with("full-read", options()).unwrap();
+    let reader = lock.read().await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.write().await.unwrap() }
+    });
+    until_sleeping(&server, "full-read").await;
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    reader
+        .unlock()
+        .await
+        .expect("a release works on a full server");
+    let writer = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer was never handed the lock")
+        .unwrap();
+    let held: Option<String> = server.cmd(&["GET", "full-read"]);
+    assert_eq!(held.as_deref(), Some(writer.token()));
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    writer.unlock().await.unwrap();
 }
 
 /// The subscriber connection dropped while a channel lingered: nothing of the old
@@ -885,4 +910,56 @@ async fn a_wait_after_the_subscriber_reconnected_is_still_handed_the_lock() {
             }
         }
     }
+}
+
+/// A head that cannot be handed the lock keeps its place: when no fence can be drawn it is
+/// put back where it stood (its arrival, and the queue's expiry, which its leaving had
+/// deleted with the emptied queue), and a token naming a ttl of 0 is woken rather than
+/// granted (a grant with a 0 ms lease would fail every release of the name).
+#[tokio::test]
+async fn a_head_that_cannot_be_handed_the_lock_keeps_its_place() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.fair_mutex_with("stay", options()).unwrap();
+    let queue = "{stay}:queue";
+    let leases = "{stay}:queue-leases";
+
+    let held = mutex.lock().await.unwrap();
+    ghost_waiter(&server, "stay", "ghost~30000", 60_000);
+    let arrival: String = server.cmd(&["ZSCORE", queue, "ghost~30000"]);
+    let _: () = server.cmd(&["SET", "{stay}:fence", "not a number"]);
+    held.unlock().await.expect("the release itself succeeds");
+    assert_eq!(
+        holder(&server, Queued::Fair, "stay"),
+        None,
+        "nothing granted"
+    );
+    let after: Option<String> = server.cmd(&["ZSCORE", queue, "ghost~30000"]);
+    assert_eq!(
+        after.as_deref(),
+        Some(arrival.as_str()),
+        "put back where it stood"
+    );
+    for key in [queue, leases] {
+        let pttl: i64 = server.cmd(&["PTTL", key]);
+        assert!(pttl > 0, "{key} lost its expiry: {pttl}");
+    }
+
+    let _: i64 = server.cmd(&["DEL", "{stay}:fence", queue, leases]);
+    ghost_waiter(&server, "stay", "zero~0", 60_000);
+    let _: () = server.cmd(&["SET", "stay", "tok", "PX", "60000"]);
+    mutex
+        .release_token("tok")
+        .await
+        .expect("the release succeeds");
+    assert_eq!(
+        holder(&server, Queued::Fair, "stay"),
+        None,
+        "nothing granted"
+    );
+    let still: Option<String> = server.cmd(&["ZSCORE", queue, "zero~0"]);
+    assert!(
+        still.is_some(),
+        "the waiter keeps its place, woken to try itself"
+    );
 }

@@ -225,9 +225,12 @@ local function hand_off_string(key, fence_key, queue, leases, prefix, now)
   queue_leave(queue, leases, head)
   local fence = hand_off_fence(fence_key)
   if not fence then
-    -- Back in its place, woken to try itself (its attempt names the problem).
+    -- Back in its place, woken to try itself (its attempt names the problem); were it the
+    -- only waiter, its leaving deleted the queue and its expiry with it.
     redis.call('ZADD', queue, arrival, head)
     redis.call('ZADD', leases, lease_end, head)
+    keep_alive(queue, tonumber(lease_end) - now)
+    keep_alive(leases, tonumber(lease_end) - now)
     wake(prefix, head)
     return 'woken'
   end

@@ -10,11 +10,13 @@ local now = now_ms()
 local released, ended = 0, nil
 if got[1] then
   local _, owner = entry_parse(got[1])
-  local more = {}
-  if redis.call('HINCRBY', KEYS[1], 'o:' .. owner, -1) <= 0 then
-    more = {'o:' .. owner, 'f:' .. owner}
-  end
-  ended = entry_remove(KEYS[1], KEYS[5], ARGV[1], got[1], more)
+  ended = entry_remove(KEYS[1], KEYS[5], ARGV[1], got[1], function()
+    -- The owner's last hold takes its count and fence with it.
+    if redis.call('HINCRBY', KEYS[1], 'o:' .. owner, -1) <= 0 then
+      return {'o:' .. owner, 'f:' .. owner}
+    end
+    return {}
+  end)
   if ended > now then
     released = 1
   end
