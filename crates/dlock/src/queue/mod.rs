@@ -3,8 +3,9 @@
 //!
 //! A waiter holds a leased place in a queue kept in Redis (see `queue.lua`) and is named in
 //! the messages on its client's channel, so a release hands the lock to exactly the next
-//! waiter (or wakes it) instead of waking every waiter. The acquisition path ([`crate::wait`]) gives the place back when a wait ends
-//! without a grant, including when its future is dropped.
+//! waiter (or wakes it) instead of waking every waiter. The acquisition path
+//! ([`crate::wait`]) gives the place back when a wait ends without a grant, including when
+//! its future is dropped.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -24,7 +25,7 @@ pub struct QueueKeys {
     pub leases: String,
     /// A semaphore waiter's N, named in its token for a direct hand-off.
     pub limit: Option<u32>,
-    /// Prefix of the per-waiter wake channels (the waiter's token follows).
+    /// Prefix of the wake channels (the waiter's client tag follows; see `wake_channel`).
     pub wake_prefix: String,
     /// Where to announce that the last waiter left without a grant (rwlock writers:
     /// readers wait while writers queue).

@@ -197,8 +197,8 @@ local function queue_next_grant(queue, leases, now)
 end
 
 -- The next fence at `fence_key` for a direct grant, or nil when the counter cannot count
--- or the server refused the write: a release has already let go of the lock by then, so
--- the first in line is woken instead, and its own attempt reports the problem.
+-- or the server refused the write: the release lets go of the lock either way, so the
+-- first in line is woken instead, and its own attempt reports the problem.
 local function hand_off_fence(fence_key)
   local ok, fence = pcall(draw_fence, fence_key)
   if ok then
@@ -208,8 +208,8 @@ local function hand_off_fence(fence_key)
 end
 
 -- After a string hold at `key` ended (fair mutex, write lock): grants it directly to the
--- first waiter in line and tells it so (the grant overwrites `key`), or wakes it when it
--- recorded no ttl or no fence can be drawn. Returns 'granted', 'woken', or nil when
+-- first waiter in line and tells it so (the grant overwrites `key`), or wakes it when its
+-- token names no ttl or no fence can be drawn. Returns 'granted', 'woken', or nil when
 -- nobody waits.
 local function hand_off_string(key, fence_key, queue, leases, prefix, now)
   local head, lease, _, after, arrival, lease_end = queue_next_grant(queue, leases, now)
