@@ -134,20 +134,34 @@ fn ghost_waiter(server: &RedisServer, name: &str, ghost: &str, lease_ms: u64) {
     ]);
 }
 
+/// Holds `name` as `kind` and starts a waiter of the same kind behind it, once it sleeps
+/// until told (queued, subscribed, done re-checking); the server's statistics were reset
+/// before the waiter started. Returns the hold, its fence and the waiter.
+async fn held_with_a_sleeping_waiter(
+    server: &RedisServer,
+    client: &Client,
+    kind: Queued,
+    name: &str,
+) -> (Held, u64, tokio::task::JoinHandle<Held>) {
+    let first = take(client, kind, name, options()).await;
+    let fence = first.fence().await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let waiter = tokio::spawn({
+        let (client, name) = (client.clone(), name.to_string());
+        async move { take(&client, kind, &name, options()).await }
+    });
+    until_sleeping(server, name).await;
+    (first, fence, waiter)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_next_in_line_is_handed_the_lock_and_sends_nothing() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     for kind in QUEUED {
         let name = format!("handoff-{kind:?}");
-        let first = take(&client, kind, &name, options()).await;
-        let fence_before = first.fence().await.unwrap();
-        let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
-        let waiter = tokio::spawn({
-            let (client, name) = (client.clone(), name.clone());
-            async move { take(&client, kind, &name, options()).await }
-        });
-        until_sleeping(&server, &name).await;
+        let (first, fence_before, waiter) =
+            held_with_a_sleeping_waiter(&server, &client, kind, &name).await;
 
         let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
         first.unlock().await.unwrap();
@@ -818,15 +832,8 @@ async fn a_full_server_refuses_new_grants_but_still_hands_the_lock_on() {
     let client = Client::connect(&server.url()).await.unwrap();
     for kind in QUEUED {
         let name = format!("full-{kind:?}");
-        let first = take(&client, kind, &name, options()).await;
-        let fence_before = first.fence().await.unwrap();
-        let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
-        let waiter = tokio::spawn({
-            let (client, name) = (client.clone(), name.clone());
-            async move { take(&client, kind, &name, options()).await }
-        });
-        // Queued, subscribed and done re-checking: it sleeps until told.
-        until_sleeping(&server, &name).await;
+        let (first, fence_before, waiter) =
+            held_with_a_sleeping_waiter(&server, &client, kind, &name).await;
         let _: () = server.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
         let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
         // Control: the server refuses what takes memory.
