@@ -47,14 +47,14 @@ pub struct KindArgs {
     pub write: bool,
     /// One of N permits of a semaphore (at most N holders at once)
     #[arg(long, value_name = "N")]
-    pub permits: Option<u32>,
+    pub permits: Option<u64>,
 }
 
 impl KindArgs {
     /// Refuses a permit count out of range (before any connection).
     pub fn check(&self) -> dlock::Result<()> {
         match self.permits {
-            Some(n) if n == 0 || n > dlock::semaphore::MAX_PERMITS => {
+            Some(n) if n == 0 || n > u64::from(dlock::semaphore::MAX_PERMITS) => {
                 Err(dlock::Error::InvalidArgument(format!(
                     "--permits {n} is out of range; use 1 to {}",
                     dlock::semaphore::MAX_PERMITS
@@ -134,6 +134,9 @@ pub fn lock_of(
     } else if kind.write {
         client.rwlock_with(name, options)?.writer().into()
     } else if let Some(permits) = kind.permits {
+        // Checked to be within 1..=MAX_PERMITS before (KindArgs::check); a library
+        // refusal names the count otherwise.
+        let permits = u32::try_from(permits).unwrap_or(u32::MAX);
         client.semaphore_with(name, permits, options)?.into()
     } else {
         client.mutex_with(name, options)?.into()

@@ -230,7 +230,7 @@ pub struct LeaseArgs {
     #[arg(short = 'E', long, value_name = "N")]
     pub conflict_exit_code: Option<u8>,
     /// Lease on a waiter's place in the queue of a fair lock, write lock or semaphore: a
-    /// crashed waiter holds up the queue this long [default: 30s]
+    /// crashed waiter holds up the queue this long (100ms to 24h) [default: 30s]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub waiter_lease: Option<Duration>,
 }

@@ -543,6 +543,8 @@ fn arguments_are_checked_before_connecting_and_durations_read_humanely() {
             "true",
         ],
         &["acquire", "x", "--permits", "0"],
+        &["acquire", "x", "--permits", "99999999999"],
+        &["acquire", "x", "--fair", "--waiter-lease", "50ms"],
         &["bench", "--duration", "0s"],
         &["inspect", "a}b"],
     ] {

@@ -82,7 +82,7 @@ pub use lock::Lock;
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{
     Backoff, LockOptions, Renewal, Replicas, Wait, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF,
-    MAX_REPLICAS,
+    MAX_REPLICAS, MIN_WAITER_LEASE,
 };
 pub use raw::RawLock;
 pub use redact::redact as redact_url;

@@ -42,7 +42,7 @@ pub struct LockOptions {
     /// For queued primitives (fair mutex, semaphore, writers of a read-write lock): the
     /// lease on a waiter's place in the queue. A live waiter refreshes it every third; a
     /// crashed one holds up the queue until it ends (plus at most a third, until the next
-    /// waiter re-checks).
+    /// waiter re-checks). At least [`MIN_WAITER_LEASE`], at most [`MAX_TTL`](crate::MAX_TTL).
     pub waiter_lease: Duration,
     /// Plain mutex only: draw the fencing token with the grant (one script call per
     /// acquire) instead of on the first [`fence`](crate::Guard::fence) read (a bare
@@ -78,6 +78,11 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(60 * 60);
 /// the defaults a release's direct hand-off is taken as it is, with no command (a direct
 /// grant lasts at most the rest of the waiter lease; see `queue.lua`).
 pub const DEFAULT_WAITER_LEASE: Duration = DEFAULT_TTL;
+
+/// Shortest waiter lease accepted. A live waiter refreshes its place every third of its
+/// waiter lease; much shorter and a loaded machine misses refreshes, so waiters lose their
+/// place in line (a tryout saw 10 ms break the order) and refresh hundreds of times a second.
+pub const MIN_WAITER_LEASE: Duration = Duration::from_millis(100);
 
 impl Default for LockOptions {
     fn default() -> Self {
@@ -164,7 +169,14 @@ impl LockOptions {
     /// waits. [`Error::InvalidArgument`] says what is wrong.
     pub fn validate(&self) -> Result<()> {
         lease::validate_ttl(self.ttl)?;
-        lease::validate_ttl(self.waiter_lease)?;
+        if !(MIN_WAITER_LEASE..=lease::MAX_TTL).contains(&self.waiter_lease) {
+            return Err(Error::InvalidArgument(format!(
+                "the waiter lease {} is out of range; use between {} and {} (a waiter refreshes its place every third of it)",
+                crate::humane(self.waiter_lease),
+                crate::humane(MIN_WAITER_LEASE),
+                crate::humane(lease::MAX_TTL)
+            )));
+        }
         if self.backoff.min.is_zero()
             || self.backoff.min > self.backoff.max
             || self.backoff.max > MAX_BACKOFF

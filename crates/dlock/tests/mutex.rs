@@ -515,6 +515,23 @@ async fn invalid_input_gets_typed_errors() {
         "job",
         LockOptions::default().backoff(Duration::from_secs(2), Duration::from_secs(1))
     )));
+    // A waiter lease too short to be refreshed in time, or too long: named as such.
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(99),
+        dlock::MAX_TTL * 2,
+    ] {
+        match client.fair_mutex_with("job", LockOptions::default().waiter_lease(lease)) {
+            Err(Error::InvalidArgument(text)) => assert!(text.contains("waiter lease"), "{text}"),
+            other => panic!("{lease:?}: {other:?}"),
+        }
+    }
+    assert!(client
+        .fair_mutex_with(
+            "job",
+            LockOptions::default().waiter_lease(dlock::MIN_WAITER_LEASE)
+        )
+        .is_ok());
     let mutex = client.mutex("job").unwrap();
     assert!(matches!(
         mutex.extend_token("t", Duration::ZERO).await,
