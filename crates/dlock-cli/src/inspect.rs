@@ -332,14 +332,14 @@ fn holder_json(h: &dlock::Holder) -> serde_json::Value {
 /// `~<ttl>[~<N>]`) the client tag and the first 8 digits of the random part; for any other
 /// token its first 8 characters (never more: a string lock's token releases it).
 fn token_prefix(token: &str) -> String {
-    let tail = token.rsplit('/').next().unwrap_or(token);
-    let base = tail.split('~').next().unwrap_or(tail);
-    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
-    match base.split_once('.') {
-        Some((tag, random)) if tag.len() <= 16 && hex(tag) && hex(random) => {
+    match dlock::token_tag_and_random(token) {
+        Some((tag, random)) if tag.len() <= 16 => {
             format!("{tag}.{}", &random[..random.len().min(8)])
         }
-        _ => tail.chars().take(8).collect(),
+        _ => {
+            let tail = token.rsplit('/').next().unwrap_or(token);
+            tail.chars().take(8).collect()
+        }
     }
 }
 

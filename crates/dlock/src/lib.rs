@@ -95,7 +95,7 @@ pub use redlock::{
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
-pub use session::{LostHolds, Session};
+pub use session::{token_tag_and_random, LostHolds, Session};
 pub use signal::{LostHold, LostReason, LostSignal};
 
 /// A test hook, not part of the API: runs every script twice and checks the second run

@@ -239,6 +239,11 @@ impl Session {
     }
 
     /// The release notifier, started by `start` on first use.
+    /// The release notifier if a wait started it already (nothing is started here).
+    pub(crate) fn started_notifier(&self) -> Option<&Notifier> {
+        self.inner.notifier.get()
+    }
+
     pub(crate) fn notifier(
         &self,
         start: impl FnOnce(&tokio::runtime::Handle) -> Notifier,
@@ -411,17 +416,22 @@ impl Default for Owner {
     }
 }
 
-/// The client tag in a token made by [`Session::new_token`]: after the holder label (if
-/// any) and before a queued waiter's `~<ttl>[~<N>]`, hex digits before a `.` and hex digits
-/// after it. `None` for a token of another form. `queue.lua`'s `waiter_address` reads
-/// tokens the same way.
-pub(crate) fn client_tag_of(token: &str) -> Option<&str> {
+/// The client tag and the random part of a token made by dlock
+/// (`[label/]<tag>.<random>[~<ttl ms>[~<N>]]`, both parts hex): after the holder label, if
+/// any, and before what a queued waiter's token names. `None` for a token of another form
+/// (another client's lock, an older dlock). `queue.lua`'s `waiter_address` reads tokens
+/// the same way.
+pub fn token_tag_and_random(token: &str) -> Option<(&str, &str)> {
     let tail = token.rsplit('/').next()?;
-    // A queued waiter's token ends with what it asks for (`QueueKeys::waiter_token`).
     let tail = tail.split('~').next()?;
     let (tag, random) = tail.split_once('.')?;
     let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
-    (hex(tag) && hex(random)).then_some(tag)
+    (hex(tag) && hex(random)).then_some((tag, random))
+}
+
+/// The client tag in a token made by [`Session::new_token`] (see [`token_tag_and_random`]).
+pub(crate) fn client_tag_of(token: &str) -> Option<&str> {
+    token_tag_and_random(token).map(|(tag, _)| tag)
 }
 
 /// A fresh 128-bit random token, as 32 hex digits.

@@ -458,8 +458,9 @@ async fn a_semaphore_hands_a_permit_on_by_the_waiters_own_n() {
 async fn a_waiter_handed_the_lock_starts_with_its_whole_lease() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    // The defaults: a 30 s lease renewed, a 10 s waiter lease. The grant may be as short as
-    // the waiter lease; the waiter's guard must still start with (nearly) 30 s.
+    // The defaults: a 30 s lease renewed, a 30 s waiter lease (a waiter lease shorter than
+    // the lease is the case where the grant may be shorter and the waiter attempts once).
+    // Either way the waiter's guard must start with (nearly) 30 s.
     let defaults = LockOptions::default().wait(Wait::Timeout(Duration::from_secs(20)));
     for kind in QUEUED {
         let name = format!("whole-{kind:?}");
