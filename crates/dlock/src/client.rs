@@ -451,6 +451,11 @@ impl Client {
             .renewer(lane, || Arc::new(self.inner.backend.clone()))
     }
 
+    /// The shared release notifier if it was started (by a wait), without starting it.
+    pub(crate) fn started_notifier(&self) -> Option<&Notifier> {
+        self.inner.session.started_notifier()
+    }
+
     /// The shared release notifier, started on first use.
     pub(crate) fn notifier(&self) -> &Notifier {
         self.inner.session.notifier(|runtime| {

@@ -314,12 +314,10 @@ pub mod private {
         }
 
         fn watch_if_live(&self, channel: &str, token: Option<&str>) -> Option<WakeSet> {
-            let watch = self
-                .core()
-                .client
-                .notifier()
-                .watch_if_live(channel, token)?;
-            Some(WakeSet::one(watch))
+            // Only a notifier some wait started: an uncontended acquire opens no pub/sub
+            // connection.
+            let notifier = self.core().client.started_notifier()?;
+            Some(WakeSet::one(notifier.watch_if_live(channel, token)?))
         }
 
         fn leave_queue(

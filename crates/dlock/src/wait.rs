@@ -152,8 +152,13 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
     if wakes.is_none() && wait != Wait::NoWait {
         // Already subscribed (another waiter of this client listens, or did a moment
         // ago): listen before the first attempt, so a busy one needs no second attempt.
-        let (channel, token) = wake_address(&claim.token);
-        wakes = raw.watch_if_live(&channel, token.as_deref());
+        // (Every acquire passes here: the release channel is looked up without a copy.)
+        wakes = match raw.waiting() {
+            Waiting::Channel(channel) => raw.watch_if_live(channel, None),
+            Waiting::Queue(queue) => {
+                raw.watch_if_live(&queue.wake_channel(&claim.token), Some(&claim.token))
+            }
+        };
     }
     let mut poll = options.backoff.min;
     let mut split_delay = SPLIT_DELAY.start;
