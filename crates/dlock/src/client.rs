@@ -489,12 +489,8 @@ pub async fn probe(
     keys: &[&str],
     args: &[&str],
 ) -> Result<redis::Value> {
-    let source = format!(
-        "{}{}{source}",
-        include_str!("fencing.lua"),
-        include_str!("prelude.lua")
-    );
-    let script = LuaScript::new("probe", &source, false);
+    let libraries = concat!(include_str!("fencing.lua"), include_str!("prelude.lua"));
+    let script = LuaScript::new("probe", libraries, source, false);
     let mut call = script.call();
     for key in keys {
         call = call.key(*key);
