@@ -146,50 +146,47 @@ impl Call<'_> {
 
     /// Sends `request(by_hash)` on `conn`, and with the source when the server does not
     /// have the script yet (NOSCRIPT).
-    async fn send<T: redis::FromRedisValue>(
+    async fn send<T: redis::FromRedisValue, R: Request>(
         &self,
         conn: &mut crate::backend::Connection,
-        request: impl Fn(bool) -> redis::Pipeline,
+        request: impl Fn(bool) -> R,
     ) -> redis::RedisResult<T> {
         let reply = Self::send_once(conn, &request).await;
         if reply.is_ok() && resend_check::enabled() {
             // As a resend after a lost reply would: the same request again, which must
             // change nothing.
             let once = resend_check::snapshot(conn, &self.keys).await;
-            let _ = Self::send_once::<redis::Value>(conn, &request).await;
+            let _ = Self::send_once::<redis::Value, R>(conn, &request).await;
             let twice = resend_check::snapshot(conn, &self.keys).await;
             resend_check::compare(self.script.name, &once, &twice);
         }
         reply.map_err(one_server_error)
     }
 
-    async fn send_once<T: redis::FromRedisValue>(
+    async fn send_once<T: redis::FromRedisValue, R: Request>(
         conn: &mut crate::backend::Connection,
-        request: &impl Fn(bool) -> redis::Pipeline,
+        request: &impl Fn(bool) -> R,
     ) -> redis::RedisResult<T> {
-        match request(true).query_async(conn).await {
+        match request(true).query(conn).await {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                request(false).query_async(conn).await
+                request(false).query(conn).await
             }
             reply => reply,
         }
     }
 
     /// Runs the script on `backend`'s connection, as is (no `WAIT`): the renewer's batches.
+    /// One command, not a pipeline of one: a pipeline costs the client more per call.
     pub async fn run_on<T: redis::FromRedisValue>(
         &self,
         backend: &Backend,
     ) -> redis::RedisResult<T> {
-        let (reply,): (T,) = self
-            .send(&mut backend.connection(), |by_hash| {
-                let mut pipeline = redis::pipe();
-                pipeline.add_command(self.eval(backend, by_hash));
-                pipeline
-            })
-            .await?;
-        Ok(reply)
+        self.send(&mut backend.connection(), |by_hash| {
+            self.eval(backend, by_hash)
+        })
+        .await
     }
 
     /// Runs the script. A request that met a dropped connection is sent once more on the
@@ -249,6 +246,32 @@ impl Call<'_> {
             pipeline
         })
         .await
+    }
+}
+
+/// A request a script call sends: its `EVALSHA` alone, or in a pipeline with a `WAIT`.
+trait Request {
+    fn query<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut crate::backend::Connection,
+    ) -> impl std::future::Future<Output = redis::RedisResult<T>>;
+}
+
+impl Request for redis::Cmd {
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut crate::backend::Connection,
+    ) -> redis::RedisResult<T> {
+        self.query_async(conn).await
+    }
+}
+
+impl Request for redis::Pipeline {
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut crate::backend::Connection,
+    ) -> redis::RedisResult<T> {
+        self.query_async(conn).await
     }
 }
 
