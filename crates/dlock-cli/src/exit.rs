@@ -49,9 +49,11 @@ EXIT CODES:
     74   `acquire` could not print the token (stdout closed); nothing was left held
     75   not acquired within the wait budget (busy); -E N changes it
     76   Redis refused the request (wrong credentials, ACL, out of memory,
-         read-only replica, script error); the server's words are printed;
+         read-only replica, script error; for guarded, the command on the
+         data); the server's words are printed;
          also: an answer dlock never expects (a proxy or foreign script)
-    77   release/extend refused: not the owner (expired or taken)";
+    77   release/extend/guarded refused: not the owner (expired or taken);
+         guarded applied nothing";
 
 /// The exit code and a hint on what to do for a library error.
 pub fn classify(err: &Error) -> (i32, &'static str) {

@@ -3,6 +3,7 @@
 mod bench;
 mod duration;
 mod exit;
+mod guarded;
 mod hold;
 mod inspect;
 mod run;
@@ -183,6 +184,10 @@ enum Command {
         #[arg(long, value_parser = duration::parse)]
         ttl: Duration,
     },
+    /// Run one Redis command on the lock's data only while the hold TOKEN is held, and
+    /// print its reply (KEY is stored as {NAME}:data:KEY)
+    #[command(after_help = guarded::HELP)]
+    Guarded(guarded::GuardedArgs),
     /// Show who holds locks: kind, holders (host, pid and start of dlock processes),
     /// remaining lease, fencing counter, queue
     #[command(after_help = exit::HELP)]
@@ -580,6 +585,7 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
         Command::Acquire { kind, .. }
         | Command::Release { kind, .. }
         | Command::Extend { kind, .. } => Some(kind),
+        Command::Guarded(args) => Some(&args.kind),
         _ => None,
     };
     if let Some((flag, state)) = kind.and_then(KindArgs::single_master_only) {
@@ -587,6 +593,14 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
             hold::redlock_refusal(&flag, state),
             "leave out the kind flag to use the mutex over every master, or give one --redis URL (or --cluster, --sentinel) for that kind",
         ));
+    }
+    if let Command::Guarded(args) = &cli.command {
+        if !args.commands {
+            return Err((
+                "guarded writes cannot be used with several --redis URLs (Redlock): a Redlock hold spans several masters, and no one script can check it".into(),
+                "keep the data on the server of a lock on one server (one --redis URL, --cluster or --sentinel)",
+            ));
+        }
     }
     if let Command::Release { force: true, .. } = cli.command {
         return Err((
@@ -627,6 +641,11 @@ fn main() -> ExitCode {
             &mut script,
         );
         return ExitCode::from(exit::emit(&String::from_utf8_lossy(&script)) as u8);
+    }
+    if let Command::Guarded(args) = &cli.command {
+        if args.commands {
+            return ExitCode::from(guarded::list_commands() as u8);
+        }
     }
     if let Command::Man { out_dir } = &cli.command {
         return ExitCode::from(man_pages(out_dir.as_deref()) as u8);
@@ -713,8 +732,11 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
     let (mut code, mut hint) = exit::classify(err);
     let by_token = matches!(
         cli.command,
-        Command::Release { force: false, .. } | Command::Extend { .. }
+        Command::Release { force: false, .. } | Command::Extend { .. } | Command::Guarded(_)
     );
+    if matches!(cli.command, Command::Guarded(_)) && matches!(err, dlock::Error::Refused { .. }) {
+        hint = "the command failed on the data (the server's words above): check the data key's type and value; the hold is untouched";
+    }
     if by_token && matches!(err, dlock::Error::WrongType { .. }) {
         hint = "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)";
     }
@@ -830,6 +852,13 @@ fn check(cli: &Cli) -> dlock::Result<()> {
             hold::extend_options(*ttl, cli.replication()).map(drop)
         }
         Command::Inspect(args) => args.check(&cli.prefix),
+        Command::Guarded(args) if args.commands => Ok(()),
+        Command::Guarded(args) => {
+            name(args.name.as_deref().unwrap_or_default())?;
+            check_token(args.token.as_deref())?;
+            args.kind.check()?;
+            args.batch().check()
+        }
         Command::Bench(args) => {
             if cli.replicas.is_some() {
                 return Err(dlock::Error::InvalidArgument(
@@ -1082,6 +1111,7 @@ async fn dispatch(
             hold::extend(locks, kind, name, token, *ttl, cli.replication()).await?;
             Ok(exit::OK)
         }
+        Command::Guarded(args) => guarded::guarded(locks, args).await,
         Command::WatchGroup { .. } | Command::Completions { .. } | Command::Man { .. } => {
             Ok(exit::OK)
         }

@@ -186,6 +186,10 @@ impl RawProtocol for AnyKind {
         delegate!(self, raw => raw.renewer())
     }
 
+    fn one_server(&self) -> Option<&crate::client::Client> {
+        delegate!(self, raw => raw.one_server())
+    }
+
     fn turnstile(&self) -> Option<Arc<Turnstile>> {
         delegate!(self, raw => raw.turnstile())
     }

@@ -316,6 +316,16 @@ impl<R: RawLock> Lock<R> {
     pub fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
         self.runtime.block_on(self.inner.extend_token(token, ttl))
     }
+
+    /// Applies `batch` while the hold `token` is held (see [`crate::Lock::apply_token`]).
+    pub fn apply_token(&self, token: &str, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+        self.runtime.block_on(self.inner.apply_token(token, batch))
+    }
+
+    /// The Redis key of this lock's data key `key` (see [`crate::Lock::data_key`]).
+    pub fn data_key(&self, key: &str) -> String {
+        self.inner.data_key(key)
+    }
 }
 
 impl<R: RawLock> Lock<R>
@@ -542,6 +552,16 @@ impl<R: RawLock> Guard<R> {
     /// Asks Redis whether this hold is still held.
     pub fn is_held(&self) -> Result<bool> {
         self.runtime.block_on(self.get().is_held())
+    }
+
+    /// Applies `batch` only while this hold is held (see [`crate::Guard::apply`]).
+    pub fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+        self.runtime.block_on(self.get().apply(batch))
+    }
+
+    /// The Redis key of the lock's data key `key` (see [`crate::Guard::data_key`]).
+    pub fn data_key(&self, key: &str) -> String {
+        self.get().data_key(key)
     }
 
     /// Stops renewal, then releases; [`Error::Lost`] when it was no longer held.

@@ -38,6 +38,9 @@ pub struct Guard<R: RawLock> {
     hold_id: u64,
     /// Unlocked, handed over as a token, or converted (downgrade): nothing to do on drop.
     done: bool,
+    /// Taken while a guarded batch is in flight: one record per holder recognises a resend
+    /// only of its latest batch (see `guarded/apply.lua`).
+    applying: tokio::sync::Mutex<()>,
 }
 
 impl<R: RawLock> Guard<R> {
@@ -67,6 +70,7 @@ impl<R: RawLock> Guard<R> {
             held,
             hold_id,
             done: false,
+            applying: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -171,6 +175,34 @@ impl<R: RawLock> Guard<R> {
         self.held.extended(sent, ttl);
         drop(paused);
         Ok(())
+    }
+
+    /// Applies `batch` (commands on data kept beside the lock) in one script that first
+    /// checks this hold, so it takes effect only while the hold is held: a holder paused
+    /// past its lease has its late write refused by Redis itself. Answers each command's
+    /// reply, in order.
+    ///
+    /// Fails with [`Error::Lost`], with nothing applied, when the hold is gone (the lost
+    /// signal fires with [`LostReason::Taken`]); with [`Error::InvalidArgument`] for a
+    /// command outside [`GUARDED_COMMANDS`](crate::GUARDED_COMMANDS) or on a Redlock
+    /// (whose hold spans several masters). A command Redis refuses (a data key of another
+    /// type, a value that is not a number) fails the batch with [`Error::Refused`] naming
+    /// it; the commands before it stay applied, as in `MULTI`, since Redis has no
+    /// rollback. A batch resent after a lost reply is applied once. The batches of one
+    /// guard are applied one at a time, in the order they are called.
+    pub async fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+        let _one_at_a_time = self.applying.lock().await;
+        let applied = crate::guarded::apply_for(&self.raw, &self.token, batch).await;
+        if matches!(applied, Err(Error::Lost { .. })) {
+            signal::declare_lost(&self.held.cell, LostReason::Taken);
+        }
+        applied
+    }
+
+    /// The Redis key of the lock's data key `key` (`{NAME}:data:KEY`; see
+    /// [`Guarded`](crate::Guarded)), for reading the data with a connection of your own.
+    pub fn data_key(&self, key: &str) -> String {
+        crate::guarded::data_key(self.raw.keys(), key)
     }
 
     /// Asks Redis whether this hold is still held.

@@ -160,4 +160,23 @@ impl<R: RawLock> Lock<R> {
     pub async fn extend_token(&self, token: &str, ttl: Duration) -> Result<()> {
         self.raw.extend(token, ttl).await
     }
+
+    /// Applies `batch` while the hold `token` of this kind is held (for example one
+    /// printed by `dlock acquire`), as [`Guard::apply`](crate::Guard::apply) does;
+    /// [`Error::Lost`](crate::Error::Lost), with nothing applied, when it is not. Send one
+    /// batch at a time per token: a resend after a lost reply is recognised only as the
+    /// token's latest batch.
+    pub async fn apply_token(
+        &self,
+        token: &str,
+        batch: &crate::Guarded,
+    ) -> Result<Vec<redis::Value>> {
+        crate::guarded::apply_for(&self.raw, token, batch).await
+    }
+
+    /// The Redis key of this lock's data key `key`: `{NAME}:data:KEY`, in the lock's hash
+    /// slot (see [`Guarded`](crate::Guarded)), for reading the data outside a hold.
+    pub fn data_key(&self, key: &str) -> String {
+        crate::guarded::data_key(self.raw.keys(), key)
+    }
 }

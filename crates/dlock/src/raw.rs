@@ -219,6 +219,11 @@ pub mod private {
         ) -> impl Future<Output = Result<()>> + Send;
         /// The renewal scheduler of its holds.
         fn renewer(&self) -> &Renewer;
+        /// The client of the one server its holds live on, where guarded writes run
+        /// (see [`crate::Guarded`]); `None` where a hold spans several servers (Redlock).
+        fn one_server(&self) -> Option<&Client> {
+            None
+        }
         /// Where waiters of one handle take turns, when they do (see [`Turnstile`]).
         fn turnstile(&self) -> Option<std::sync::Arc<Turnstile>> {
             None
@@ -330,6 +335,10 @@ pub mod private {
 
         fn renewer(&self) -> &Renewer {
             self.core().client.renewer()
+        }
+
+        fn one_server(&self) -> Option<&Client> {
+            Some(&self.core().client)
         }
     }
 }

@@ -78,6 +78,18 @@ async fn every_kind_excludes_and_hands_off_on_names_over_every_master() {
             );
             let fence = held[0].fence().await.unwrap();
             assert!(fence > 0);
+            // Guarded writes: the data keys are in the lock's slot (a cluster refuses a
+            // script across slots), on whichever master holds it.
+            let batch = dlock::Guarded::new().incr_by("n", 2).get("n");
+            let replies = held[0].apply(&batch).await.unwrap();
+            assert_eq!(
+                replies,
+                [
+                    redis::Value::Int(2),
+                    redis::Value::BulkString(b"2".to_vec())
+                ],
+                "{kind:?} {name}"
+            );
             for hold in held {
                 hold.unlock().await.unwrap();
             }

@@ -118,6 +118,27 @@ async fn single_node(client: &Client, server: &RedisServer) {
     one.unlock().await.unwrap();
     semaphore.release_token(&two.into_token()).await.unwrap();
 
+    // Guarded writes: a batch sent twice is applied once (the second run answers from
+    // the holder's record), on a string hold and on a leased entry.
+    let guard = mutex.try_lock().await.unwrap();
+    let batch = dlock::Guarded::new().incr_by("n", 5).rpush("log", "x");
+    let replies = guard.apply(&batch).await.unwrap();
+    assert_eq!(replies, [redis::Value::Int(5), redis::Value::Int(1)]);
+    let count: i64 = server.cmd(&["GET", &guard.data_key("n")]);
+    assert_eq!(count, 5, "a resent batch was applied twice");
+    guard.unlock().await.unwrap();
+    let permit = client
+        .semaphore_with("s", 2, long)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    permit
+        .apply(&dlock::Guarded::new().incr_by("n", 1))
+        .await
+        .unwrap();
+    permit.unlock().await.unwrap();
+
     // Renewal by the client's renewer.
     let renewed = client
         .mutex_with("renewed", manual(300).renewed(Duration::from_millis(300)))

@@ -212,9 +212,16 @@ impl Client {
     }
 }
 
-/// True for the companion keys dlock keeps beside a lock key (`{K}:fence`, queues).
+/// True for the companion keys dlock keeps beside a lock key (`{K}:fence`, queues, the
+/// data of guarded writes `{K}:data:…` and their records `{K}:applied:…`).
 fn is_companion(key: &str) -> bool {
-    [
+    let in_a_slot = |base: &str| base.starts_with('{') && base.contains('}');
+    let beside = ["data", "applied"].iter().any(|infix| {
+        key.match_indices(&format!(":{infix}:"))
+            .any(|(at, _)| in_a_slot(&key[..at]))
+    });
+    beside
+        || [
         "fence",
         "fenced",
         "forced",
@@ -228,7 +235,7 @@ fn is_companion(key: &str) -> bool {
     .any(|suffix| {
         key.strip_suffix(suffix)
             .and_then(|base| base.strip_suffix(':'))
-            .is_some_and(|base| base.starts_with('{') && base.contains('}'))
+            .is_some_and(in_a_slot)
     })
 }
 
@@ -240,6 +247,10 @@ mod tests {
         assert!(super::is_companion("{job}:queue-leases"));
         assert!(super::is_companion("{job}:expiry"));
         assert!(super::is_companion("{tenant}-job:queue"));
+        assert!(super::is_companion("{job}:data:balance"));
+        assert!(super::is_companion("{tenant}-job:data:a:b"));
+        assert!(super::is_companion("{job}:applied:a1b2c3d4.0123"));
+        assert!(!super::is_companion("job:data:balance"));
         assert!(!super::is_companion("job"));
         assert!(!super::is_companion("reports:fence"));
     }

@@ -107,6 +107,16 @@ impl Held {
         }
     }
 
+    pub async fn apply(&self, batch: &dlock::Guarded) -> dlock::Result<Vec<redis::Value>> {
+        match self {
+            Held::Mutex(g) => g.apply(batch).await,
+            Held::Reentrant(g) => g.apply(batch).await,
+            Held::Read(g) => g.apply(batch).await,
+            Held::Write(g) => g.apply(batch).await,
+            Held::Permit(g) => g.apply(batch).await,
+        }
+    }
+
     pub async fn unlock(self) -> dlock::Result<()> {
         match self {
             Held::Mutex(g) => g.unlock().await,

@@ -1,0 +1,142 @@
+//! `dlock guarded`: one Redis command on the lock's data, applied only while a hold is
+//! held (the library's guarded writes), with its reply printed for shell scripts.
+
+use clap::Args;
+use dlock::redis::Value;
+use dlock::{Guarded, LockOptions};
+
+use crate::hold::{lock_of, KindArgs, Locks};
+
+/// The text `dlock guarded --help` ends with.
+pub const HELP: &str = "\
+EXAMPLES:
+    # Inside `dlock run`, the command gets the name and token of its hold:
+    dlock run job -- sh -c '
+      n=$(dlock guarded \"$DLOCK_NAME\" \"$DLOCK_TOKEN\" GET count)
+      dlock guarded \"$DLOCK_NAME\" \"$DLOCK_TOKEN\" SET count $((${n:-0} + 1))'
+    # With a token from `dlock acquire`:
+    read token fence < <(dlock acquire job)
+    dlock guarded job \"$token\" HSET status state running
+    dlock guarded --json job \"$token\" HGETALL status
+
+The data key KEY is stored as {NAME}:data:KEY, in the lock's hash slot. The command runs
+only if TOKEN still holds NAME (checked by the same script on the server); otherwise
+nothing is applied and dlock exits 77. Commands: any of GET SET INCRBY HSET HGETALL RPUSH
+SADD ZADD DEL PEXPIRE ... that take one key (`dlock guarded --commands` lists them).
+The reply is printed one value a line (nothing for a missing value), or as JSON.
+
+EXIT CODES:
+    0    applied; the reply is printed
+    64   invalid arguments (a command outside the list, an empty key)
+    69   Redis unreachable
+    76   Redis refused the command (the data key holds another type, a value is
+         not a number, an ACL, maxmemory); the hold is untouched
+    77   TOKEN does not hold NAME (expired, released or taken): nothing was applied";
+
+#[derive(Args, Debug, Clone)]
+pub struct GuardedArgs {
+    /// Lock name
+    #[arg(required_unless_present = "commands")]
+    pub name: Option<String>,
+    /// The hold's token: printed by `dlock acquire`, given to `dlock run`'s command as
+    /// DLOCK_TOKEN
+    #[arg(required_unless_present = "commands")]
+    pub token: Option<String>,
+    #[command(flatten)]
+    pub kind: KindArgs,
+    /// Print the reply as JSON (null for a missing value)
+    #[arg(long)]
+    pub json: bool,
+    /// List the commands a guarded write may run, and exit
+    #[arg(long, conflicts_with_all = ["name", "token", "command", "key", "args", "json"])]
+    pub commands: bool,
+    /// The Redis command, e.g. INCRBY (`--commands` lists them)
+    #[arg(required_unless_present = "commands")]
+    pub command: Option<String>,
+    /// The data key (stored as {NAME}:data:KEY)
+    #[arg(required_unless_present = "commands")]
+    pub key: Option<String>,
+    /// The command's arguments after the key
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+impl GuardedArgs {
+    /// The batch of the one command given.
+    pub fn batch(&self) -> Guarded {
+        Guarded::new().command(
+            self.command.as_deref().unwrap_or_default(),
+            self.key.as_deref().unwrap_or_default(),
+            &self.args,
+        )
+    }
+}
+
+/// Applies the command while the hold is held and prints its reply; `Lost` (exit 77)
+/// with nothing applied when it is not.
+pub async fn guarded(locks: &Locks, args: &GuardedArgs) -> dlock::Result<i32> {
+    let (name, token) = (
+        args.name.as_deref().unwrap_or_default(),
+        args.token.as_deref().unwrap_or_default(),
+    );
+    let lock = lock_of(locks, &args.kind, name, LockOptions::default())?;
+    let replies = lock.apply_token(token, &args.batch()).await?;
+    let reply = replies.into_iter().next().unwrap_or(Value::Nil);
+    let text = if args.json {
+        json(&reply).to_string() + "\n"
+    } else {
+        let mut lines = String::new();
+        plain(&reply, &mut lines);
+        lines
+    };
+    Ok(crate::exit::emit(&text))
+}
+
+/// `--commands`: the commands a guarded write may run, one a line (no Redis needed).
+pub fn list_commands() -> i32 {
+    crate::exit::emit(&(dlock::GUARDED_COMMANDS.join("\n") + "\n"))
+}
+
+/// A reply as lines: a value a line, an array's elements each on their own, nothing for
+/// a missing value.
+fn plain(reply: &Value, out: &mut String) {
+    match reply {
+        Value::Nil => {}
+        Value::Array(items) | Value::Set(items) => items.iter().for_each(|item| plain(item, out)),
+        Value::Map(pairs) => pairs.iter().for_each(|(key, value)| {
+            plain(key, out);
+            plain(value, out);
+        }),
+        other => {
+            out.push_str(&scalar(other));
+            out.push('\n');
+        }
+    }
+}
+
+fn json(reply: &Value) -> serde_json::Value {
+    match reply {
+        Value::Nil => serde_json::Value::Null,
+        Value::Int(n) => (*n).into(),
+        Value::Double(x) => (*x).into(),
+        Value::Boolean(b) => (*b).into(),
+        Value::Array(items) | Value::Set(items) => items.iter().map(json).collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .map(|(key, value)| serde_json::Value::Array(vec![json(key), json(value)]))
+            .collect(),
+        other => scalar(other).into(),
+    }
+}
+
+fn scalar(reply: &Value) -> String {
+    match reply {
+        Value::Int(n) => n.to_string(),
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        Value::Okay => "OK".to_string(),
+        Value::Double(x) => x.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        other => format!("{other:?}"),
+    }
+}
