@@ -74,6 +74,12 @@ pub struct Findings {
     pub stale_rejected: u64,
     /// Increments of the unfenced counter that a stale read-modify-write undid.
     pub lost_updates: u64,
+    /// Late writes of the guarded counter (kept beside the lock, on a single lock server)
+    /// that Redis refused because the hold was gone.
+    pub guarded_refused: u64,
+    /// Increments of the guarded counter that were lost: applied, yet missing from its
+    /// final value (0 unless the lock server lost data).
+    pub guarded_lost_updates: u64,
     /// Holds whose lost signal fired.
     pub lost_signals: u64,
     /// `dlock run` commands stopped before they finished (kill-on-loss, or their wrapper
@@ -96,6 +102,8 @@ impl Findings {
         self.overlaps += other.overlaps;
         self.stale_rejected += other.stale_rejected;
         self.lost_updates += other.lost_updates;
+        self.guarded_refused += other.guarded_refused;
+        self.guarded_lost_updates += other.guarded_lost_updates;
         self.lost_signals += other.lost_signals;
         self.commands_stopped += other.commands_stopped;
         self.fence_regressions += other.fence_regressions;
@@ -188,7 +196,9 @@ pub fn holds(events: &[Event], faults: &Faults, ttl_ns: u64) -> Vec<Hold> {
                     entry.0.last_sign = entry.0.last_sign.max(*at);
                 }
             }
-            Event::Increment { .. } => {}
+            Event::Increment { .. }
+            | Event::GuardedIncrement { .. }
+            | Event::GuardedRefused { .. } => {}
         }
     }
     holds

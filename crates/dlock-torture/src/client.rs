@@ -202,7 +202,20 @@ impl Held {
             Held::Blocking(guard) => guard.unlock(),
         }
     }
+
+    fn apply(&self, batch: &dlock::Guarded) -> dlock::Result<Vec<dlock::redis::Value>> {
+        match self {
+            Held::Async(runtime, guard) => runtime.block_on(guard.apply(batch)),
+            Held::Blocking(guard) => guard.apply(batch),
+        }
+    }
 }
+
+/// The data key of the guarded counter, beside each lock (`{LOCK}:data:counter`).
+pub const GUARDED_COUNTER: &str = "counter";
+
+/// Applies a guarded batch for the hold the work is done under.
+type Apply<'a> = &'a dyn Fn(&dlock::Guarded) -> dlock::Result<Vec<dlock::redis::Value>>;
 
 /// How a client reaches its lock: the async API on a runtime of its own, or the
 /// blocking API, over one deployment or a Redlock's masters.
@@ -344,9 +357,12 @@ fn store(url: &str, primitive: Primitive, until_ns: u64) -> Option<Store> {
 /// Without a store (the semaphore of three, whose holders legitimately interleave) a
 /// step is check and work only. `believe` is the client's check that it still holds the
 /// lock; a step whose check fails stops the work and returns when the belief was found
-/// ended.
+/// ended. With `guarded` (a library client on a single lock server), each step also
+/// reads the guarded counter beside the lock with the unfenced read and writes it with
+/// the fenced write, both as guarded writes: a pause in the work makes its write late.
 fn work(
     mut store: Option<&mut Store>,
+    guarded: Option<Apply>,
     recorder: &mut Recorder,
     (client, hold, fence): (&str, u64, u64),
     work_ms: u64,
@@ -368,6 +384,11 @@ fn work(
         let Ok(read) = store.read_counter() else {
             continue;
         };
+        let guarded_read = guarded.and_then(|apply| {
+            let read = apply(&dlock::Guarded::new().get(GUARDED_COUNTER)).ok()?;
+            let value = dlock::redis::from_redis_value::<Option<u64>>(read.first()?.clone());
+            Some(value.ok()?.unwrap_or(0))
+        });
         pause_ms(work_ms / 2..work_ms);
         let at = mono_ns();
         let Ok(accepted) = store.fenced_write(fence) else {
@@ -380,6 +401,17 @@ fn work(
             fence,
             accepted,
         });
+        if let (Some(apply), Some(value)) = (guarded, guarded_read) {
+            let client = client.to_string();
+            match apply(&dlock::Guarded::new().set(GUARDED_COUNTER, value + 1)) {
+                Ok(_) => recorder.record(&Event::GuardedIncrement { client, hold }),
+                Err(dlock::Error::Lost { .. }) => {
+                    recorder.record(&Event::GuardedRefused { client, hold })
+                }
+                // Unreachable or refusing: neither surely applied nor refused.
+                Err(_) => {}
+            }
+        }
         if store.write_counter(read + 1).is_ok() {
             recorder.record(&Event::Increment {
                 client: client.to_string(),
@@ -419,6 +451,9 @@ pub fn run_library(args: ClientArgs) -> i32 {
         },
         false => None,
     };
+    // Guarded writes need the hold on one server: the counter is read back from it.
+    let guarded =
+        args.primitive.exclusive() && args.primitive != Primitive::Redlock && args.redis.len() == 1;
     let mut hold = 0;
     while mono_ns() < args.until_ns {
         let guard = match locker.acquire() {
@@ -445,8 +480,10 @@ pub fn run_library(args: ClientArgs) -> i32 {
         });
         let _ = std::fs::write(&args.holding, format!("{}", std::process::id()));
         let believe = || !guard.is_lost() && Instant::now() < guard.valid_until();
+        let apply = |batch: &dlock::Guarded| guard.apply(batch);
         let belief_ended = work(
             store.as_mut(),
+            guarded.then_some(&apply as Apply),
             &mut recorder,
             (&args.client, hold, fence),
             args.work_ms,
@@ -504,6 +541,7 @@ pub fn run_writer(args: WriterArgs) -> i32 {
     // A command under `dlock run` has no check to make: it trusts dlock to stop it.
     work(
         store.as_mut(),
+        None,
         &mut recorder,
         (&args.client, args.hold, fence),
         args.work_ms,

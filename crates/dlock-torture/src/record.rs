@@ -58,6 +58,11 @@ pub enum Event {
     },
     /// A read-modify-write of the unfenced counter was completed.
     Increment { client: String, hold: u64 },
+    /// A guarded read-modify-write of the counter kept beside the lock (`dlock`'s guarded
+    /// writes) was applied: Redis found the hold held at the read and at the write.
+    GuardedIncrement { client: String, hold: u64 },
+    /// Its write was refused: the hold was gone when Redis checked it (a late write).
+    GuardedRefused { client: String, hold: u64 },
     /// A step of work began (still believing the lock held, for a library client): the
     /// last sign of life of a hold whose process was then killed.
     Step { client: String, hold: u64, at: u64 },

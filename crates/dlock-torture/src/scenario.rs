@@ -76,7 +76,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "client-pause",
         expect: Expect::Safe,
-        about: "a holder SIGSTOPped past its lease, then resumed: its belief ends at its deadline, the fenced store refuses its late write, the unfenced counter loses an update",
+        about: "a holder SIGSTOPped past its lease, then resumed: its belief ends at its deadline, the fenced store and Redis (a guarded write beside the lock) refuse its late write, the unfenced counter loses an update",
         fault: Fault::ClientPause,
         durable: false,
         acknowledged: false,
@@ -666,7 +666,15 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
     }
     let events = record::read_all(dir.path()).expect("read the records");
     let counters = final_counters(&store, &config.primitives);
-    let outcome = judge(scenario, config, &events, &faults, &counters);
+    let guarded = servers.guarded_counters(&config.primitives);
+    let outcome = judge(
+        scenario,
+        config,
+        &events,
+        &faults,
+        &counters,
+        guarded.as_ref(),
+    );
     drop(servers);
     if config.keep {
         let timeline = serde_json::json!({
@@ -1295,6 +1303,26 @@ fn stop_or_continue(pids: &[u32], sig: i32) {
     }
 }
 
+impl LockServers {
+    /// The guarded counters beside the locks (library clients keep them on a single lock
+    /// server only), per primitive.
+    fn guarded_counters(&self, primitives: &[Primitive]) -> Option<HashMap<String, u64>> {
+        let LockServers::Single { server, .. } = self else {
+            return None;
+        };
+        let counters = primitives.iter().map(|p| {
+            let key = format!(
+                "{{torture:{}}}:data:{}",
+                p.name(),
+                crate::client::GUARDED_COUNTER
+            );
+            let value: Option<u64> = server.cmd(&["GET", &key]);
+            (p.name().to_string(), value.unwrap_or(0))
+        });
+        Some(counters.collect())
+    }
+}
+
 fn final_counters(store: &RedisServer, primitives: &[Primitive]) -> HashMap<String, u64> {
     primitives
         .iter()
@@ -1312,12 +1340,28 @@ pub fn judge(
     events: &[Event],
     faults: &Faults,
     counters: &HashMap<String, u64>,
+    guarded: Option<&HashMap<String, u64>>,
 ) -> Outcome {
     let holds = check::holds(events, faults, config.ttl.as_nanos() as u64);
     let mut increments: HashMap<&str, u64> = HashMap::new();
+    let (mut guarded_increments, mut guarded_refused) =
+        (HashMap::<&str, u64>::new(), HashMap::<&str, u64>::new());
     for event in events {
-        if let Event::Increment { client, .. } = event {
-            *increments.entry(check::primitive_of(client)).or_default() += 1;
+        match event {
+            Event::Increment { client, .. } => {
+                *increments.entry(check::primitive_of(client)).or_default() += 1;
+            }
+            Event::GuardedIncrement { client, .. } => {
+                *guarded_increments
+                    .entry(check::primitive_of(client))
+                    .or_default() += 1;
+            }
+            Event::GuardedRefused { client, .. } => {
+                *guarded_refused
+                    .entry(check::primitive_of(client))
+                    .or_default() += 1;
+            }
+            _ => {}
         }
     }
     let mut total = Findings::default();
@@ -1328,13 +1372,20 @@ pub fn judge(
             .filter(|h| check::primitive_of(&h.client) == primitive.name())
             .cloned()
             .collect();
-        let found = check::check(
+        let mut found = check::check(
             primitive,
             &mine,
             increments.get(primitive.name()).copied().unwrap_or(0),
             counters.get(primitive.name()).copied().unwrap_or(0),
             &faults.kills,
         );
+        if let Some(guarded) = guarded {
+            let name = primitive.name();
+            let applied = guarded_increments.get(name).copied().unwrap_or(0);
+            found.guarded_lost_updates =
+                applied.saturating_sub(guarded.get(name).copied().unwrap_or(0));
+            found.guarded_refused = guarded_refused.get(name).copied().unwrap_or(0);
+        }
         total.add(&found);
         primitives.insert(primitive.name(), found);
     }
@@ -1383,6 +1434,14 @@ pub fn judge(
     if scenario.expect == Expect::Safe && total.overlaps > 0 {
         problems.push(format!("{} overlapping holds", total.overlaps));
     }
+    // On one server a guarded read-modify-write cannot lose an update while the server
+    // keeps its data: the hold is checked where the data is.
+    if scenario.expect == Expect::Safe && total.guarded_lost_updates > 0 {
+        problems.push(format!(
+            "{} guarded increments were lost",
+            total.guarded_lost_updates
+        ));
+    }
     // A negative control must show its double grant, or the overlap check could be blind
     // unnoticed.
     if scenario.expect == Expect::Violation && total.overlaps == 0 {
@@ -1400,6 +1459,9 @@ pub fn judge(
                 problems.push(
                     "the unfenced counter lost no update (the negative control saw nothing)".into(),
                 );
+            }
+            if guarded.is_some() && total.guarded_refused == 0 {
+                problems.push("no late guarded write was refused by Redis".into());
             }
         }
         Fault::HolderCrash => {
@@ -1552,6 +1614,52 @@ mod tests {
         }
     }
 
+    /// The guarded counter's checks: an applied increment missing from the final value
+    /// is a problem in a safe scenario (and not when it is there), and client-pause must
+    /// see a late guarded write refused.
+    #[test]
+    fn guarded_increments_are_counted_against_the_final_value() {
+        let config = Config {
+            primitives: vec![Primitive::Mutex],
+            ..redlock_config()
+        };
+        let client = "mutex/lib-async-0.1".to_string();
+        let mut events = hold_of(&client, 1_000, 1);
+        for hold in [1, 1] {
+            events.push(Event::GuardedIncrement {
+                client: client.clone(),
+                hold,
+            });
+        }
+        let problems = |name: &str, events: &[Event], counter: u64| {
+            let guarded = HashMap::from([("mutex".to_string(), counter)]);
+            judge(
+                scenario(name),
+                &config,
+                events,
+                &Faults::default(),
+                &HashMap::new(),
+                Some(&guarded),
+            )
+            .problems
+        };
+        let lost = |problems: Vec<String>| {
+            problems
+                .iter()
+                .any(|p| p.contains("guarded increments were lost"))
+        };
+        assert!(lost(problems("server-pause", &events, 1)));
+        assert!(!lost(problems("server-pause", &events, 2)));
+        // A negative control may lose data: not its problem.
+        assert!(!lost(problems("server-restart-nopersist", &events, 1)));
+
+        let refused =
+            |problems: Vec<String>| problems.iter().any(|p| p.contains("no late guarded write"));
+        assert!(refused(problems("client-pause", &events, 2)));
+        events.push(Event::GuardedRefused { client, hold: 1 });
+        assert!(!refused(problems("client-pause", &events, 2)));
+    }
+
     fn one_hold(at: u64) -> Vec<Event> {
         hold_of("redlock/lib-async-0.1", at, 1)
     }
@@ -1608,6 +1716,7 @@ mod tests {
                 events,
                 &Faults::default(),
                 &HashMap::new(),
+                None,
             )
         };
         let mut both = one_hold(1_000);
@@ -1646,6 +1755,7 @@ mod tests {
                 &events,
                 &faults,
                 &HashMap::new(),
+                None,
             )
             .problems
         };
@@ -1668,6 +1778,7 @@ mod tests {
                 &events,
                 &Faults::default(),
                 &HashMap::new(),
+                None,
             )
             .problems
         };
@@ -1731,7 +1842,15 @@ mod tests {
         for &(client, start, end, fence) in others {
             add(client, 2, (start, end, fence));
         }
-        judge(scenario(name), &config, &events, &faults, &HashMap::new()).problems
+        judge(
+            scenario(name),
+            &config,
+            &events,
+            &faults,
+            &HashMap::new(),
+            None,
+        )
+        .problems
     }
 
     /// With acknowledgement, a cut-off client that held the lock as it was cut off and

@@ -222,21 +222,21 @@ fn is_companion(key: &str) -> bool {
     });
     beside
         || [
-        "fence",
-        "fenced",
-        "forced",
-        "queue",
-        "queue-leases",
-        // Written by dlock before waiters' tokens named their ttl; expires by itself.
-        "queue-ttls",
-        crate::keys::EXPIRY_INDEX,
-    ]
-    .iter()
-    .any(|suffix| {
-        key.strip_suffix(suffix)
-            .and_then(|base| base.strip_suffix(':'))
-            .is_some_and(in_a_slot)
-    })
+            "fence",
+            "fenced",
+            "forced",
+            "queue",
+            "queue-leases",
+            // Written by dlock before waiters' tokens named their ttl; expires by itself.
+            "queue-ttls",
+            crate::keys::EXPIRY_INDEX,
+        ]
+        .iter()
+        .any(|suffix| {
+            key.strip_suffix(suffix)
+                .and_then(|base| base.strip_suffix(':'))
+                .is_some_and(in_a_slot)
+        })
 }
 
 #[cfg(test)]
