@@ -23,7 +23,12 @@ The data key KEY is stored as {NAME}:data:KEY, in the lock's hash slot. The comm
 only if TOKEN still holds NAME (checked by the same script on the server); otherwise
 nothing is applied and dlock exits 77. Commands: any of GET SET INCRBY HSET HGETALL RPUSH
 SADD ZADD DEL PEXPIRE ... that take one key (`dlock guarded --commands` lists them).
-The reply is printed one value a line (nothing for a missing value), or as JSON.
+The reply is printed one value a line (nothing for a missing value), or as JSON (use
+--json for values that are not single lines of text). Flags may come anywhere; a value
+that starts with '-' and is not a number goes after `--`: `dlock guarded job T SADD s --
+-x`. Send one command at a time per token: a resend after a dropped connection is
+recognised only as the token's latest write. Integers beyond 2^53 come back rounded
+(Lua's numbers); GET the key for the exact value.
 
 EXIT CODES:
     0    applied; the reply is printed
@@ -56,8 +61,9 @@ pub struct GuardedArgs {
     /// The data key (stored as {NAME}:data:KEY)
     #[arg(required_unless_present = "commands")]
     pub key: Option<String>,
-    /// The command's arguments after the key
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    /// The command's arguments after the key (a negative number is an argument; any other
+    /// value that starts with '-' goes after `--`)
+    #[arg(allow_negative_numbers = true)]
     pub args: Vec<String>,
 }
 

@@ -135,6 +135,15 @@ fn replies_print_for_scripts_and_as_json() {
     );
     // A negative number is an argument, not a flag; lower case is the same command.
     assert_eq!(stdout(&mut guarded(&["incrby", "n", "-3"])), "-3\n");
+    // A flag after the arguments is a flag, not a value written to the data; another
+    // value that starts with '-' goes after `--`.
+    assert_eq!(stdout(&mut guarded(&["RPUSH", "log", "one", "--json"])), "1\n");
+    assert_eq!(stdout(&mut guarded(&["RPUSH", "log", "--", "-x", "--json"])), "3\n");
+    assert_eq!(
+        stdout(&mut guarded(&["--json", "LRANGE", "log", "0", "-1"])),
+        "[\"one\",\"-x\",\"--json\"]\n"
+    );
+    assert_eq!(code(&mut guarded(&["SADD", "s", "-x"])), 64);
     // Without the kind flag the token is looked for as a string hold: not held.
     assert_eq!(
         code(dlock(&server).args(["guarded", "cfg", &token, "GET", "n"])),
@@ -155,6 +164,8 @@ fn bad_input_and_refusals_have_their_exit_codes() {
         &["guarded", "job", "tok", "SET", "", "1"],
         &["guarded", "job", "two words", "GET", "x"],
         &["guarded", "job", "tok", "GET"],
+        &["guarded", "job", "tok", "DEL", "a", "other-key"],
+        &["guarded", "{t}:data:x", "tok", "GET", "a"],
         &["guarded", "job", "--permits", "0", "tok", "GET", "x"],
     ] {
         let out = output(

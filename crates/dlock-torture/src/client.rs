@@ -404,7 +404,11 @@ fn work(
         if let (Some(apply), Some(value)) = (guarded, guarded_read) {
             let client = client.to_string();
             match apply(&dlock::Guarded::new().set(GUARDED_COUNTER, value + 1)) {
-                Ok(_) => recorder.record(&Event::GuardedIncrement { client, hold }),
+                Ok(_) => recorder.record(&Event::GuardedIncrement {
+                    client,
+                    hold,
+                    value: value + 1,
+                }),
                 Err(dlock::Error::Lost { .. }) => {
                     recorder.record(&Event::GuardedRefused { client, hold })
                 }

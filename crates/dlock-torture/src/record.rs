@@ -60,7 +60,12 @@ pub enum Event {
     Increment { client: String, hold: u64 },
     /// A guarded read-modify-write of the counter kept beside the lock (`dlock`'s guarded
     /// writes) was applied: Redis found the hold held at the read and at the write.
-    GuardedIncrement { client: String, hold: u64 },
+    GuardedIncrement {
+        client: String,
+        hold: u64,
+        /// The value written: two increments that wrote the same value lost one.
+        value: u64,
+    },
     /// Its write was refused: the hold was gone when Redis checked it (a late write).
     GuardedRefused { client: String, hold: u64 },
     /// A step of work began (still believing the lock held, for a library client): the

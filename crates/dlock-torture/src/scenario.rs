@@ -1344,17 +1344,18 @@ pub fn judge(
 ) -> Outcome {
     let holds = check::holds(events, faults, config.ttl.as_nanos() as u64);
     let mut increments: HashMap<&str, u64> = HashMap::new();
-    let (mut guarded_increments, mut guarded_refused) =
-        (HashMap::<&str, u64>::new(), HashMap::<&str, u64>::new());
+    let mut guarded_written: HashMap<&str, Vec<u64>> = HashMap::new();
+    let mut guarded_refused = HashMap::<&str, u64>::new();
     for event in events {
         match event {
             Event::Increment { client, .. } => {
                 *increments.entry(check::primitive_of(client)).or_default() += 1;
             }
-            Event::GuardedIncrement { client, .. } => {
-                *guarded_increments
+            Event::GuardedIncrement { client, value, .. } => {
+                guarded_written
                     .entry(check::primitive_of(client))
-                    .or_default() += 1;
+                    .or_default()
+                    .push(*value);
             }
             Event::GuardedRefused { client, .. } => {
                 *guarded_refused
@@ -1381,9 +1382,16 @@ pub fn judge(
         );
         if let Some(guarded) = guarded {
             let name = primitive.name();
-            let applied = guarded_increments.get(name).copied().unwrap_or(0);
-            found.guarded_lost_updates =
-                applied.saturating_sub(guarded.get(name).copied().unwrap_or(0));
+            let mut written = guarded_written.get(name).cloned().unwrap_or_default();
+            let applied = written.len() as u64;
+            written.sort_unstable();
+            written.dedup();
+            // Two increments that wrote the same value: one undid the other. (Counted
+            // this way, an increment applied but not recorded, its process killed first,
+            // cannot hide a lost one.) And the final value must hold every recorded one.
+            let repeated = applied - written.len() as u64;
+            let missing = applied.saturating_sub(guarded.get(name).copied().unwrap_or(0));
+            found.guarded_lost_updates = repeated.max(missing);
             found.guarded_refused = guarded_refused.get(name).copied().unwrap_or(0);
         }
         total.add(&found);
@@ -1625,10 +1633,11 @@ mod tests {
         };
         let client = "mutex/lib-async-0.1".to_string();
         let mut events = hold_of(&client, 1_000, 1);
-        for hold in [1, 1] {
+        for value in [1, 2] {
             events.push(Event::GuardedIncrement {
                 client: client.clone(),
-                hold,
+                hold: 1,
+                value,
             });
         }
         let problems = |name: &str, events: &[Event], counter: u64| {
@@ -1652,6 +1661,14 @@ mod tests {
         assert!(!lost(problems("server-pause", &events, 2)));
         // A negative control may lose data: not its problem.
         assert!(!lost(problems("server-restart-nopersist", &events, 1)));
+        // Two increments that wrote the same value lost one, whatever the final value.
+        let mut repeated = events.clone();
+        repeated.push(Event::GuardedIncrement {
+            client: client.clone(),
+            hold: 1,
+            value: 2,
+        });
+        assert!(lost(problems("server-pause", &repeated, 3)));
 
         let refused =
             |problems: Vec<String>| problems.iter().any(|p| p.contains("no late guarded write"));

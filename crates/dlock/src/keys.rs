@@ -42,6 +42,11 @@ impl LockKeys {
                 "lock key {key:?} contains '}}' outside a Redis hash tag; remove it or use a tag like \"{{tenant}}-job\""
             )));
         }
+        if is_companion(&key) {
+            return Err(Error::InvalidArgument(format!(
+                "lock key {key:?} is the name of a key dlock keeps beside another lock (its fence, queue or data); choose a name that does not end in :fence, :queue… or contain :data: or :applied: after a hash tag"
+            )));
+        }
         let mut keys = LockKeys {
             name: name.to_string(),
             fence: String::new(),
@@ -58,6 +63,35 @@ impl LockKeys {
     pub fn companion(&self, suffix: &str) -> String {
         companion_of(&self.key, suffix)
     }
+}
+
+/// True for the keys dlock keeps beside a lock key: `{K}:fence`, the queues, the expiry
+/// index, the data of guarded writes `{K}:data:…` and their records `{K}:applied:…`.
+/// Such a key is never a lock of its own (a name that would be one is refused), so
+/// `find_locks` skips it.
+pub(crate) fn is_companion(key: &str) -> bool {
+    let in_a_slot = |base: &str| base.starts_with('{') && base.contains('}');
+    let beside = ["data", "applied"].iter().any(|infix| {
+        key.match_indices(&format!(":{infix}:"))
+            .any(|(at, _)| in_a_slot(&key[..at]))
+    });
+    beside
+        || [
+            "fence",
+            "fenced",
+            "forced",
+            "queue",
+            "queue-leases",
+            // Written by dlock before waiters' tokens named their ttl; expires by itself.
+            "queue-ttls",
+            EXPIRY_INDEX,
+        ]
+        .iter()
+        .any(|suffix| {
+            key.strip_suffix(suffix)
+                .and_then(|base| base.strip_suffix(':'))
+                .is_some_and(in_a_slot)
+        })
 }
 
 /// The suffix of the expiry index kept beside a hash of leased holds (read holds,
@@ -141,6 +175,26 @@ pub(crate) fn hash_slot(key: &str) -> u16 {
 mod tests {
     use super::hash_slot as slot;
     use super::*;
+
+    /// A name whose key would be another lock's companion (its fence, queue or data) is
+    /// refused: the two would overwrite each other. Untagged names cannot collide.
+    #[test]
+    fn names_that_are_another_locks_companions_are_refused() {
+        for name in [
+            "{t}:fence",
+            "{t}:queue",
+            "{t}:data:x",
+            "{t}-job:applied:tok",
+        ] {
+            assert!(LockKeys::new("", name).is_err(), "{name}");
+        }
+        assert!(LockKeys::new("{app}:", "x:data:y").is_err());
+        for name in ["t:fence", "data:x", "{t}:database", "{t}:reports"] {
+            assert!(LockKeys::new("", name).is_ok(), "{name}");
+        }
+        let keys = LockKeys::new("", "{t}").unwrap();
+        assert!(is_companion(&keys.companion("data:x")));
+    }
 
     #[test]
     fn crc16_matches_redis_reference_value() {

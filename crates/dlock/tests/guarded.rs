@@ -176,6 +176,11 @@ async fn bad_batches_are_refused_with_what_went_wrong() {
         Guarded::new().command("FLUSHALL", "x", &[] as &[&str]),
         Guarded::new().command("RENAME", "a", "b"),
         Guarded::new().set("", "1"),
+        // Further arguments of DEL, UNLINK and EXISTS would be keys outside the data.
+        Guarded::new().command("DEL", "a", "victim"),
+        Guarded::new().command("EXISTS", "a", ("b", "c")),
+        // More than Lua's stack passes on.
+        Guarded::new().command("RPUSH", "list", vec!["x"; dlock::MAX_GUARDED_ARGS + 1]),
     ] {
         let refused = guard.apply(&batch).await;
         assert!(
@@ -238,6 +243,25 @@ async fn a_holder_keeps_one_expiring_record() {
     assert_eq!(keys.len(), 1, "{keys:?}");
     let ttl: i64 = server.cmd(&["PTTL", &keys[0]]);
     assert!(ttl > 0 && ttl <= 20_000, "{ttl}");
+
+    // A batch of reads alone writes nothing: no record (so it also runs on a server at
+    // maxmemory); a batch with a write does.
+    let reader = client
+        .mutex_with("reads", fixed(Duration::from_secs(20)))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let replies = reader
+        .apply(&Guarded::new().get("n").command("LLEN", "l", &[] as &[&str]))
+        .await
+        .unwrap();
+    assert_eq!(replies, [Value::Nil, Value::Int(0)]);
+    let keys: Vec<String> = server.cmd(&["KEYS", "{reads}:*"]);
+    assert!(keys.is_empty(), "a read batch wrote {keys:?}");
+    reader.apply(&Guarded::new().incr_by("n", 1)).await.unwrap();
+    let keys: Vec<String> = server.cmd(&["KEYS", "{reads}:applied:*"]);
+    assert_eq!(keys.len(), 1, "a write batch keeps its record");
 }
 
 /// Many tasks of two clients increment one counter with a guarded read, then a guarded

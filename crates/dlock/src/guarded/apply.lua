@@ -3,8 +3,10 @@
 -- KEYS[1] lock key; KEYS[2] the holder's record of its last batch; KEYS[3..] one data key
 -- per command, in order.
 -- ARGV[1] kind ('s', 'r', 'e'; see holds.lua); ARGV[2] token; ARGV[3] the batch's id;
--- ARGV[4] how long the record is kept (ms); ARGV[5] how many commands; then per command
--- its name, its count of arguments after the key, and those arguments.
+-- ARGV[4] how long the record is kept (ms; 0: a batch of reads, which is not recorded);
+-- ARGV[5] how many commands; then per command its name, its count of arguments after the
+-- key, and those arguments (checked by the caller: single-key commands, at most 4096
+-- arguments each, within what Lua's stack passes on).
 -- Returns {1, replies} applied; {0} not held (nothing applied); {2, n, error} the n-th
 -- command was refused (those before it stay applied: Redis has no rollback, as in MULTI).
 --
@@ -44,5 +46,7 @@ for n = 1, tonumber(ARGV[5]) do
   replies[n] = reply
 end
 answer = answer or {1, replies}
-redis.call('SET', KEYS[2], ARGV[3] .. ' ' .. cmsgpack.pack(answer), 'PX', ARGV[4])
+if ARGV[4] ~= '0' then
+  redis.call('SET', KEYS[2], ARGV[3] .. ' ' .. cmsgpack.pack(answer), 'PX', ARGV[4])
+end
 return answer

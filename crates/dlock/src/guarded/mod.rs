@@ -22,9 +22,9 @@ static APPLY: LazyLock<LuaScript> = lua_script!(
 
 /// The commands a [`Guarded`] batch may run. Each takes one key, its first argument, and
 /// names no other key (the batch's keys must be known before it runs: a cluster routes by
-/// them, and the script may touch no others).
+/// them, and the script may touch no others); those that would take more keys (`DEL`,
+/// `UNLINK`, `EXISTS`) take no arguments after the key here.
 pub const GUARDED_COMMANDS: &[&str] = &[
-    // strings
     "GET",
     "SET",
     "GETDEL",
@@ -38,7 +38,6 @@ pub const GUARDED_COMMANDS: &[&str] = &[
     "INCRBYFLOAT",
     "DECR",
     "DECRBY",
-    // any key
     "DEL",
     "UNLINK",
     "EXISTS",
@@ -50,7 +49,6 @@ pub const GUARDED_COMMANDS: &[&str] = &[
     "PERSIST",
     "TTL",
     "PTTL",
-    // hashes
     "HGET",
     "HMGET",
     "HGETALL",
@@ -63,7 +61,6 @@ pub const GUARDED_COMMANDS: &[&str] = &[
     "HKEYS",
     "HVALS",
     "HLEN",
-    // lists
     "LPUSH",
     "RPUSH",
     "LPOP",
@@ -74,13 +71,11 @@ pub const GUARDED_COMMANDS: &[&str] = &[
     "LSET",
     "LREM",
     "LTRIM",
-    // sets
     "SADD",
     "SREM",
     "SMEMBERS",
     "SISMEMBER",
     "SCARD",
-    // sorted sets
     "ZADD",
     "ZREM",
     "ZINCRBY",
@@ -89,6 +84,46 @@ pub const GUARDED_COMMANDS: &[&str] = &[
     "ZCARD",
     "ZRANK",
 ];
+
+/// The commands of [`GUARDED_COMMANDS`] that take nothing after the key: the multi-key
+/// ones (whose further arguments would be keys) and those that take no arguments.
+const KEY_ONLY: &[&str] = &[
+    "GET", "GETDEL", "STRLEN", "INCR", "DECR", "DEL", "UNLINK", "EXISTS", "TYPE", "PERSIST", "TTL",
+    "PTTL", "HGETALL", "HKEYS", "HVALS", "HLEN", "LLEN", "SMEMBERS", "SCARD", "ZCARD",
+];
+
+/// The commands of [`GUARDED_COMMANDS`] that only read: a batch of them alone is not
+/// recorded for a resend (running it twice changes nothing), so it writes nothing.
+const READS: &[&str] = &[
+    "GET",
+    "STRLEN",
+    "GETRANGE",
+    "EXISTS",
+    "TYPE",
+    "TTL",
+    "PTTL",
+    "HGET",
+    "HMGET",
+    "HGETALL",
+    "HEXISTS",
+    "HKEYS",
+    "HVALS",
+    "HLEN",
+    "LRANGE",
+    "LLEN",
+    "LINDEX",
+    "SMEMBERS",
+    "SISMEMBER",
+    "SCARD",
+    "ZSCORE",
+    "ZRANGE",
+    "ZCARD",
+    "ZRANK",
+];
+
+/// Most arguments one command of a batch may have after its key (the script passes them
+/// on Lua's stack, which holds about 8 000): split a larger `RPUSH` or `HSET`.
+pub const MAX_GUARDED_ARGS: usize = 4096;
 
 /// Redis commands on data kept beside a lock, applied together by
 /// [`Guard::apply`](crate::Guard::apply) only while the hold is still held, or not at all.
@@ -223,8 +258,28 @@ impl Guarded {
                     command.name
                 )));
             }
+            if KEY_ONLY.contains(&command.name.as_str()) && !command.args.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "{} in a guarded batch takes only its data key; for several keys, use one {} per key",
+                    command.name, command.name
+                )));
+            }
+            if command.args.len() > MAX_GUARDED_ARGS {
+                return Err(Error::InvalidArgument(format!(
+                    "{} in a guarded batch has {} arguments after its key; the most is {MAX_GUARDED_ARGS}: split it into several commands",
+                    command.name,
+                    command.args.len()
+                )));
+            }
         }
         Ok(())
+    }
+
+    /// True when a command writes (a batch of reads alone needs no resend record).
+    fn writes(&self) -> bool {
+        self.commands
+            .iter()
+            .any(|command| !READS.contains(&command.name.as_str()))
     }
 }
 
@@ -271,7 +326,7 @@ pub(crate) async fn apply(
         .arg(kind.code())
         .arg(token)
         .arg(&id)
-        .arg(record_ms.max(1))
+        .arg(if batch.writes() { record_ms.max(1) } else { 0 })
         .arg(batch.commands.len());
     for command in &batch.commands {
         call = call.key(data_key(keys, &command.key));
@@ -292,8 +347,6 @@ pub(crate) async fn apply(
             name: keys.name.clone(),
         }),
         [redis::Value::Int(1), redis::Value::Array(replies)] => Ok(replies.clone()),
-        // An empty batch's replies: Lua's empty table.
-        [redis::Value::Int(1)] => Ok(Vec::new()),
         [redis::Value::Int(2), redis::Value::Int(n), reason] => {
             let n = *n as usize;
             let command = batch.commands.get(n.wrapping_sub(1));

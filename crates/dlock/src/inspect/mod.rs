@@ -169,7 +169,7 @@ impl Client {
             let Some(name) = key.strip_prefix(self.prefix()) else {
                 continue;
             };
-            if is_companion(&key) {
+            if crate::keys::is_companion(&key) {
                 continue;
             }
             let Ok(info) = self.inspect(name).await else {
@@ -212,46 +212,19 @@ impl Client {
     }
 }
 
-/// True for the companion keys dlock keeps beside a lock key (`{K}:fence`, queues, the
-/// data of guarded writes `{K}:data:…` and their records `{K}:applied:…`).
-fn is_companion(key: &str) -> bool {
-    let in_a_slot = |base: &str| base.starts_with('{') && base.contains('}');
-    let beside = ["data", "applied"].iter().any(|infix| {
-        key.match_indices(&format!(":{infix}:"))
-            .any(|(at, _)| in_a_slot(&key[..at]))
-    });
-    beside
-        || [
-            "fence",
-            "fenced",
-            "forced",
-            "queue",
-            "queue-leases",
-            // Written by dlock before waiters' tokens named their ttl; expires by itself.
-            "queue-ttls",
-            crate::keys::EXPIRY_INDEX,
-        ]
-        .iter()
-        .any(|suffix| {
-            key.strip_suffix(suffix)
-                .and_then(|base| base.strip_suffix(':'))
-                .is_some_and(in_a_slot)
-        })
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn companions_are_recognised() {
-        assert!(super::is_companion("{job}:fence"));
-        assert!(super::is_companion("{job}:queue-leases"));
-        assert!(super::is_companion("{job}:expiry"));
-        assert!(super::is_companion("{tenant}-job:queue"));
-        assert!(super::is_companion("{job}:data:balance"));
-        assert!(super::is_companion("{tenant}-job:data:a:b"));
-        assert!(super::is_companion("{job}:applied:a1b2c3d4.0123"));
-        assert!(!super::is_companion("job:data:balance"));
-        assert!(!super::is_companion("job"));
-        assert!(!super::is_companion("reports:fence"));
+        assert!(crate::keys::is_companion("{job}:fence"));
+        assert!(crate::keys::is_companion("{job}:queue-leases"));
+        assert!(crate::keys::is_companion("{job}:expiry"));
+        assert!(crate::keys::is_companion("{tenant}-job:queue"));
+        assert!(crate::keys::is_companion("{job}:data:balance"));
+        assert!(crate::keys::is_companion("{tenant}-job:data:a:b"));
+        assert!(crate::keys::is_companion("{job}:applied:a1b2c3d4.0123"));
+        assert!(!crate::keys::is_companion("job:data:balance"));
+        assert!(!crate::keys::is_companion("job"));
+        assert!(!crate::keys::is_companion("reports:fence"));
     }
 }
