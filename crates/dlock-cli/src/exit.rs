@@ -46,7 +46,8 @@ EXIT CODES:
          replicas acknowledged a grant or extend within --replica-timeout, and
          the lock was given back (nothing is held)
     70   the lock was lost while the command ran (`run`)
-    74   `acquire` could not print the token (stdout closed); nothing was left held
+    74   `acquire` could not print the token (stdout closed); nothing was left held;
+         `guarded`: stdout closed (nothing applied) or the reply unwritable (applied)
     75   not acquired within the wait budget (busy); -E N changes it
     76   Redis refused the request (wrong credentials, ACL, out of memory,
          read-only replica, script error; for guarded, the command on the

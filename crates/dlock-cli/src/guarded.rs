@@ -19,12 +19,16 @@ EXAMPLES:
     dlock guarded job \"$token\" HSET status state running
     dlock guarded --json job \"$token\" HGETALL status
 
-The data key KEY is stored as {NAME}:data:KEY, in the lock's hash slot. The command runs
+The data key KEY is stored as {NAME}:data:KEY (with --prefix P: {PNAME}:data:KEY; a name
+with a hash tag keeps it: {t}:job:data:KEY), in the lock's hash slot. The command runs
 only if TOKEN still holds NAME (checked by the same script on the server); otherwise
 nothing is applied and dlock exits 77. Commands: any of GET SET INCRBY HSET HGETALL RPUSH
 SADD ZADD DEL PEXPIRE ... that take one key (`dlock guarded --commands` lists them).
-The reply is printed one value a line (nothing for a missing value), or as JSON (use
---json for values that are not single lines of text). Flags may come anywhere; a value
+The reply is printed one value a line (nothing for a missing value; an empty line for
+one inside an array), or as JSON (use --json for values that are not single lines of
+text). A nested `dlock` inside `dlock run` finds the same server and prefix only through
+the environment (DLOCK_REDIS, DLOCK_PREFIX, ...), not through flags given to `dlock run`,
+and needs the kind flag the lock was taken with (--read, --permits N, ...). Flags may come anywhere; a value
 that starts with '-' and is not a number goes after `--`: `dlock guarded job T SADD s --
 -x`. Send one command at a time per token: a resend after a dropped connection is
 recognised only as the token's latest write. Integers beyond 2^53 come back rounded
@@ -32,10 +36,15 @@ recognised only as the token's latest write. Integers beyond 2^53 come back roun
 
 EXIT CODES:
     0    applied; the reply is printed
-    64   invalid arguments (a command outside the list, an empty key)
+    64   invalid arguments (a command outside the list, an empty key, DEL with several
+         keys, several --redis masters)
+    65   NAME is held by another kind of lock: pass the kind flag TOKEN was taken
+         with (--read, --write, --permits N); nothing was applied
     69   Redis unreachable
+    74   standard output is closed (nothing was applied), or the reply could not be
+         written (the command WAS applied)
     76   Redis refused the command (the data key holds another type, a value is
-         not a number, an ACL, maxmemory); the hold is untouched
+         not a number, wrong arguments, an ACL, maxmemory); the hold is untouched
     77   TOKEN does not hold NAME (expired, released or taken): nothing was applied";
 
 #[derive(Args, Debug, Clone)]
@@ -81,6 +90,12 @@ impl GuardedArgs {
 /// Applies the command while the hold is held and prints its reply; `Lost` (exit 77)
 /// with nothing applied when it is not.
 pub async fn guarded(locks: &Locks, args: &GuardedArgs) -> dlock::Result<i32> {
+    // A reply nobody can read (a popped value, a counter's new value) would be lost with
+    // the write applied: apply nothing.
+    if !crate::stdout_is_open() {
+        eprintln!("dlock: standard output is closed: nowhere to print the reply, so nothing was applied\n  hint: give dlock guarded a standard output (redirect it to /dev/null to drop the reply)");
+        return Ok(crate::exit::IO_ERROR);
+    }
     let (name, token) = (
         args.name.as_deref().unwrap_or_default(),
         args.token.as_deref().unwrap_or_default(),
@@ -92,10 +107,14 @@ pub async fn guarded(locks: &Locks, args: &GuardedArgs) -> dlock::Result<i32> {
         json(&reply).to_string() + "\n"
     } else {
         let mut lines = String::new();
-        plain(&reply, &mut lines);
+        plain(&reply, &mut lines, 0);
         lines
     };
-    Ok(crate::exit::emit(&text))
+    let code = crate::exit::emit(&text);
+    if code == crate::exit::IO_ERROR {
+        eprintln!("dlock: the command was applied; only its reply was not printed (do not apply it again)");
+    }
+    Ok(code)
 }
 
 /// `--commands`: the commands a guarded write may run, one a line (no Redis needed).
@@ -103,15 +122,19 @@ pub fn list_commands() -> i32 {
     crate::exit::emit(&(dlock::GUARDED_COMMANDS.join("\n") + "\n"))
 }
 
-/// A reply as lines: a value a line, an array's elements each on their own, nothing for
-/// a missing value.
-fn plain(reply: &Value, out: &mut String) {
+/// A reply as lines: a value a line, an array's elements each on their own; nothing for
+/// a missing value, but an empty line for one inside an array (`HMGET`), which keeps the
+/// others on their lines.
+fn plain(reply: &Value, out: &mut String, depth: usize) {
     match reply {
-        Value::Nil => {}
-        Value::Array(items) | Value::Set(items) => items.iter().for_each(|item| plain(item, out)),
+        Value::Nil if depth == 0 => {}
+        Value::Nil => out.push('\n'),
+        Value::Array(items) | Value::Set(items) => {
+            items.iter().for_each(|item| plain(item, out, depth + 1))
+        }
         Value::Map(pairs) => pairs.iter().for_each(|(key, value)| {
-            plain(key, out);
-            plain(value, out);
+            plain(key, out, depth + 1);
+            plain(value, out, depth + 1);
         }),
         other => {
             out.push_str(&scalar(other));

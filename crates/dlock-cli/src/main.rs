@@ -598,7 +598,7 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
         if !args.commands {
             return Err((
                 "guarded writes cannot be used with several --redis URLs (Redlock): a Redlock hold spans several masters, and no one script can check it".into(),
-                "keep the data on the server of a lock on one server (one --redis URL, --cluster or --sentinel)",
+                "keep the data beside a lock on one server (one --redis URL, --cluster or --sentinel)",
             ));
         }
     }
@@ -735,7 +735,7 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
         Command::Release { force: false, .. } | Command::Extend { .. } | Command::Guarded(_)
     );
     if matches!(cli.command, Command::Guarded(_)) && matches!(err, dlock::Error::Refused { .. }) {
-        hint = "the command failed on the data (the server's words above): check the data key's type and value; the hold is untouched";
+        hint = "Redis refused the command (its words above): a data key of another type, a value that is not a number, wrong arguments for the command, or the ACL or maxmemory; the hold is untouched";
     }
     if by_token && matches!(err, dlock::Error::WrongType { .. }) {
         hint = "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)";
@@ -1170,7 +1170,7 @@ async fn acquire(
 /// False when file descriptor 1 was closed (`>&-`). Rust's runtime reopens a closed
 /// standard descriptor on /dev/null, read-write, before `main`; a shell's `>/dev/null`
 /// opens it write-only. So a read-write /dev/null on fd 1 means "closed".
-fn stdout_is_open() -> bool {
+pub fn stdout_is_open() -> bool {
     // SAFETY: fcntl and fstat only query; the stat buffers are plain data.
     unsafe {
         let flags = libc::fcntl(1, libc::F_GETFL);

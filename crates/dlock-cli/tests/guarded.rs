@@ -137,18 +137,45 @@ fn replies_print_for_scripts_and_as_json() {
     assert_eq!(stdout(&mut guarded(&["incrby", "n", "-3"])), "-3\n");
     // A flag after the arguments is a flag, not a value written to the data; another
     // value that starts with '-' goes after `--`.
-    assert_eq!(stdout(&mut guarded(&["RPUSH", "log", "one", "--json"])), "1\n");
-    assert_eq!(stdout(&mut guarded(&["RPUSH", "log", "--", "-x", "--json"])), "3\n");
+    assert_eq!(
+        stdout(&mut guarded(&["RPUSH", "log", "one", "--json"])),
+        "1\n"
+    );
+    assert_eq!(
+        stdout(&mut guarded(&["RPUSH", "log", "--", "-x", "--json"])),
+        "3\n"
+    );
     assert_eq!(
         stdout(&mut guarded(&["--json", "LRANGE", "log", "0", "-1"])),
         "[\"one\",\"-x\",\"--json\"]\n"
     );
     assert_eq!(code(&mut guarded(&["SADD", "s", "-x"])), 64);
-    // Without the kind flag the token is looked for as a string hold: not held.
+    // An array's missing values keep their lines.
     assert_eq!(
-        code(dlock(&server).args(["guarded", "cfg", &token, "GET", "n"])),
-        77
+        stdout(&mut guarded(&["HMGET", "h", "a", "nope", "b"])),
+        "1\n\ntwo words\n"
     );
+    // Without the kind flag the token is looked for as a string hold, and the name holds
+    // read holds: exit 65, and the hint names the kind flags.
+    let wrong_kind = output(dlock(&server).args(["guarded", "cfg", &token, "GET", "n"]));
+    assert_eq!(wrong_kind.status.code(), Some(65));
+    assert!(String::from_utf8_lossy(&wrong_kind.stderr).contains("--read"));
+    // Nowhere to print the reply: nothing is applied (exit 74).
+    let closed = guarded(&["SET", "never", "1"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(closed.code(), Some(0), "a null stdout is open");
+    let mut closed = guarded(&["SET", "closed", "1"]);
+    // SAFETY: closing fd 1 in the child before exec only affects the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut closed, || {
+            libc::close(1);
+            Ok(())
+        });
+    }
+    assert_eq!(closed.status().unwrap().code(), Some(74));
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "{cfg}:data:closed"]), 0);
 }
 
 /// Bad input is refused before any connection (exit 64, even with Redis down); a command

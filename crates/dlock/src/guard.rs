@@ -192,7 +192,14 @@ impl<R: RawLock> Guard<R> {
     /// guard are applied one at a time, in the order they are called.
     pub async fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
         let _one_at_a_time = self.applying.lock().await;
-        let applied = crate::guarded::apply_for(&self.raw, &self.token, batch).await;
+        let applied = match crate::guarded::apply_for(&self.raw, &self.token, batch).await {
+            // This guard's kind is the one it took: another kind at the key took the name
+            // after this hold ended.
+            Err(Error::WrongType { .. }) => Err(Error::Lost {
+                name: self.raw.name().to_string(),
+            }),
+            other => other,
+        };
         if matches!(applied, Err(Error::Lost { .. })) {
             signal::declare_lost(&self.held.cell, LostReason::Taken);
         }

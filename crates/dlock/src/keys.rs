@@ -70,7 +70,9 @@ impl LockKeys {
 /// Such a key is never a lock of its own (a name that would be one is refused), so
 /// `find_locks` skips it.
 pub(crate) fn is_companion(key: &str) -> bool {
-    let in_a_slot = |base: &str| base.starts_with('{') && base.contains('}');
+    // The base is a lock key whose companions keep its slot: one with a hash tag
+    // (an untagged key's companions are `{key}:…`, which has one).
+    let in_a_slot = has_hash_tag;
     let beside = ["data", "applied"].iter().any(|infix| {
         key.match_indices(&format!(":{infix}:"))
             .any(|(at, _)| in_a_slot(&key[..at]))
@@ -194,6 +196,10 @@ mod tests {
         }
         let keys = LockKeys::new("", "{t}").unwrap();
         assert!(is_companion(&keys.companion("data:x")));
+        // A tag anywhere: job{x}'s companions are job{x}:fence, job{x}:data:…
+        let keys = LockKeys::new("", "job{x}").unwrap();
+        assert!(is_companion(&keys.companion("data:a")) && is_companion(&keys.fence));
+        assert!(LockKeys::new("", "job{x}:data:a").is_err());
     }
 
     #[test]

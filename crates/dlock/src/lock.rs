@@ -163,9 +163,11 @@ impl<R: RawLock> Lock<R> {
 
     /// Applies `batch` while the hold `token` of this kind is held (for example one
     /// printed by `dlock acquire`), as [`Guard::apply`](crate::Guard::apply) does;
-    /// [`Error::Lost`](crate::Error::Lost), with nothing applied, when it is not. Send one
-    /// batch at a time per token: a resend after a lost reply is recognised only as the
-    /// token's latest batch.
+    /// [`Error::Lost`](crate::Error::Lost), with nothing applied, when it is not, or
+    /// [`Error::WrongType`](crate::Error::WrongType) when another kind holds the name (the
+    /// token may have been taken as another kind: a read hold, a permit). Send one batch
+    /// at a time per token: a resend after a lost reply is recognised only as the token's
+    /// latest batch.
     pub async fn apply_token(
         &self,
         token: &str,

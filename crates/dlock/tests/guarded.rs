@@ -136,26 +136,35 @@ async fn every_kind_applies_while_held_and_refuses_after() {
     }
 }
 
-/// Another kind holding the name now: the token is not held, nothing is applied.
+/// Another kind holding the name now: nothing is applied; by token the error names the
+/// kind found (the token may be of another kind: pass its kind), through a guard the
+/// hold is lost.
 #[tokio::test]
 async fn a_token_of_one_kind_is_not_held_under_another() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let options = fixed(Duration::from_secs(20));
-    let mutex = client.mutex_with("clash", options).unwrap();
+    let mutex = client
+        .mutex_with("clash", fixed(Duration::from_millis(300)))
+        .unwrap();
     let guard = mutex.try_lock().await.unwrap();
-    let token = guard.into_token();
-    mutex.release_token(&token).await.unwrap();
+    let token = guard.token().to_string();
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let _permit = client
-        .semaphore_with("clash", 2, options)
+        .semaphore_with("clash", 2, fixed(Duration::from_secs(20)))
         .unwrap()
         .try_lock()
         .await
         .unwrap();
-    let late = mutex
+    let by_token = mutex
         .apply_token(&token, &Guarded::new().set("x", "1"))
         .await;
-    assert!(matches!(late, Err(Error::Lost { .. })), "{late:?}");
+    assert!(
+        matches!(by_token, Err(Error::WrongType { .. })),
+        "{by_token:?}"
+    );
+    let by_guard = guard.apply(&Guarded::new().set("x", "1")).await;
+    assert!(matches!(by_guard, Err(Error::Lost { .. })), "{by_guard:?}");
+    assert_eq!(guard.lost_signal().lost(), Some(LostReason::Taken));
     let exists: i64 = server.cmd(&["EXISTS", &mutex.data_key("x")]);
     assert_eq!(exists, 0);
 }

@@ -7,8 +7,9 @@
 -- ARGV[5] how many commands; then per command its name, its count of arguments after the
 -- key, and those arguments (checked by the caller: single-key commands, at most 4096
 -- arguments each, within what Lua's stack passes on).
--- Returns {1, replies} applied; {0} not held (nothing applied); {2, n, error} the n-th
--- command was refused (those before it stay applied: Redis has no rollback, as in MULTI).
+-- Returns {1, replies} applied; {0} not held (nothing applied); {3} not held, and the key
+-- holds another kind of lock (nothing applied); {2, n, error} the n-th command was refused
+-- (those before it stay applied: Redis has no rollback, as in MULTI).
 --
 -- Safe to run twice: the record keeps the batch's id and what the batch answered, so a
 -- resend after a lost reply answers the same again and applies nothing more. One holder
@@ -24,7 +25,7 @@ end
 local ok, held = pcall(hold_state, ARGV[1], KEYS[1], ARGV[2], now_ms())
 if not ok then
   if is_type_error(held) then
-    return {0} -- another kind holds the key now: not us
+    return {3} -- another kind holds the key now: not us (or the caller named the wrong kind)
   end
   reraise(held)
 end

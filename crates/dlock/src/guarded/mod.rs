@@ -129,7 +129,9 @@ pub const MAX_GUARDED_ARGS: usize = 4096;
 /// [`Guard::apply`](crate::Guard::apply) only while the hold is still held, or not at all.
 ///
 /// Each command names a *data key*, which dlock places in the lock's hash slot as
-/// `{NAME}:data:KEY` ([`Guard::data_key`](crate::Guard::data_key) gives the whole name),
+/// `{NAME}:data:KEY` (with the client's prefix in the braces; a name with a hash tag of its
+/// own keeps it: `{t}:job:data:KEY`; [`Guard::data_key`](crate::Guard::data_key) gives
+/// the whole name),
 /// so one script can check the hold and write the data on any deployment, a Redis
 /// Cluster included. The commands are those of [`GUARDED_COMMANDS`] (reads too: a read in
 /// a batch sees the data as the holder left it).
@@ -346,6 +348,9 @@ pub(crate) async fn apply(
         [redis::Value::Int(0)] => Err(Error::Lost {
             name: keys.name.clone(),
         }),
+        // Named by the caller: for a guard, the hold is simply gone; for a token, the
+        // kind it was taken as may differ from the handle's.
+        [redis::Value::Int(3)] => Err(client.wrong_type(&keys.key, kind.wanted()).await),
         [redis::Value::Int(1), redis::Value::Array(replies)] => Ok(replies.clone()),
         [redis::Value::Int(2), redis::Value::Int(n), reason] => {
             let n = *n as usize;
