@@ -199,9 +199,34 @@ fn harness(cli: Cli) -> i32 {
     }
     scenario::catch_interrupts();
     let mut outcomes = Vec::new();
+    // On a terminal, a bar per scenario with its round; otherwise a plain line per
+    // scenario (indicatif draws nothing where stderr is not a terminal).
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     for (index, scenario) in chosen.iter().enumerate() {
-        eprintln!("[{}/{}] {} ...", index + 1, chosen.len(), scenario.name);
-        let outcome = scenario::run(scenario, &config);
+        let title = format!("[{}/{}] {}", index + 1, chosen.len(), scenario.name);
+        let progress = indicatif::ProgressBar::new(1);
+        if terminal {
+            progress.set_style(
+                indicatif::ProgressStyle::with_template(&format!(
+                    "{title} {{bar:20}} {{pos}}/{{len}} {{msg}} {{elapsed}}"
+                ))
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            progress.enable_steady_tick(std::time::Duration::from_secs(1));
+        } else {
+            progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            eprintln!("{title} ...");
+        }
+        let outcome = scenario::run(scenario, &config, &progress);
+        progress.finish_and_clear();
+        if terminal {
+            let verdict = match outcome.ok {
+                Some(true) => "ok",
+                Some(false) => "FAILED",
+                None => "not judged",
+            };
+            eprintln!("{title}: {verdict} ({:.0} s)", outcome.seconds);
+        }
         if let Some(signal) = scenario::interrupted() {
             // run() has already killed its clients and stopped its servers.
             eprintln!("dlock-torture: interrupted by signal {signal}; every process it started is stopped");

@@ -575,7 +575,9 @@ impl Drop for KillLive {
 }
 
 /// Runs one scenario.
-pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
+/// Runs one scenario; `progress` is told each step (the calm start, each fault round, the
+/// clients stopping, the judging) with its length set to their number.
+pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressBar) -> Outcome {
     let started = mono_ns();
     if let Some(pending) = scenario.pending {
         return Outcome::unjudged(scenario, 0.0, Some(pending));
@@ -638,17 +640,23 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
             slots.push(run.spawn_slot(primitive, kind, slot));
         }
     }
+    progress.set_length(u64::from(config.rounds) + 3);
+    progress.set_message("calm start");
     sleep(ttl * 2);
+    progress.inc(1);
     let mut faults = Faults::default();
     for index in 0..config.rounds {
         if interrupted().is_some() {
             break;
         }
+        progress.set_message(format!("round {}/{}", index + 1, config.rounds));
         let round_start = mono_ns();
         inject(scenario.fault, index, &run, &mut servers, &mut faults);
         let spent = Duration::from_nanos(mono_ns() - round_start);
         sleep(round.saturating_sub(spent));
+        progress.inc(1);
     }
+    progress.set_message("clients stopping");
     // The clients stop by themselves (library clients at `until_ns`, each `dlock run`
     // within its wait); past a generous bound, whatever still runs is killed.
     slots.append(&mut run.extra.lock().unwrap());
@@ -664,6 +672,8 @@ pub fn run(scenario: &Scenario, config: &Config) -> Outcome {
         // Nothing to judge (a Ctrl-C reached the servers too); the caller exits 128+N.
         return Outcome::unjudged(scenario, (mono_ns() - started) as f64 / 1e9, None);
     }
+    progress.inc(1);
+    progress.set_message("judging");
     let events = record::read_all(dir.path()).expect("read the records");
     let counters = final_counters(&store, &config.primitives);
     let guarded = servers.guarded_counters(&config.primitives);
