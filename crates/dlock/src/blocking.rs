@@ -187,6 +187,19 @@ impl Client {
         Client::connect_with(crate::Client::builder(url))
     }
 
+    /// The leader election `name` with default options (see [`crate::Client::election`]).
+    pub fn election(&self, name: &str) -> Result<Election> {
+        self.election_with(name, LockOptions::default().wait(crate::Wait::Forever))
+    }
+
+    /// The leader election `name` with `options` for its leaders' lock.
+    pub fn election_with(&self, name: &str, options: LockOptions) -> Result<Election> {
+        Ok(Election {
+            inner: self.inner.election_with(name, options)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     blocking_constructors! {
         /// A mutex with default options (30 s lease renewed automatically, wait forever).
         mutex / mutex_with () -> Mutex;
@@ -641,5 +654,105 @@ impl LostHolds {
     /// How many reports this watcher missed by falling too far behind.
     pub fn missed(&self) -> u64 {
         self.inner.missed()
+    }
+}
+
+/// A leader election: the blocking form of [`crate::Election`].
+#[derive(Clone, Debug)]
+pub struct Election {
+    inner: crate::Election,
+    runtime: Arc<Runtime>,
+}
+
+impl Election {
+    /// Waits to become leader, then proclaims `value` (see [`crate::Election::campaign`]).
+    pub fn campaign(&self, value: &str) -> Result<Leadership> {
+        Ok(Leadership {
+            inner: Some(self.runtime.block_on(self.inner.campaign(value))?),
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// The current leader, without campaigning.
+    pub fn leader(&self) -> Result<Option<crate::Leader>> {
+        self.runtime.block_on(self.inner.leader())
+    }
+
+    /// A cursor over the leader's changes (see [`crate::Election::observe`]).
+    pub fn observe(&self) -> Observer {
+        Observer {
+            inner: self.inner.observe(),
+            runtime: self.runtime.clone(),
+        }
+    }
+}
+
+/// Leading an election: the blocking form of [`crate::Leadership`]. Dropping it resigns
+/// in the background.
+#[must_use = "dropping a leadership resigns at once (in the background)"]
+pub struct Leadership {
+    inner: Option<crate::Leadership>,
+    runtime: Arc<Runtime>,
+}
+
+impl Leadership {
+    fn get(&self) -> &crate::Leadership {
+        self.inner.as_ref().expect("held until resign")
+    }
+
+    /// The term: this leadership's fencing token.
+    pub fn term(&self) -> u64 {
+        self.get().term()
+    }
+
+    /// The value last proclaimed.
+    pub fn value(&self) -> &str {
+        self.get().value()
+    }
+
+    /// Whether the leadership may have been lost by now (does not block).
+    pub fn lost(&self) -> Option<LostReason> {
+        self.get().lost_signal().lost()
+    }
+
+    /// The lost signal (to wait on from another thread or runtime).
+    pub fn lost_signal(&self) -> LostSignal {
+        self.get().lost_signal()
+    }
+
+    /// Records a new value (see [`crate::Leadership::proclaim`]).
+    pub fn proclaim(&mut self, value: &str) -> Result<()> {
+        let runtime = self.runtime.clone();
+        let inner = self.inner.as_mut().expect("held until resign");
+        runtime.block_on(inner.proclaim(value))
+    }
+
+    /// Steps down (see [`crate::Leadership::resign`]).
+    pub fn resign(mut self) -> Result<()> {
+        let inner = self.inner.take().expect("held until resign");
+        self.runtime.block_on(inner.resign())
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            // Its drop resigns on the client's runtime, in the background.
+            let _enter = self.runtime.enter();
+            drop(inner);
+        }
+    }
+}
+
+/// Follows an election's leader: the blocking form of [`crate::Observer`].
+pub struct Observer {
+    inner: crate::Observer,
+    runtime: Arc<Runtime>,
+}
+
+impl Observer {
+    /// The current leader the first time; afterwards, blocks until it changes.
+    pub fn next(&mut self) -> Result<Option<crate::Leader>> {
+        self.runtime.block_on(self.inner.next())
     }
 }

@@ -82,6 +82,7 @@ pub(crate) fn is_companion(key: &str) -> bool {
             "fence",
             "fenced",
             "forced",
+            "leader",
             "queue",
             "queue-leases",
             // Written by dlock before waiters' tokens named their ttl; expires by itself.

@@ -43,6 +43,7 @@ mod any;
 mod backend;
 pub mod blocking;
 mod client;
+mod election;
 mod error;
 mod guard;
 mod guarded;
@@ -74,6 +75,7 @@ pub use client::{
     Client, ClientBuilder, RawConnection, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     MAX_HOLDER_LABEL, MAX_TIMEOUT,
 };
+pub use election::{Election, Leader, Leadership, Observer};
 pub use error::{Error, Result};
 pub use guard::Guard;
 pub use guarded::{Guarded, GUARDED_COMMANDS, MAX_GUARDED_ARGS};

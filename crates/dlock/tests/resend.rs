@@ -139,6 +139,14 @@ async fn single_node(client: &Client, server: &RedisServer) {
         .unwrap();
     permit.unlock().await.unwrap();
 
+    // Leader election: campaign (proclaim), look, proclaim again, resign.
+    let election = client.election_with("leaders", long).unwrap();
+    let mut leading = election.campaign("a").await.unwrap();
+    leading.proclaim("b").await.unwrap();
+    assert_eq!(election.leader().await.unwrap().unwrap().value, "b");
+    leading.resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
+
     // Renewal by the client's renewer.
     let renewed = client
         .mutex_with("renewed", manual(300).renewed(Duration::from_millis(300)))
