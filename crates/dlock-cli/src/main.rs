@@ -2,6 +2,7 @@
 
 mod bench;
 mod duration;
+mod elect;
 mod exit;
 mod guarded;
 mod hold;
@@ -184,6 +185,13 @@ enum Command {
         #[arg(long, value_parser = duration::parse)]
         ttl: Duration,
     },
+    /// Wait to lead the election NAME, then run a command while leader (with DLOCK_TERM),
+    /// proclaiming --value; exit with the command's exit code
+    #[command(after_help = elect::ELECT_HELP)]
+    Elect(elect::ElectArgs),
+    /// Show who leads the election NAME (TERM VALUE), once or at each change (--watch)
+    #[command(after_help = elect::LEADER_HELP)]
+    Leader(elect::LeaderArgs),
     /// Run one Redis command on the lock's data only while the hold TOKEN is held, and
     /// print its reply (KEY is stored as {NAME}:data:KEY)
     #[command(after_help = guarded::HELP)]
@@ -594,6 +602,12 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
             "leave out the kind flag to use the mutex over every master, or give one --redis URL (or --cluster, --sentinel) for that kind",
         ));
     }
+    if let Command::Elect(_) | Command::Leader(_) = &cli.command {
+        return Err((
+            "leader election cannot be used with several --redis URLs (Redlock) yet: its record and messages live on one server".into(),
+            "give one --redis URL (or --cluster, --sentinel)",
+        ));
+    }
     if let Command::Guarded(args) = &cli.command {
         if !args.commands {
             return Err((
@@ -809,6 +823,13 @@ fn check(cli: &Cli) -> dlock::Result<()> {
             args.lease.options(cli.replication())?;
             run::check(args)
         }
+        Command::Elect(args) => {
+            let args = args.run_args();
+            name(&args.name)?;
+            args.lease.options(cli.replication())?;
+            run::check(&args)
+        }
+        Command::Leader(args) => name(&args.name),
         Command::Acquire {
             name: n,
             lease,
@@ -1048,7 +1069,27 @@ async fn dispatch(
         Locks::Redlock(_) => None,
     };
     match &cli.command {
-        Command::Run(args) => run::run(locks, args.clone(), cli.replication()).await,
+        Command::Run(args) => run::run(locks, args.clone(), cli.replication(), None).await,
+        Command::Elect(args) => {
+            // Refused with several masters before connecting (see redlock_usage).
+            let Some(client) = client else {
+                return Err(dlock::Error::InvalidArgument(
+                    "elect needs one server".into(),
+                ));
+            };
+            let election = client.election(&args.name)?;
+            let leading = run::Leading {
+                election: &election,
+                value: &args.value,
+            };
+            run::run(locks, args.run_args(), cli.replication(), Some(leading)).await
+        }
+        Command::Leader(args) => match client {
+            Some(client) => elect::leader(client, args).await,
+            None => Err(dlock::Error::InvalidArgument(
+                "leader needs one server".into(),
+            )),
+        },
         Command::Acquire {
             name,
             lease,

@@ -86,10 +86,18 @@ HOW IT WORKS:
     not be executed, 127 when it was not found; 70 when the lock was lost; 75 (or -E N)
     when busy; the other codes below.";
 
+/// What `dlock elect` adds to a run: the election whose lock it holds, and the value it
+/// proclaims while the command runs.
+pub struct Leading<'a> {
+    pub election: &'a dlock::Election,
+    pub value: &'a str,
+}
+
 pub async fn run(
     locks: &Locks,
     args: RunArgs,
     replication: Option<crate::Replication>,
+    leading: Option<Leading<'_>>,
 ) -> dlock::Result<i32> {
     let kill_after = kill_after(&args)?;
     let mut signals = Forwarded::install().map_err(|e| {
@@ -110,11 +118,23 @@ pub async fn run(
         }
     };
     let (guard, fence) = hold::fenced(guard).await?;
-    let env = [
+    let mut env = vec![
         ("DLOCK_NAME", args.name.clone()),
         ("DLOCK_TOKEN", guard.token().to_string()),
         ("DLOCK_FENCE", fence.to_string()),
     ];
+    if let Some(leading) = &leading {
+        // The term is the grant's fence; the record names this hold, so it counts only
+        // while the hold does.
+        if let Err(err) = (leading.election)
+            .proclaim_token(guard.token(), fence, leading.value)
+            .await
+        {
+            let _ = guard.unlock().await;
+            return Err(err);
+        }
+        env.push(("DLOCK_TERM", fence.to_string()));
+    }
     let (mut child, mut group) = match tree::spawn(&args.command, &env) {
         Ok(spawned) => spawned,
         Err(err) => {
@@ -129,6 +149,11 @@ pub async fn run(
         }
     };
     let outcome = supervise(&mut child, &group, &guard, &mut signals, &args, kill_after).await;
+    if let Some(leading) = &leading {
+        // Step down before the lock is released: observers hear of it at once. (A lost
+        // leadership's record names a hold that is gone: nobody reads it as leading.)
+        let _ = leading.election.resign_token(guard.token()).await;
+    }
     match outcome {
         Supervised::Exited(status)
             if status.signal() == Some(libc::SIGKILL) && guard.lost_signal().lost().is_some() =>

@@ -744,15 +744,18 @@ impl Drop for Leadership {
     }
 }
 
-/// Follows an election's leader: the blocking form of [`crate::Observer`].
+/// Follows an election's leader: the blocking form of [`crate::Observer`], an endless
+/// iterator whose first item is the leader now and each next one the leader after a
+/// change (blocking until then).
 pub struct Observer {
     inner: crate::Observer,
     runtime: Arc<Runtime>,
 }
 
-impl Observer {
-    /// The current leader the first time; afterwards, blocks until it changes.
-    pub fn next(&mut self) -> Result<Option<crate::Leader>> {
-        self.runtime.block_on(self.inner.next())
+impl Iterator for Observer {
+    type Item = Result<Option<crate::Leader>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(self.runtime.block_on(self.inner.next()))
     }
 }

@@ -206,6 +206,11 @@ impl<R: RawLock> Guard<R> {
         applied
     }
 
+    /// Fires the lost signal: a script found the hold gone.
+    pub(crate) fn declare_lost(&self, reason: LostReason) {
+        signal::declare_lost(&self.held.cell, reason);
+    }
+
     /// The Redis key of the lock's data key `key` (`{NAME}:data:KEY`; see
     /// [`Guarded`](crate::Guarded)), for reading the data with a connection of your own.
     pub fn data_key(&self, key: &str) -> String {

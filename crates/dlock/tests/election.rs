@@ -207,14 +207,17 @@ fn the_blocking_api_elects_too() {
     let client = dlock::blocking::Client::connect(&server.url()).unwrap();
     let election = client.election("blocking").unwrap();
     let mut observer = election.observe();
-    assert_eq!(observer.next().unwrap(), None);
+    assert_eq!(observer.next().unwrap().unwrap(), None);
     let mut leading = election.campaign("x").unwrap();
-    assert_eq!(observer.next().unwrap().unwrap().term, leading.term());
+    assert_eq!(
+        observer.next().unwrap().unwrap().unwrap().term,
+        leading.term()
+    );
     leading.proclaim("y").unwrap();
     assert_eq!(election.leader().unwrap().unwrap().value, "y");
     assert!(leading.lost().is_none());
-    assert_eq!(observer.next().unwrap().unwrap().value, "y");
+    assert_eq!(observer.next().unwrap().unwrap().unwrap().value, "y");
     drop(leading); // resigns in the background
-    assert_eq!(observer.next().unwrap(), None);
+    assert_eq!(observer.next().unwrap().unwrap(), None);
     client.shutdown();
 }

@@ -126,6 +126,19 @@ impl Election {
         Ok(self.look().await?.map(|(leader, _)| leader))
     }
 
+    /// Proclaims `value` for a hold of the election's lock taken by other means (its
+    /// `token`, and its fence as the `term`): what `dlock elect` does around `dlock run`'s
+    /// hold. [`Error::Lost`] (nothing recorded) when that token does not hold the lock.
+    pub async fn proclaim_token(&self, token: &str, term: u64, value: &str) -> Result<()> {
+        proclaim(self, token, term, value).await
+    }
+
+    /// Clears the leader record of the hold `token` (if it is still that hold's) and tells
+    /// observers; the caller then releases the lock.
+    pub async fn resign_token(&self, token: &str) -> Result<()> {
+        resign(self, token).await
+    }
+
     /// The leader and what is left of its lease.
     async fn look(&self) -> Result<Option<(Leader, Duration)>> {
         let reply: Vec<redis::Value> = LOOK
@@ -226,23 +239,12 @@ impl Leadership {
     }
 
     async fn record(&self, value: &str) -> Result<()> {
-        let election = &self.election;
-        let recorded: i64 = PROCLAIM
-            .call()
-            .key(&election.keys.lock)
-            .key(&election.keys.record)
-            .arg(self.token())
-            .arg(value)
-            .arg(self.term)
-            .arg(&election.keys.channel)
-            .run(&election.client)
-            .await?;
-        match recorded {
-            1 => Ok(()),
-            _ => Err(Error::Lost {
-                name: election.name().to_string(),
-            }),
+        let recorded = proclaim(&self.election, self.token(), self.term, value).await;
+        if matches!(recorded, Err(Error::Lost { .. })) {
+            // Not held any more: the lost signal says so, as a renewal would.
+            self.guard().declare_lost(LostReason::Taken);
         }
+        recorded
     }
 
     /// Steps down: the leader record is cleared, observers are told, and the lock is
@@ -256,6 +258,25 @@ impl Leadership {
         let cleared = resign(&self.election, guard.token()).await;
         let released = guard.unlock().await;
         cleared.and(released)
+    }
+}
+
+async fn proclaim(election: &Election, token: &str, term: u64, value: &str) -> Result<()> {
+    let recorded: i64 = PROCLAIM
+        .call()
+        .key(&election.keys.lock)
+        .key(&election.keys.record)
+        .arg(token)
+        .arg(value)
+        .arg(term)
+        .arg(&election.keys.channel)
+        .run(&election.client)
+        .await?;
+    match recorded {
+        1 => Ok(()),
+        _ => Err(Error::Lost {
+            name: election.name().to_string(),
+        }),
     }
 }
 

@@ -1,0 +1,104 @@
+//! `dlock elect` (run a command while leader, with its term) and `dlock leader` (who
+//! leads, once or each change): the library's leader election for shell users.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::hold::KindArgs;
+use crate::run::RunArgs;
+use crate::{duration, exit, LeaseArgs};
+
+/// `dlock elect`: `dlock run` on the election's lock, proclaiming a value while it runs.
+#[derive(Args, Debug, Clone)]
+pub struct ElectArgs {
+    /// Election name (its leaders hold the lock of this name)
+    pub name: String,
+    /// What this candidate proclaims once it leads (an address, a host name): shown by
+    /// `dlock leader`
+    #[arg(long, value_name = "VALUE")]
+    pub value: String,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+    /// How long the command gets after SIGTERM before SIGKILL when leadership is lost
+    /// [default: a quarter of --ttl, at most 10s]
+    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    pub kill_after: Option<Duration>,
+    /// The command and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl ElectArgs {
+    /// The `dlock run` this is: the plain mutex named after the election.
+    pub fn run_args(&self) -> RunArgs {
+        RunArgs {
+            name: self.name.clone(),
+            lease: self.lease.clone(),
+            kill_after: self.kill_after,
+            kind: KindArgs::default(),
+            command: self.command.clone(),
+        }
+    }
+}
+
+/// `elect --help`'s epilogue.
+pub const ELECT_HELP: &str = "\
+HOW IT WORKS:
+    dlock waits until it leads the election NAME (it holds the lock NAME), records VALUE as
+    the leader's (`dlock leader NAME` shows it), and runs CMD as `dlock run` does, with
+    DLOCK_TERM set besides DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE: the term, larger than
+    every earlier leader's (it is the grant's fence). If leadership is lost, CMD is
+    stopped (exit 70). When CMD exits, dlock steps down: the record is cleared and the next
+    candidate leads. A leader that dies is replaced within its lease (--ttl).
+
+    Exit codes as for `dlock run` (see `dlock run --help`).";
+
+/// `dlock leader`: who leads.
+#[derive(Args, Debug, Clone)]
+pub struct LeaderArgs {
+    /// Election name
+    pub name: String,
+    /// Print {"value": .., "term": ..} (null when nobody leads)
+    #[arg(long)]
+    pub json: bool,
+    /// Print the leader now and again at each change, until interrupted
+    #[arg(long)]
+    pub watch: bool,
+}
+
+/// `leader --help`'s epilogue.
+pub const LEADER_HELP: &str = "\
+OUTPUT:
+    TERM VALUE on one line (`read term value`), or an empty line when nobody leads; with
+    --json, {\"value\":\"..\",\"term\":..} or null. With --watch, a line for the leader now
+    and one for each change (a new leader, a new value, nobody), woken by the leaders'
+    messages, until interrupted.
+
+EXIT CODES:
+    0    printed (also when nobody leads)
+    64   invalid arguments (also: several --redis masters)
+    69   Redis unreachable";
+
+/// Prints the leader, once or at each change.
+pub async fn leader(client: &dlock::Client, args: &LeaderArgs) -> dlock::Result<i32> {
+    let election = client.election(&args.name)?;
+    let line = |leader: Option<dlock::Leader>| match (leader, args.json) {
+        (None, false) => "\n".to_string(),
+        (None, true) => "null\n".to_string(),
+        (Some(leader), false) => format!("{} {}\n", leader.term, leader.value),
+        (Some(leader), true) => {
+            serde_json::json!({"value": leader.value, "term": leader.term}).to_string() + "\n"
+        }
+    };
+    if !args.watch {
+        return Ok(exit::emit(&line(election.leader().await?)));
+    }
+    let mut observer = election.observe();
+    loop {
+        let leader = observer.next().await?;
+        if let Err(code) = exit::write_out(&line(leader)) {
+            return Ok(code);
+        }
+    }
+}
