@@ -36,25 +36,30 @@ pub enum Primitive {
     Sem3,
     /// The Redlock mutex: granted by a majority of independent masters.
     Redlock,
+    /// Leadership of an election (`campaign`/`resign`, `dlock elect`): one leader at a
+    /// time, its term the fence.
+    Elect,
 }
 
 impl Primitive {
-    pub const ALL: [Primitive; 6] = [
+    pub const ALL: [Primitive; 7] = [
         Primitive::Mutex,
         Primitive::Fair,
         Primitive::Write,
         Primitive::Sem1,
         Primitive::Sem3,
         Primitive::Redlock,
+        Primitive::Elect,
     ];
 
     /// The kinds that live on one server (or one master and its replicas).
-    pub const SINGLE: [Primitive; 5] = [
+    pub const SINGLE: [Primitive; 6] = [
         Primitive::Mutex,
         Primitive::Fair,
         Primitive::Write,
         Primitive::Sem1,
         Primitive::Sem3,
+        Primitive::Elect,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,6 +70,7 @@ impl Primitive {
             Primitive::Sem1 => "sem1",
             Primitive::Sem3 => "sem3",
             Primitive::Redlock => "redlock",
+            Primitive::Elect => "elect",
         }
     }
 
@@ -83,9 +89,18 @@ impl Primitive {
         self.limit() == 1
     }
 
-    /// The `dlock run` flags that take this kind of lock.
+    /// The `dlock` subcommand its CLI clients run: `run`, or `elect` for leadership.
+    pub fn cli_verb(self) -> &'static str {
+        match self {
+            Primitive::Elect => "elect",
+            _ => "run",
+        }
+    }
+
+    /// The `dlock run` (or `elect`) flags that take this kind of lock.
     pub fn cli_flags(self) -> &'static [&'static str] {
         match self {
+            Primitive::Elect => &["--value", "torture"],
             Primitive::Mutex => &[],
             Primitive::Fair => &["--fair"],
             Primitive::Write => &["--write"],
@@ -168,10 +183,12 @@ pub struct WriterArgs {
     pub holding: PathBuf,
 }
 
-/// A granted lock: the one guard, of the API that granted it.
+/// A granted lock: the one guard, of the API that granted it, or a leadership.
 enum Held {
     Async(tokio::runtime::Handle, dlock::AnyGuard),
     Blocking(dlock::blocking::AnyGuard),
+    AsyncLeading(tokio::runtime::Handle, dlock::Leadership),
+    BlockingLeading(dlock::blocking::Leadership),
 }
 
 impl Held {
@@ -179,6 +196,8 @@ impl Held {
         match self {
             Held::Async(_, guard) => guard.valid_until(),
             Held::Blocking(guard) => guard.valid_until(),
+            Held::AsyncLeading(_, leading) => leading.valid_until(),
+            Held::BlockingLeading(leading) => leading.valid_until(),
         }
     }
 
@@ -186,20 +205,28 @@ impl Held {
         match self {
             Held::Async(_, guard) => guard.lost_signal().lost().is_some(),
             Held::Blocking(guard) => guard.lost().is_some(),
+            Held::AsyncLeading(_, leading) => leading.lost_signal().lost().is_some(),
+            Held::BlockingLeading(leading) => leading.lost().is_some(),
         }
     }
 
+    /// The grant's fence; a leadership's term.
     fn fence(&self) -> dlock::Result<u64> {
         match self {
             Held::Async(runtime, guard) => runtime.block_on(guard.fence()),
             Held::Blocking(guard) => guard.fence(),
+            Held::AsyncLeading(_, leading) => Ok(leading.term()),
+            Held::BlockingLeading(leading) => Ok(leading.term()),
         }
     }
 
+    /// Gives the hold back; a leadership resigns.
     fn unlock(self) -> dlock::Result<()> {
         match self {
             Held::Async(runtime, guard) => runtime.block_on(guard.unlock()),
             Held::Blocking(guard) => guard.unlock(),
+            Held::AsyncLeading(runtime, leading) => runtime.block_on(leading.resign()),
+            Held::BlockingLeading(leading) => leading.resign(),
         }
     }
 
@@ -207,6 +234,8 @@ impl Held {
         match self {
             Held::Async(runtime, guard) => runtime.block_on(guard.apply(batch)),
             Held::Blocking(guard) => guard.apply(batch),
+            Held::AsyncLeading(runtime, leading) => runtime.block_on(leading.apply(batch)),
+            Held::BlockingLeading(leading) => leading.apply(batch),
         }
     }
 }
@@ -239,6 +268,7 @@ fn lock_of(
             .semaphore_with(name, primitive.limit() as u32, options)?
             .into(),
         Primitive::Redlock => unreachable!("a Redlock mutex is made by its handle"),
+        Primitive::Elect => unreachable!("an election is campaigned, not locked"),
     })
 }
 
@@ -258,6 +288,9 @@ impl Locker {
             (Some(count), Some(ms)) => options.replicas(count, Duration::from_millis(ms)),
             _ => options,
         };
+        if primitive == Primitive::Elect {
+            return Locker::connect_election(args, builder, options);
+        }
         Ok(match args.api {
             Api::Async => {
                 let runtime = std::sync::Arc::new(async_runtime());
@@ -281,9 +314,42 @@ impl Locker {
                         .semaphore_with(name, primitive.limit() as u32, options)?
                         .into_any(),
                     Primitive::Redlock => unreachable!("connected by connect_redlock"),
+                    Primitive::Elect => unreachable!("connected by connect_election"),
                 };
                 Locker {
                     acquire: Box::new(move || Ok(Held::Blocking(lock.lock()?))),
+                    shutdown: Box::new(move || client.shutdown()),
+                }
+            }
+        })
+    }
+
+    /// Campaigns in the election named `--lock`, proclaiming the client's name.
+    fn connect_election(
+        args: &ClientArgs,
+        builder: dlock::ClientBuilder,
+        options: LockOptions,
+    ) -> dlock::Result<Locker> {
+        let value = args.client.clone();
+        Ok(match args.api {
+            Api::Async => {
+                let runtime = std::sync::Arc::new(async_runtime());
+                let client = runtime.block_on(builder.connect())?;
+                let election = client.election_with(&args.lock, options)?;
+                let on = runtime.clone();
+                Locker {
+                    acquire: Box::new(move || {
+                        let leading = on.block_on(election.campaign(&value))?;
+                        Ok(Held::AsyncLeading(on.handle().clone(), leading))
+                    }),
+                    shutdown: Box::new(move || runtime.block_on(client.shutdown())),
+                }
+            }
+            Api::Blocking => {
+                let client = dlock::blocking::Client::connect_with(builder)?;
+                let election = client.election_with(&args.lock, options)?;
+                Locker {
+                    acquire: Box::new(move || Ok(Held::BlockingLeading(election.campaign(&value)?))),
                     shutdown: Box::new(move || client.shutdown()),
                 }
             }

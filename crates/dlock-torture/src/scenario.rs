@@ -397,7 +397,7 @@ impl Run<'_> {
                         command.arg(format!("{}ms", REPLICA_TIMEOUT.as_millis()));
                     }
                     command
-                        .arg("run")
+                        .arg(primitive.cli_verb())
                         .args(["--ttl", &format!("{}ms", ttl.as_millis())])
                         .args(["--wait", &format!("{}ms", 3 * ttl.as_millis())])
                         .args(primitive.cli_flags())

@@ -715,6 +715,16 @@ impl Leadership {
         self.get().lost_signal().lost()
     }
 
+    /// The local validity deadline (see [`crate::Leadership::valid_until`]).
+    pub fn valid_until(&self) -> Instant {
+        self.get().valid_until()
+    }
+
+    /// A guarded write under the leadership (see [`crate::Leadership::apply`]).
+    pub fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+        self.runtime.block_on(self.get().apply(batch))
+    }
+
     /// The lost signal (to wait on from another thread or runtime).
     pub fn lost_signal(&self) -> LostSignal {
         self.get().lost_signal()

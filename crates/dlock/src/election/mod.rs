@@ -213,6 +213,12 @@ impl Leadership {
         self.guard().token()
     }
 
+    /// Until when this leadership may be assumed held, by the local monotonic clock (see
+    /// [`Guard::valid_until`](crate::Guard::valid_until)).
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.guard().valid_until()
+    }
+
     /// Resolves when the leadership may have been lost (see [`LostSignal`]): stop acting
     /// as leader at once.
     pub async fn lost(&self) -> LostReason {
