@@ -76,9 +76,11 @@ OUTPUT:
     messages, until interrupted.
 
 EXIT CODES:
-    0    printed (also when nobody leads)
+    0    printed (also when nobody leads); with --watch, its reader went away
     64   invalid arguments (also: several --redis masters)
-    69   Redis unreachable";
+    65   NAME is held by another kind of lock: no election leads there
+    69   Redis unreachable (--watch keeps watching through a restart or failover)
+    76   Redis refused the request (ACL, ...)";
 
 /// Prints the leader, once or at each change.
 pub async fn leader(client: &dlock::Client, args: &LeaderArgs) -> dlock::Result<i32> {
@@ -95,10 +97,53 @@ pub async fn leader(client: &dlock::Client, args: &LeaderArgs) -> dlock::Result<
         return Ok(exit::emit(&line(election.leader().await?)));
     }
     let mut observer = election.observe();
+    let mut reader_gone = tokio::time::interval(Duration::from_secs(1));
+    let mut failures = 0u32;
     loop {
-        let leader = observer.next().await?;
+        let next = observer.next();
+        tokio::pin!(next);
+        let leader = loop {
+            tokio::select! {
+                leader = &mut next => break leader,
+                // A reader that went away (`| head -1`) is noticed without waiting for
+                // the next change to write (and without asking Redis anything).
+                _ = reader_gone.tick() => {
+                    if stdout_hung_up() {
+                        return Ok(exit::OK);
+                    }
+                }
+            }
+        };
+        let leader = match leader {
+            Ok(leader) => {
+                failures = 0;
+                leader
+            }
+            // Redis restarting or failing over: watch on, as the help promises.
+            Err(err) if err.is_transient() => {
+                failures += 1;
+                if failures == 1 {
+                    eprintln!("dlock: {err}; watching on");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
         if let Err(code) = exit::write_out(&line(leader)) {
             return Ok(code);
         }
     }
+}
+
+/// True when standard output is a pipe or socket whose reader went away.
+fn stdout_hung_up() -> bool {
+    let mut poll = libc::pollfd {
+        fd: 1,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on our own descriptor, no waiting.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready > 0 && poll.revents & (libc::POLLERR | libc::POLLHUP) != 0
 }

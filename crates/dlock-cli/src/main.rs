@@ -823,8 +823,13 @@ fn check(cli: &Cli) -> dlock::Result<()> {
             args.lease.options(cli.replication())?;
             run::check(args)
         }
-        Command::Elect(args) => {
-            let args = args.run_args();
+        Command::Elect(elect) => {
+            if elect.value.chars().any(char::is_control) {
+                return Err(dlock::Error::InvalidArgument(
+                    "--value has a control character (a newline?); `dlock leader` prints it on one line: use printable characters".into(),
+                ));
+            }
+            let args = elect.run_args();
             name(&args.name)?;
             args.lease.options(cli.replication())?;
             run::check(&args)

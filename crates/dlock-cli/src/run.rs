@@ -126,18 +126,28 @@ pub async fn run(
     if let Some(leading) = &leading {
         // The term is the grant's fence; the record names this hold, so it counts only
         // while the hold does.
-        if let Err(err) = (leading.election)
+        match (leading.election)
             .proclaim_token(guard.token(), fence, leading.value)
             .await
         {
-            let _ = guard.unlock().await;
-            return Err(err);
+            Ok(()) => {}
+            Err(dlock::Error::Lost { .. }) => {
+                eprintln!("dlock: the leadership of {:?} was lost before the command started; it did not run\n  hint: check Redis availability, or use a longer --ttl", args.name);
+                return Ok(exit::LOST);
+            }
+            Err(err) => {
+                let _ = guard.unlock().await;
+                return Err(err);
+            }
         }
         env.push(("DLOCK_TERM", fence.to_string()));
     }
     let (mut child, mut group) = match tree::spawn(&args.command, &env) {
         Ok(spawned) => spawned,
         Err(err) => {
+            if let Some(leading) = &leading {
+                let _ = leading.election.resign_token(guard.token()).await;
+            }
             let _ = guard.unlock().await;
             let code = if err.kind() == std::io::ErrorKind::NotFound {
                 127
@@ -149,11 +159,16 @@ pub async fn run(
         }
     };
     let outcome = supervise(&mut child, &group, &guard, &mut signals, &args, kill_after).await;
-    if let Some(leading) = &leading {
-        // Step down before the lock is released: observers hear of it at once. (A lost
-        // leadership's record names a hold that is gone: nobody reads it as leading.)
-        let _ = leading.election.resign_token(guard.token()).await;
-    }
+    // Steps down (clears the record, tells observers) before the lock is released, or,
+    // when the lock was lost, after the command was stopped: stopping it must not wait
+    // for Redis. (A lost leadership's record names a hold that is gone: nobody reads it
+    // as leading meanwhile.)
+    let token = guard.token().to_string();
+    let step_down = || async {
+        if let Some(leading) = &leading {
+            let _ = leading.election.resign_token(&token).await;
+        }
+    };
     match outcome {
         Supervised::Exited(status)
             if status.signal() == Some(libc::SIGKILL) && guard.lost_signal().lost().is_some() =>
@@ -161,6 +176,7 @@ pub async fn run(
             // The watchdog killed it: dlock itself was stopped or frozen past the lease
             // (or the command was killed as the lease ended).
             group.finish();
+            step_down().await;
             drop(guard);
             eprintln!(
                 "dlock: the lock {:?} was lost while dlock could not renew it (stopped or frozen past --ttl); the command was killed so it could not run without the lock\n  hint: do not stop dlock itself (stopping the command alone keeps the lock), or use a longer --ttl",
@@ -178,6 +194,7 @@ pub async fn run(
                 // control shares it), as the terminal would have.
                 crate::die_by(signal, had_terminal);
             }
+            step_down().await;
             match guard.unlock().await {
                 Ok(()) => Ok(exit_code(status)),
                 Err(dlock::Error::Lost { .. }) => {
@@ -196,6 +213,7 @@ pub async fn run(
         }
         Supervised::Stop { why, kill_at } => {
             stop(&mut child, &mut group, kill_at).await;
+            step_down().await;
             drop(guard);
             match why {
                 Why::Lost(reason) => eprintln!(

@@ -133,6 +133,18 @@ fn a_killed_leader_is_replaced_within_its_lease() {
 }
 
 #[test]
+fn bad_values_and_other_kinds_are_refused() {
+    let server = RedisServer::start();
+    assert_eq!(
+        code(dlock(&server).args(["elect", "jobs", "--value", "a\nb", "--", "true"])),
+        64
+    );
+    let held = output(dlock(&server).args(["acquire", "pool", "--permits", "2"]));
+    assert!(held.status.success());
+    assert_eq!(code(dlock(&server).args(["leader", "pool"])), 65);
+}
+
+#[test]
 fn elect_and_leader_refuse_several_masters() {
     let server = RedisServer::start();
     let other = RedisServer::start();

@@ -349,7 +349,9 @@ impl Locker {
                 let client = dlock::blocking::Client::connect_with(builder)?;
                 let election = client.election_with(&args.lock, options)?;
                 Locker {
-                    acquire: Box::new(move || Ok(Held::BlockingLeading(election.campaign(&value)?))),
+                    acquire: Box::new(move || {
+                        Ok(Held::BlockingLeading(election.campaign(&value)?))
+                    }),
                     shutdown: Box::new(move || client.shutdown()),
                 }
             }

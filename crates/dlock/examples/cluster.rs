@@ -1,5 +1,5 @@
-//! Every kind on a Redis Cluster: the lock's keys share a hash slot, and waiters are woken
-//! over sharded pub/sub (Redis 7).
+//! Locks on a Redis Cluster (every kind works the same way; the mutex here): a lock's keys
+//! share a hash slot, and waiters are woken over sharded pub/sub (Redis 7).
 //!
 //! Needs a cluster's nodes in `DLOCK_CLUSTER`, separated by commas (any of them; the
 //! client learns the rest), e.g. `DLOCK_CLUSTER=redis://127.0.0.1:7000,redis://127.0.0.1:7001`.

@@ -44,7 +44,7 @@ impl LockKeys {
         }
         if is_companion(&key) {
             return Err(Error::InvalidArgument(format!(
-                "lock key {key:?} is the name of a key dlock keeps beside another lock (its fence, queue or data); choose a name that does not end in :fence, :queue… or contain :data: or :applied: after a hash tag"
+                "lock key {key:?} is the name of a key dlock keeps beside another lock (its fence, queue or data); choose a name that does not end in :fence, :queue…, :leader, :expiry or contain :data: or :applied: after a hash tag"
             )));
         }
         let mut keys = LockKeys {

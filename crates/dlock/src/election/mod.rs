@@ -141,12 +141,19 @@ impl Election {
 
     /// The leader and what is left of its lease.
     async fn look(&self) -> Result<Option<(Leader, Duration)>> {
-        let reply: Vec<redis::Value> = LOOK
+        let reply: redis::Value = LOOK
             .call()
             .key(&self.keys.lock)
             .key(&self.keys.record)
             .run(&self.client)
             .await?;
+        let reply = match reply {
+            redis::Value::Array(items) => items,
+            redis::Value::Int(-1) => {
+                return Err(self.client.wrong_type(&self.keys.lock, "string").await)
+            }
+            other => return Err(Error::unexpected_reply(other)),
+        };
         let text = |value: &redis::Value| -> Option<String> {
             redis::from_redis_value::<Option<String>>(value.clone())
                 .ok()
@@ -171,7 +178,9 @@ impl Election {
     /// A cursor over the leader's changes: [`Observer::next`] answers the current leader
     /// at once, then each change (a new leader, a new value, nobody leading), woken by
     /// the leaders' messages and, for a leader that died without a word, at its lease's
-    /// end. Nothing is polled in between.
+    /// end. Between changes it looks once per leader lease (at most every 30 s; every
+    /// 30 s while nobody leads, every 0.5 s while its subscription reconnects).
+    /// [`Observer::into_stream`] makes it a `Stream`.
     pub fn observe(&self) -> Observer {
         Observer {
             election: self.clone(),
@@ -321,10 +330,23 @@ pub struct Observer {
 }
 
 impl Observer {
+    /// The changes as a `Stream` (endless; an item is an error when Redis could not be
+    /// asked, and the stream goes on after it).
+    pub fn into_stream(self) -> impl futures_util::Stream<Item = Result<Option<Leader>>> {
+        futures_util::stream::unfold(self, |mut observer| async move {
+            let next = observer.next().await;
+            Some((next, observer))
+        })
+    }
+
     /// The current leader the first time; afterwards, waits until it changes and answers
-    /// the new one (`None`: nobody leads).
+    /// the new one (`None`: nobody leads). [`Error::Closed`] once the client was shut
+    /// down.
     pub async fn next(&mut self) -> Result<Option<Leader>> {
         let election = self.election.clone();
+        if election.client.is_closed() {
+            return Err(Error::Closed);
+        }
         if self.watch.is_none() {
             // Listening before the first look: no change can fall between the two.
             self.watch = Some(
@@ -355,6 +377,9 @@ impl Observer {
             tokio::select! {
                 _ = watch.notified() => {}
                 _ = tokio::time::sleep(until.min(OBSERVE_AT_MOST)) => {}
+            }
+            if election.client.is_closed() {
+                return Err(Error::Closed);
             }
         }
     }

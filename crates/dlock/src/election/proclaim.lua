@@ -13,6 +13,6 @@ if holder ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[2], 'value', ARGV[2], 'term', ARGV[3], 'token', ARGV[1])
--- A refused PUBLISH (ACL) only costs observers a wait until the lease end.
+-- A refused PUBLISH (ACL) only costs observers a wait until their next look.
 redis.pcall('PUBLISH', ARGV[4], 'all')
 return 1
