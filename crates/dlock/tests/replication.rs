@@ -110,6 +110,21 @@ async fn after_a_sentinel_failover_locks_and_wakeups_continue_on_the_new_master(
         Some(guard.token()),
         "the grant is on the new master"
     );
+    // Guarded writes and elections go to the master the sentinels name, too.
+    let replies = guard
+        .apply(&dlock::Guarded::new().incr_by("n", 1))
+        .await
+        .unwrap();
+    assert_eq!(replies, [redis::Value::Int(1)]);
+    let n: i64 = promoted.cmd(&["GET", "{after}:data:n"]);
+    assert_eq!(n, 1);
+    let election = first.election_with("leading", options).unwrap();
+    let leading = election.campaign("me").await.unwrap();
+    // The second client learns of the failover at its first request, as for any drop.
+    let looking = second.election("leading").unwrap();
+    let leader = eventually(Duration::from_secs(20), || looking.leader()).await;
+    assert_eq!(leader.map(|l| l.term), Some(leading.term()));
+    leading.resign().await.unwrap();
 
     // A waiter on the other client is woken by the release on the new master, though it
     // would otherwise poll only at the end of the 20 s lease.
