@@ -15,7 +15,7 @@ pub struct ElectArgs {
     /// Election name (its leaders hold the lock of this name)
     pub name: String,
     /// What this candidate proclaims once it leads (an address, a host name): shown by
-    /// `dlock leader`
+    /// `dlock leader`; one printable line (a value starting with '-': `--value=-x`)
     #[arg(long, value_name = "VALUE")]
     pub value: String,
     #[command(flatten)]
@@ -75,12 +75,15 @@ OUTPUT:
     and one for each change (a new leader, a new value, nobody), woken by the leaders'
     messages, until interrupted.
 
+    A name held by `dlock run` or a mutex that never proclaimed shows nobody leading.
+
 EXIT CODES:
     0    printed (also when nobody leads); with --watch, its reader went away
     64   invalid arguments (also: several --redis masters)
     65   NAME is held by another kind of lock: no election leads there
     69   Redis unreachable (--watch keeps watching through a restart or failover)
-    76   Redis refused the request (ACL, ...)";
+    74   standard output is closed, or could not be written
+    76   Redis refused the request (wrong credentials, ACL, ...)";
 
 /// Prints the leader, once or at each change.
 pub async fn leader(client: &dlock::Client, args: &LeaderArgs) -> dlock::Result<i32> {
@@ -95,6 +98,11 @@ pub async fn leader(client: &dlock::Client, args: &LeaderArgs) -> dlock::Result<
     };
     if !args.watch {
         return Ok(exit::emit(&line(election.leader().await?)));
+    }
+    // Rust drops writes to a closed stdout silently: a watch nobody reads would never end.
+    if !crate::stdout_is_open() {
+        eprintln!("dlock: standard output is closed: nowhere to print the leader\n  hint: give dlock leader --watch a standard output");
+        return Ok(exit::IO_ERROR);
     }
     let mut observer = election.observe();
     let mut reader_gone = tokio::time::interval(Duration::from_secs(1));

@@ -33,8 +33,8 @@ EXIT CODES:
          128+N when signal N ended it, 126 when it could not be executed, 127
          when it was not found; 128+N also when signal N interrupted a wait)
     64   invalid arguments (also: a kind other than the plain mutex, or
-         --cluster, --sentinel, --replicas, release --force, with
-         several --redis masters)
+         --cluster, --sentinel, --replicas, release --force, guarded, elect,
+         leader, with several --redis masters)
     65   the key holds another kind of lock or data dlock did not write (wrong type)
     69   Redis unreachable (with --cluster: no node answers; with --sentinel: no
          sentinel answers, or none knows the --service name; with several
@@ -45,7 +45,7 @@ EXIT CODES:
          6.2 or newer, 7 on a cluster); also: fewer than --replicas
          replicas acknowledged a grant or extend within --replica-timeout, and
          the lock was given back (nothing is held)
-    70   the lock was lost while the command ran (`run`)
+    70   the lock was lost while the command ran (`run`; `elect`: the leadership)
     74   `acquire` could not print the token (stdout closed); nothing was left held;
          `guarded`: stdout closed (nothing applied) or the reply unwritable (applied)
     75   not acquired within the wait budget (busy); -E N changes it

@@ -142,6 +142,17 @@ fn bad_values_and_other_kinds_are_refused() {
     let held = output(dlock(&server).args(["acquire", "pool", "--permits", "2"]));
     assert!(held.status.success());
     assert_eq!(code(dlock(&server).args(["leader", "pool"])), 65);
+    // A watch with nowhere to print would never end: refused at once.
+    let mut closed = dlock(&server);
+    closed.args(["leader", "--watch", "jobs"]);
+    // SAFETY: closing fd 1 in the child before exec only affects the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut closed, || {
+            libc::close(1);
+            Ok(())
+        });
+    }
+    assert_eq!(closed.status().unwrap().code(), Some(74));
 }
 
 #[test]

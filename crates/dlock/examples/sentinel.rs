@@ -18,7 +18,8 @@ async fn main() -> dlock::Result<()> {
     let client = Client::sentinel_builder(sentinels.split(','), &service)
         .connect()
         .await?;
-    // Granted only once one replica has the grant (a failover cannot lose it).
+    // Granted only once one replica has the grant: a failover to that replica keeps it
+    // (replica acknowledgement is not consensus; see the README's safety model).
     let options = LockOptions::default().replicas(1, Duration::from_millis(500));
     let guard = client
         .mutex_with("examples:failover-safe", options)?

@@ -254,3 +254,28 @@ async fn another_kind_on_the_name_and_a_closed_client_are_errors() {
         .unwrap();
     assert!(matches!(ended, Err(Error::Closed)), "{ended:?}");
 }
+
+/// An operator's forced release tells observers at once: the evicted leader may be dead
+/// or paused, and would otherwise be reported until its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_tells_observers() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let long = LockOptions::default()
+        .ttl(Duration::from_secs(30))
+        .wait(Wait::Forever);
+    let leading = client
+        .election_with("ops", long)
+        .unwrap()
+        .campaign("x")
+        .await
+        .unwrap();
+    let mut observer = client.election("ops").unwrap().observe();
+    assert_eq!(observer.next().await.unwrap().unwrap().term, leading.term());
+    assert!(client.force_release("ops").await.unwrap().is_some());
+    let seen = tokio::time::timeout(Duration::from_secs(10), observer.next())
+        .await
+        .expect("told of the forced release, not left waiting for the 30 s lease");
+    assert_eq!(seen.unwrap(), None);
+    drop(leading);
+}

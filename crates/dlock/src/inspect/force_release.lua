@@ -7,7 +7,8 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiter leases,
 -- KEYS[5] the record of the last forced release ('<request id>|<fence>'), KEYS[6] the
 -- expiry index of read holds or permits (entries.lua)
--- ARGV[1] release channel, ARGV[2] wake channel prefix, ARGV[3] request id
+-- ARGV[1] release channel, ARGV[2] wake channel prefix, ARGV[3] request id, ARGV[4] the
+-- channel of an election's observers (told that its leader is gone)
 -- Returns the new fencing token, or 0 when nothing held the name.
 local answered = recorded_fence(KEYS[5], ARGV[3])
 if answered then
@@ -27,6 +28,7 @@ end
 local fence = next_fence(KEYS[2])
 redis.call('DEL', KEYS[1], KEYS[6])
 notify(ARGV[1], 'all')
+notify(ARGV[4], 'all')
 queue_purge(KEYS[3], KEYS[4], now_ms())
 wake(ARGV[2], queue_head(KEYS[3]))
 return done(fence)

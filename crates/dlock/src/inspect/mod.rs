@@ -203,6 +203,7 @@ impl Client {
             .arg(&queue.wake_prefix)
             // The request id that makes a resend of this call a no-op.
             .arg(crate::session::random_token())
+            .arg(keys.companion("leader"))
             .run(self)
             .await?;
         if fence > 0 {
