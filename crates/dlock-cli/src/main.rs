@@ -987,19 +987,37 @@ fn redlock_builder(cli: &Cli) -> dlock::Result<dlock::RedlockBuilder> {
         .node_settings(builder(cli, &cli.redis[0])?))
 }
 
-async fn execute(cli: &Cli) -> dlock::Result<i32> {
-    if let Command::Acquire { .. } = cli.command {
+/// For a command whose output is the point, what would be lost with stdout closed and
+/// what to do: checked before anything is done (Rust's stdout drops writes to a closed
+/// descriptor silently).
+fn needs_stdout(command: &Command) -> Option<(&'static str, &'static str)> {
+    match command {
         // The token is the only handle on the lock: with nowhere to print it, take nothing.
-        if !stdout_is_open() {
-            eprintln!("dlock: standard output is closed: nowhere to print the token, so nothing was acquired\n  hint: give dlock acquire a standard output to print TOKEN FENCE to");
-            return Ok(exit::IO_ERROR);
+        Command::Acquire { .. } => Some((
+            "the token, so nothing was acquired",
+            "give dlock acquire a standard output to print TOKEN FENCE to",
+        )),
+        Command::Bench(_) => Some((
+            "the results",
+            "give dlock bench a standard output (a file or a pipe)",
+        )),
+        // A reply nobody can read (a popped value) would be lost with the write applied.
+        Command::Guarded(args) if !args.commands => Some((
+            "the reply, so nothing was applied",
+            "give dlock guarded a standard output (redirect it to /dev/null to drop the reply)",
+        )),
+        // A watch nobody reads would never end.
+        Command::Leader(args) if args.watch => {
+            Some(("the leader", "give dlock leader --watch a standard output"))
         }
+        _ => None,
     }
-    if let Command::Bench(_) = cli.command {
-        // Results nobody can read are not worth a run (Rust's stdout drops writes to a
-        // closed descriptor silently).
+}
+
+async fn execute(cli: &Cli) -> dlock::Result<i32> {
+    if let Some((what, hint)) = needs_stdout(&cli.command) {
         if !stdout_is_open() {
-            eprintln!("dlock: standard output is closed: nowhere to print the results\n  hint: give dlock bench a standard output (a file or a pipe)");
+            eprintln!("dlock: standard output is closed: nowhere to print {what}\n  hint: {hint}");
             return Ok(exit::IO_ERROR);
         }
     }
@@ -1216,7 +1234,7 @@ async fn acquire(
 /// False when file descriptor 1 was closed (`>&-`). Rust's runtime reopens a closed
 /// standard descriptor on /dev/null, read-write, before `main`; a shell's `>/dev/null`
 /// opens it write-only. So a read-write /dev/null on fd 1 means "closed".
-pub fn stdout_is_open() -> bool {
+fn stdout_is_open() -> bool {
     // SAFETY: fcntl and fstat only query; the stat buffers are plain data.
     unsafe {
         let flags = libc::fcntl(1, libc::F_GETFL);

@@ -15,7 +15,7 @@ use crate::script::{lua_script, LuaScript};
 use crate::signal::{LostReason, LostSignal};
 
 static PROCLAIM: LazyLock<LuaScript> =
-    lua_script!(bare "election proclaim", "election/proclaim.lua");
+    lua_script!(bare "election proclaim", "mutex/bare.lua", "election/proclaim.lua");
 static RESIGN: LazyLock<LuaScript> = lua_script!(bare "election resign", "election/resign.lua");
 static LOOK: LazyLock<LuaScript> = lua_script!(bare "election leader", "election/leader.lua");
 
