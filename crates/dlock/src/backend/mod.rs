@@ -422,15 +422,12 @@ impl Backend {
     }
 
     fn check_info(&self, info: &str) -> Result<()> {
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                .map(str::trim)
-        };
+        let field = |name: &str| info_field(info, name);
         if !matches!(self, Backend::Cluster(_)) {
             // A server of another deployment answers, but cannot serve these locks as
             // configured: said at connect, not as a MOVED or an unknown command later.
-            if field("redis_mode") == Some("sentinel") {
+            // Redis says `redis_mode`, Valkey `server_mode`.
+            if field("redis_mode").or(field("server_mode")) == Some("sentinel") {
                 return Err(misconfigured(
                     "the server is a Redis Sentinel, not a data server: connect through it with Client::sentinel_builder (the CLI's --sentinel with --service)".into(),
                 ));
@@ -472,6 +469,13 @@ impl Backend {
         }
         Ok(())
     }
+}
+
+/// One field of an `INFO` reply (`name:value` lines).
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 /// True when a `redis_version` is older than `needed` (major, minor).

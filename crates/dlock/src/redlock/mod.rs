@@ -84,11 +84,8 @@ impl Node {
                 }
             },
         };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                .map(str::trim)
-        };
+        let field = |name: &str| crate::backend::info_field(&info, name);
+        // Valkey reports a replica's role as Redis does.
         if field("role") == Some("slave") {
             return Err(Error::InvalidArgument(format!(
                 "{} is a replica: it refuses writes, so it would vote against every lock; Redlock needs independent masters",
