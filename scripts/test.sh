@@ -46,11 +46,26 @@ for name in "${excluded[@]}"; do skips+=(--skip "$name"); done
 separator=(--)
 for arg in "$@"; do [ "$arg" = "--" ] && separator=(); done
 [ ${#skips[@]} -eq 0 ] && separator=()
+# The library's metrics (feature `metrics`) have a test of their own, built with the
+# feature: run with the whole suite, or with the library's (-p dlock).
+metrics_too=no
+if [ $# -eq 0 ]; then metrics_too=yes; fi
+previous=
+for arg in "$@"; do
+  case "$previous $arg" in "-p dlock"|"--package dlock"|*" -pdlock"|*" --package=dlock") metrics_too=yes ;; esac
+  previous=$arg
+done
 status=0
 if cargo nextest --version >/dev/null 2>&1; then
   cargo test --workspace --doc
+  if [ $metrics_too = yes ]; then
+    cargo nextest run -p dlock --features metrics --test metrics || status=$?
+  fi
   cargo nextest run "${scope[@]}" --no-fail-fast "$@" "${separator[@]}" "${skips[@]}" || status=$?
 else
+  if [ $metrics_too = yes ]; then
+    cargo test -p dlock --features metrics --test metrics || status=$?
+  fi
   cargo test "${scope[@]}" --no-fail-fast "$@" "${separator[@]}" "${skips[@]}" || status=$?
 fi
 exit $status

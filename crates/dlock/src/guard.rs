@@ -38,6 +38,8 @@ pub struct Guard<R: RawLock> {
     hold_id: u64,
     /// Unlocked, handed over as a token, or converted (downgrade): nothing to do on drop.
     done: bool,
+    /// When the grant's request was sent: the hold's start, for `dlock_hold_seconds`.
+    granted: Instant,
     /// Taken while a guarded batch is in flight: one record per holder recognises a resend
     /// only of its latest batch (see `guarded/apply.lua`).
     applying: tokio::sync::Mutex<()>,
@@ -70,6 +72,7 @@ impl<R: RawLock> Guard<R> {
             held,
             hold_id,
             done: false,
+            granted: sent,
             applying: tokio::sync::Mutex::new(()),
         })
     }
@@ -372,6 +375,19 @@ impl<R: RawLock> std::fmt::Debug for Guard<R> {
 
 impl<R: RawLock> Drop for Guard<R> {
     fn drop(&mut self) {
+        // The hold ends here, or ended earlier when it was lost (its validity ended then).
+        let now = Instant::now();
+        let lost = self.held.cell.lost_now().is_some();
+        let end = if lost {
+            now.min(self.held.cell.state().valid_until)
+        } else {
+            now
+        };
+        crate::observe::hold_ended(
+            self.raw.kind_name(),
+            end.saturating_duration_since(self.granted),
+            lost,
+        );
         if self.done {
             return;
         }

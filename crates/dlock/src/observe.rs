@@ -10,8 +10,16 @@
 //! | `dlock_renew_failures_total` | | renewal calls that failed (retried until the deadline) |
 //! | `dlock_not_replicated_total` | | grants, extends and renewals too few replicas acknowledged |
 //! | `dlock_wait_seconds` | `kind` | time from the first attempt to the grant |
+//! | `dlock_hold_seconds` | `kind`, `outcome` | a hold's length, from the grant's request to the guard's end (`released`: unlocked, dropped or handed on) or to its loss (`lost`) |
+//! | `dlock_renew_lag_seconds` | | how late a renewal's reply came against the renewal's schedule (a third of the lease after the last one; 0 when on time) |
+//! | `dlock_renew_margin_ratio` | | the share of the lease still left when a renewal's reply came (1: all of it; near 0: the hold nearly expired first) |
+//! | `dlock_lost_signal_seconds` | `reason` | from the moment a hold was lost, as this process learned it (the lease's deadline, or the reply that found it gone), to a waiting [`lost`](crate::Guard::lost) being woken |
+//! | `dlock_waiters` | `kind` | gauge: this process's acquires that found the lock held and wait now |
+//! | `dlock_waiters_per_lock` | `kind` | this process's waiters on the same lock (itself included) each time one starts to wait |
 //!
-//! Labels never carry lock names (unbounded cardinality); the events do.
+//! Labels never carry lock names (unbounded cardinality); the events do, and
+//! `dlock inspect --match PATTERN --prometheus` reports holders, leases, queues and fences
+//! per lock from Redis itself.
 
 use std::time::Duration;
 
@@ -81,4 +89,92 @@ pub(crate) fn not_replicated(lock: &str, wanted: u32, acknowledged: u32) {
     );
     #[cfg(feature = "metrics")]
     metrics::counter!("dlock_not_replicated_total").increment(1);
+}
+
+/// A hold ended after `held`: given back (`lost` false) or lost.
+pub(crate) fn hold_ended(kind: &'static str, held: Duration, lost: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(
+        "dlock_hold_seconds",
+        "kind" => kind,
+        "outcome" => if lost { "lost" } else { "released" }
+    )
+    .record(held.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, held, lost);
+}
+
+/// A renewal's reply came `lag` after its schedule, with `left` of the lease `ttl` left.
+pub(crate) fn renewed(lag: Duration, left: Duration, ttl: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::histogram!("dlock_renew_lag_seconds").record(lag.as_secs_f64());
+        let share = left.as_secs_f64() / ttl.as_secs_f64().max(f64::MIN_POSITIVE);
+        metrics::histogram!("dlock_renew_margin_ratio").record(share.min(1.0));
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (lag, left, ttl);
+}
+
+/// A waiting lost signal was woken `delay` after the loss it reports.
+pub(crate) fn lost_signal_delivered(label: &'static str, delay: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("dlock_lost_signal_seconds", "reason" => label).record(delay.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (label, delay);
+}
+
+/// Counts an acquire as waiting from the first busy answer until it ends (granted, failed
+/// or dropped), in the `dlock_waiters` gauge and per lock.
+pub(crate) struct Waiting {
+    #[cfg(feature = "metrics")]
+    kind: &'static str,
+    #[cfg(feature = "metrics")]
+    key: String,
+}
+
+/// Starts counting a waiter of `kind` on the lock at `key`.
+pub(crate) fn waiting(kind: &'static str, key: &str) -> Waiting {
+    #[cfg(feature = "metrics")]
+    {
+        let same_lock = {
+            let mut counts = waiters_per_lock().lock().unwrap_or_else(|p| p.into_inner());
+            let count = counts.entry(key.to_string()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        metrics::gauge!("dlock_waiters", "kind" => kind).increment(1.0);
+        metrics::histogram!("dlock_waiters_per_lock", "kind" => kind).record(same_lock as f64);
+        Waiting {
+            kind,
+            key: key.to_string(),
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = (kind, key);
+        Waiting {}
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        metrics::gauge!("dlock_waiters", "kind" => self.kind).decrement(1.0);
+        let mut counts = waiters_per_lock().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// This process's waiters per lock key (only locks someone waits for are in it).
+#[cfg(feature = "metrics")]
+fn waiters_per_lock() -> &'static std::sync::Mutex<std::collections::HashMap<String, usize>> {
+    static COUNTS: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, usize>>> =
+        std::sync::OnceLock::new();
+    COUNTS.get_or_init(Default::default)
 }

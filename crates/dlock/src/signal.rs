@@ -225,6 +225,17 @@ impl LostSignal {
 
     /// Resolves when the lock may have been lost, with the reason.
     pub async fn wait(&mut self) -> LostReason {
+        // Whether the loss came while this waited (then how long it took to wake is
+        // measured), rather than before the call.
+        let mut waited = false;
+        let delivered = |reason: LostReason, waited: bool| {
+            if waited {
+                // A declared loss ends the validity at the moment it was found.
+                let since = Instant::now().saturating_duration_since(self.cell.state().valid_until);
+                crate::observe::lost_signal_delivered(reason.label(), since);
+            }
+            reason
+        };
         loop {
             // Registered before reading the state: a change in between still wakes us.
             let changed = self.cell.changed.notified();
@@ -232,16 +243,17 @@ impl LostSignal {
             changed.as_mut().enable();
             let state = self.cell.state();
             if let Some(reason) = state.lost {
-                return reason;
+                return delivered(reason, waited);
             }
             let deadline = tokio::time::Instant::from_std(state.valid_until);
+            waited = true;
             tokio::select! {
                 _ = changed => {}
                 _ = tokio::time::sleep_until(deadline) => {
                     // Nothing moved the deadline (a guard that is gone moves nothing).
                     let now = self.cell.state();
                     if now.valid_until <= state.valid_until {
-                        return now.lost.unwrap_or(LostReason::Expired);
+                        return delivered(now.lost.unwrap_or(LostReason::Expired), true);
                     }
                 }
             }

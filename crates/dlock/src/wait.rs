@@ -166,6 +166,7 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
     let mut last_warning: Option<Instant> = None;
     // When the last attempt that left this waiter in the queue was sent.
     let mut queued_at: Option<Instant> = None;
+    let mut waiting: Option<observe::Waiting> = None;
     let outcome = loop {
         if session.is_closed() {
             break Err(Error::Closed);
@@ -286,6 +287,8 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
             if past_deadline() {
                 break Err(timed_out(raw, started));
             }
+            // Waiting from here until this acquire ends, however it ends.
+            waiting.get_or_insert_with(|| observe::waiting(raw.kind_name(), &raw.keys().key));
             decided
         };
         let Some(active) = wakes.as_mut() else {

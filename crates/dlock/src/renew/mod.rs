@@ -100,6 +100,9 @@ pub(crate) struct RenewalSpec {
 struct Entry {
     spec: RenewalSpec,
     next_due: Instant,
+    /// When the next renewal was planned, kept through retries: how late a renewal
+    /// lands is measured from here.
+    scheduled: Instant,
     /// The last attempt failed: renew exactly at `next_due`, not earlier with the group.
     retrying: bool,
 }
@@ -179,6 +182,7 @@ impl Renewer {
             Entry {
                 spec,
                 next_due,
+                scheduled: next_due,
                 retrying: false,
             },
         );
@@ -212,6 +216,7 @@ impl Registration {
         if let Some(entry) = entries.get_mut(&self.id) {
             entry.spec.ttl = ttl;
             entry.next_due = extended_at + ttl / 3;
+            entry.scheduled = entry.next_due;
             entry.retrying = false;
             // A shorter lease is due before the scheduler would look again.
             self.shared.due_at(entry.next_due);
@@ -414,8 +419,16 @@ async fn round(target: &dyn RenewTarget, shared: &Shared) {
         match outcome {
             Renewed::Yes(sent) => {
                 tracing::trace!(lock = %entry.spec.key, "renewed");
+                let now = Instant::now();
+                let left = entry.spec.cell.state().valid_until;
+                observe::renewed(
+                    now.saturating_duration_since(entry.scheduled),
+                    left.saturating_duration_since(now),
+                    renewing.ttl,
+                );
                 signal::renewed(&entry.spec.cell, lease::valid_until(sent, renewing.ttl));
                 entry.next_due = sent + renewing.ttl / 3;
+                entry.scheduled = entry.next_due;
                 entry.retrying = false;
             }
             Renewed::Gone => {
