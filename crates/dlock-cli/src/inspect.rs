@@ -19,6 +19,10 @@ pub struct InspectArgs {
     /// One JSON object per lock (with --watch: one JSON array per refresh)
     #[arg(long)]
     json: bool,
+    /// The Prometheus text format (held, holders, lease left, queue length, last fence per
+    /// lock, and one series per holder naming it), for node_exporter's textfile collector
+    #[arg(long, conflicts_with_all = ["json", "watch"])]
+    prometheus: bool,
     /// Refresh every INTERVAL until interrupted, like top(1)
     #[arg(long, value_parser = duration::parse, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "1s")]
     watch: Option<Duration>,
@@ -72,6 +76,9 @@ pub async fn inspect(scope: Scope<'_>, args: &InspectArgs) -> dlock::Result<i32>
 /// One snapshot, rendered.
 async fn view(scope: &Scope<'_>, args: &InspectArgs, watching: bool) -> dlock::Result<String> {
     Ok(match scope {
+        Scope::Client(client) if args.prometheus => {
+            crate::prometheus::render(&snapshot(client, args).await?)
+        }
         Scope::Client(client) => render(&snapshot(client, args).await?, args, watching),
         Scope::Redlock(redlock) => {
             let locks = match &args.pattern {
@@ -81,7 +88,11 @@ async fn view(scope: &Scope<'_>, args: &InspectArgs, watching: bool) -> dlock::R
                     redlock.inspect_all(&names).await?
                 }
             };
-            render_masters(&locks, redlock.nodes(), args, watching)
+            if args.prometheus {
+                crate::prometheus::render_masters(&locks)
+            } else {
+                render_masters(&locks, redlock.nodes(), args, watching)
+            }
         }
     })
 }
@@ -214,7 +225,7 @@ fn render_masters(
 }
 
 /// Who a holder is: a `dlock` process (host, pid, start) or another client's label.
-fn who(holder: &dlock::Holder) -> String {
+pub(crate) fn who(holder: &dlock::Holder) -> String {
     match holder.label.as_deref().and_then(DlockHolder::parse) {
         Some(h) => format!("dlock pid {} on {}, started {}", h.pid, h.host, h.started),
         None => holder
@@ -331,7 +342,7 @@ fn holder_json(h: &dlock::Holder) -> serde_json::Value {
 /// label, for dlock's form (`<tag>.<random>`, both hex, and a queued waiter's
 /// `~<ttl>[~<N>]`) the client tag and the first 8 digits of the random part; for any other
 /// token its first 8 characters (never more: a string lock's token releases it).
-fn token_prefix(token: &str) -> String {
+pub(crate) fn token_prefix(token: &str) -> String {
     match dlock::token_tag_and_random(token) {
         Some((tag, random)) if tag.len() <= 16 => {
             format!("{tag}.{}", &random[..random.len().min(8)])

@@ -7,6 +7,7 @@ mod exit;
 mod guarded;
 mod hold;
 mod inspect;
+mod prometheus;
 mod run;
 mod tree;
 

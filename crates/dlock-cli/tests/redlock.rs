@@ -152,6 +152,26 @@ fn run_acquire_extend_release_and_inspect_over_three_masters() {
         }
     }
 
+    // The same as Prometheus text: each master's series labelled with it, and whether a
+    // majority agrees on a holder.
+    let (code, stdout, stderr) = run(over(&urls).args(["inspect", "job", "--prometheus"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("dlock_lock_quorum_held{lock=\"job\"} 1"),
+        "{stdout}"
+    );
+    for (url, server) in urls.iter().zip(&servers) {
+        let held = holder(server, "job").as_deref() == Some(token);
+        let kind = if held { "exclusive" } else { "free" };
+        let series = format!(
+            "dlock_lock_held{{lock=\"job\",kind=\"{kind}\",master=\"{url}\"}} {}",
+            held as u8
+        );
+        assert!(stdout.contains(&series), "{series} in {stdout}");
+        let up = format!("dlock_master_up{{lock=\"job\",master=\"{url}\"}} 1");
+        assert!(stdout.contains(&up), "{up} in {stdout}");
+    }
+
     // extend resets the lease on every master that holds it.
     let (code, _, stderr) = run(over(&urls).args(["extend", "job", token, "--ttl", "40s"]));
     assert_eq!(code, 0, "{stderr}");

@@ -474,6 +474,132 @@ fn every_kind_from_the_shell_and_inspect_as_json() {
 }
 
 #[test]
+fn inspect_as_prometheus_text_names_who_holds_what() {
+    let server = RedisServer::start();
+    let out = output(dlock(&server).args(["acquire", "jobs:held", "--ttl", "30s"]));
+    assert_eq!(out.status.code(), Some(0));
+    let token = String::from_utf8(out.stdout).unwrap();
+    let token = token.split_whitespace().next().unwrap().to_string();
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "jobs:fair", "--fair", "--ttl", "30s"])),
+        0
+    );
+    // A waiter in the fair lock's queue, in a process of its own.
+    let mut waiter = dlock(&server)
+        .args(["acquire", "jobs:fair", "--fair", "--wait", "20s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let scrape = || {
+        let out = output(dlock(&server).args(["inspect", "--match", "jobs:*", "--prometheus"]));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = scrape();
+        if text.contains("dlock_lock_queue_length{lock=\"jobs:fair\",kind=\"exclusive\"} 1") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no queued waiter:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+
+    // The exposition format: each family's HELP and TYPE, then its samples, each
+    // `name{labels} value` with a number for the value.
+    let mut family = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            family = rest.split(' ').next().unwrap().to_string();
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            assert_eq!(rest, format!("{family} gauge"));
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        assert!(
+            series.starts_with(&format!("{family}{{")),
+            "{line} outside {family}"
+        );
+        assert!(value == "+Inf" || value.parse::<f64>().is_ok(), "{line}");
+    }
+    let sample = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    assert_eq!(
+        sample("dlock_lock_held{lock=\"jobs:held\",kind=\"exclusive\"}"),
+        1.0
+    );
+    assert_eq!(
+        sample("dlock_lock_holders{lock=\"jobs:held\",kind=\"exclusive\"}"),
+        1.0
+    );
+    let lease = sample("dlock_lock_lease_remaining_seconds{lock=\"jobs:held\",kind=\"exclusive\"}");
+    assert!(lease > 0.0 && lease <= 30.0, "{lease}");
+    assert!(sample("dlock_lock_last_fence{lock=\"jobs:held\",kind=\"exclusive\"}") > 1.0);
+    // Who holds it: the token's prefix and the dlock process.
+    let holder = text
+        .lines()
+        .find(|line| {
+            line.starts_with("dlock_lock_holder_lease_remaining_seconds{lock=\"jobs:held\"")
+        })
+        .unwrap_or_else(|| panic!("no holder series:\n{text}"));
+    let shown = holder
+        .split("token=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    assert!(
+        shown.len() >= 8 && token.contains(shown),
+        "{shown} of {token}"
+    );
+    assert!(holder.contains("holder=\"dlock pid "), "{holder}");
+
+    // Released: --match no longer finds it; by name it is free, with no lease and no
+    // holder series.
+    assert_eq!(
+        code(dlock(&server).args(["release", "jobs:held", &token])),
+        0
+    );
+    assert!(!scrape().contains("lock=\"jobs:held\""));
+    let out = output(dlock(&server).args(["inspect", "jobs:held", "--prometheus"]));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("dlock_lock_held{lock=\"jobs:held\",kind=\"free\"} 0"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("dlock_lock_lease_remaining_seconds{lock=\"jobs:held\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("dlock_lock_holder_lease_remaining_seconds{lock=\"jobs:held\""),
+        "{text}"
+    );
+    // Not with --json or --watch: a usage error.
+    assert_eq!(
+        code(dlock(&server).args(["inspect", "x", "--prometheus", "--json"])),
+        64
+    );
+}
+
+#[test]
 fn a_forced_release_bumps_the_fence() {
     let server = RedisServer::start();
     let out = output(dlock(&server).args(["acquire", "job"]));
