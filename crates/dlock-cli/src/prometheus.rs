@@ -39,9 +39,14 @@ const FAMILIES: [Family; 5] = [
     ),
 ];
 
+const INFO: (&str, &str) = (
+    "dlock_lock_info",
+    "The lock's kind now (free, exclusive, reentrant, read, semaphore), as a label; always 1.",
+);
+
 const HOLDER: (&str, &str) = (
     "dlock_lock_holder_lease_remaining_seconds",
-    "One series per hold, naming its holder (token prefix, and who: a dlock process's host and pid, or the client's label); the hold's remaining lease, +Inf without expiry.",
+    "One series per hold, naming its holder (token prefix, and who: a dlock process's host, pid and start, or the client's label): a new series for every hold; the hold's remaining lease, +Inf without expiry.",
 );
 
 /// One deployment's locks.
@@ -85,26 +90,50 @@ pub fn render_masters(locks: &[RedlockInfo]) -> String {
         "dlock_master_up",
         "Whether the master answered the inspection (1) or not (0).",
     );
-    for lock in locks {
-        for view in &lock.masters {
-            let up = if view.info.is_ok() { 1.0 } else { 0.0 };
-            sample(
-                &mut out,
-                "dlock_master_up",
-                &[("lock", lock.name.clone()), ("master", view.master.clone())],
-                up,
-            );
+    let mut masters: Vec<(&str, bool)> = Vec::new();
+    for view in locks.iter().flat_map(|lock| &lock.masters) {
+        match masters.iter_mut().find(|(label, _)| *label == view.master) {
+            Some((_, up)) => *up &= view.info.is_ok(),
+            None => masters.push((&view.master, view.info.is_ok())),
         }
+    }
+    for (master, up) in masters {
+        let up = if up { 1.0 } else { 0.0 };
+        sample(
+            &mut out,
+            "dlock_master_up",
+            &[("master", master.to_string())],
+            up,
+        );
     }
     out
 }
 
 fn families(out: &mut String, views: &[(Option<&str>, &LockInfo)]) {
+    // A lock named twice, or two holds that show alike, would repeat a series, which a
+    // scraper refuses: each series once.
+    let mut written = std::collections::HashSet::new();
+    let mut once = |out: &mut String, name: &str, labels: &[(&str, String)], value: f64| {
+        let key: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        if written.insert((name.to_string(), key)) {
+            sample(out, name, labels, value);
+        }
+    };
+    let (name, help) = INFO;
+    header(out, name, help);
+    for (master, lock) in views {
+        let mut labels = labels(lock, *master);
+        labels.push(("kind", lock.kind.to_string()));
+        once(out, name, &labels, 1.0);
+    }
     for (name, help, value) in FAMILIES {
         header(out, name, help);
         for (master, lock) in views {
             if let Some(value) = value(lock) {
-                sample(out, name, &labels(lock, *master), value);
+                once(out, name, &labels(lock, *master), value);
             }
         }
     }
@@ -116,13 +145,15 @@ fn families(out: &mut String, views: &[(Option<&str>, &LockInfo)]) {
             labels.push(("token", token_prefix(&holder.token)));
             labels.push(("holder", who(holder)));
             let left = holder.remaining.map_or(f64::INFINITY, |d| d.as_secs_f64());
-            sample(out, name, &labels, left);
+            once(out, name, &labels, left);
         }
     }
 }
 
+/// A lock's series labels: its name (and the master, over several): stable while the
+/// lock changes hands or kind, so each is one series over time.
 fn labels(lock: &LockInfo, master: Option<&str>) -> Vec<(&'static str, String)> {
-    let mut labels = vec![("lock", lock.name.clone()), ("kind", lock.kind.to_string())];
+    let mut labels = vec![("lock", lock.name.clone())];
     if let Some(master) = master {
         labels.push(("master", master.to_string()));
     }

@@ -559,14 +559,6 @@ fn tls_from_the_shell() {
         code(dlock(&tls).args(["--tls-ca", "/no/such.pem", "run", "job", "--", "true"])),
         64
     );
-    // A file that is not a certificate is refused before connecting.
-    let bogus = dir.path().join("bogus.pem");
-    std::fs::write(&bogus, "not a certificate").unwrap();
-    let bogus = bogus.display().to_string();
-    assert_eq!(
-        code(dlock(&tls).args(["--tls-ca", &bogus, "run", "job", "--", "true"])),
-        64
-    );
 }
 
 #[test]
@@ -590,6 +582,20 @@ fn refusals_by_redis() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("credentials"), "{stderr}");
     assert!(!stderr.contains("wrong-secret"), "{stderr}");
+
+    // A file that is not a certificate is refused before connecting.
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("bogus.pem");
+    std::fs::write(&bogus, "not a certificate").unwrap();
+    let bogus = bogus.display().to_string();
+    let tls_url = format!("rediss://127.0.0.1:{}", server.port());
+    assert_eq!(
+        code(
+            dlock(&server)
+                .args(["--redis", &tls_url, "--tls-ca", &bogus, "run", "job", "--", "true"])
+        ),
+        64
+    );
 
     // A rediss:// URL to a plain port fails at once and says TLS.
     let plain = format!("rediss://127.0.0.1:{}", server.port());

@@ -164,11 +164,13 @@ fn run_acquire_extend_release_and_inspect_over_three_masters() {
         let held = holder(server, "job").as_deref() == Some(token);
         let kind = if held { "exclusive" } else { "free" };
         let series = format!(
-            "dlock_lock_held{{lock=\"job\",kind=\"{kind}\",master=\"{url}\"}} {}",
+            "dlock_lock_held{{lock=\"job\",master=\"{url}\"}} {}",
             held as u8
         );
         assert!(stdout.contains(&series), "{series} in {stdout}");
-        let up = format!("dlock_master_up{{lock=\"job\",master=\"{url}\"}} 1");
+        let info = format!("dlock_lock_info{{lock=\"job\",master=\"{url}\",kind=\"{kind}\"}} 1");
+        assert!(stdout.contains(&info), "{info} in {stdout}");
+        let up = format!("dlock_master_up{{master=\"{url}\"}} 1");
         assert!(stdout.contains(&up), "{up} in {stdout}");
     }
 

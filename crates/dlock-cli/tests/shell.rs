@@ -504,7 +504,7 @@ fn inspect_as_prometheus_text_names_who_holds_what() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let text = loop {
         let text = scrape();
-        if text.contains("dlock_lock_queue_length{lock=\"jobs:fair\",kind=\"exclusive\"} 1") {
+        if text.contains("dlock_lock_queue_length{lock=\"jobs:fair\"} 1") {
             break text;
         }
         assert!(
@@ -540,17 +540,27 @@ fn inspect_as_prometheus_text_names_who_holds_what() {
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
     };
-    assert_eq!(
-        sample("dlock_lock_held{lock=\"jobs:held\",kind=\"exclusive\"}"),
-        1.0
-    );
-    assert_eq!(
-        sample("dlock_lock_holders{lock=\"jobs:held\",kind=\"exclusive\"}"),
-        1.0
-    );
-    let lease = sample("dlock_lock_lease_remaining_seconds{lock=\"jobs:held\",kind=\"exclusive\"}");
+    assert_eq!(sample("dlock_lock_held{lock=\"jobs:held\"}"), 1.0);
+    assert_eq!(sample("dlock_lock_holders{lock=\"jobs:held\"}"), 1.0);
+    let lease = sample("dlock_lock_lease_remaining_seconds{lock=\"jobs:held\"}");
     assert!(lease > 0.0 && lease <= 30.0, "{lease}");
-    assert!(sample("dlock_lock_last_fence{lock=\"jobs:held\",kind=\"exclusive\"}") > 1.0);
+    assert!(sample("dlock_lock_last_fence{lock=\"jobs:held\"}") > 1.0);
+    assert_eq!(
+        sample("dlock_lock_info{lock=\"jobs:held\",kind=\"exclusive\"}"),
+        1.0
+    );
+    // A name given twice is shown once: a repeated series is refused by scrapers.
+    let out = output(dlock(&server).args(["inspect", "jobs:held", "jobs:held", "--prometheus"]));
+    let twice = String::from_utf8(out.stdout).unwrap();
+    let series: Vec<&str> = twice.lines().filter(|l| !l.starts_with('#')).collect();
+    let mut unique = series.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(series.len(), unique.len(), "{twice}");
+    assert!(
+        twice.contains("dlock_lock_held{lock=\"jobs:held\"} 1"),
+        "{twice}"
+    );
     // Who holds it: the token's prefix and the dlock process.
     let holder = text
         .lines()
@@ -581,7 +591,8 @@ fn inspect_as_prometheus_text_names_who_holds_what() {
     let out = output(dlock(&server).args(["inspect", "jobs:held", "--prometheus"]));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("dlock_lock_held{lock=\"jobs:held\",kind=\"free\"} 0"),
+        text.contains("dlock_lock_held{lock=\"jobs:held\"} 0")
+            && text.contains("dlock_lock_info{lock=\"jobs:held\",kind=\"free\"} 1"),
         "{text}"
     );
     assert!(

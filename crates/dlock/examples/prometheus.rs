@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use dlock::{Client, LockOptions, Wait};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,12 +24,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .parse()?;
 
     // Histograms as Prometheus histograms (buckets), not summaries, so they aggregate
-    // across processes; these buckets suit waits, holds and lags from 1 ms to a minute.
+    // across processes: seconds from 1 ms to a minute for the durations, shares of a lease
+    // for the renewal margin, counts for the waiters.
     let (recorder, exporter) = PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets(&[
             0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
         ])?
+        .set_buckets_for_metric(
+            Matcher::Full("dlock_renew_margin_ratio".into()),
+            &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("dlock_waiters_per_lock".into()),
+            &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0],
+        )?
         .build()?;
     // Kept to print the final scrape; the exporter serves HTTP on this runtime.
     let handle = recorder.handle();

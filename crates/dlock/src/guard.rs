@@ -38,8 +38,13 @@ pub struct Guard<R: RawLock> {
     hold_id: u64,
     /// Unlocked, handed over as a token, or converted (downgrade): nothing to do on drop.
     done: bool,
-    /// When the grant's request was sent: the hold's start, for `dlock_hold_seconds`.
-    granted: Instant,
+    /// When this guard began (the grant's reply, or a direct hand-off): the hold's start
+    /// for `dlock_hold_seconds` (the lease may count from earlier, from a queued
+    /// attempt's send).
+    #[cfg(feature = "metrics")]
+    started: Instant,
+    /// The hold's length was recorded, or is not to be (handed on as a token, converted).
+    measured: bool,
     /// Taken while a guarded batch is in flight: one record per holder recognises a resend
     /// only of its latest batch (see `guarded/apply.lua`).
     applying: tokio::sync::Mutex<()>,
@@ -72,7 +77,9 @@ impl<R: RawLock> Guard<R> {
             held,
             hold_id,
             done: false,
-            granted: sent,
+            #[cfg(feature = "metrics")]
+            started: Instant::now(),
+            measured: false,
             applying: tokio::sync::Mutex::new(()),
         })
     }
@@ -236,16 +243,54 @@ impl<R: RawLock> Guard<R> {
         // (releasing twice is harmless, the second finds the token gone).
         self.done = true;
         self.raw.session().untrack_hold(self.hold_id);
-        if released.is_ok() {
-            crate::observe::released(self.raw.kind_name(), self.raw.name());
-        }
+        let lost = match &released {
+            Ok(()) => {
+                crate::observe::released(self.raw.kind_name(), self.raw.name());
+                false
+            }
+            Err(Error::Lost { .. }) => {
+                // Found gone at release: the lost signal says so too.
+                signal::declare_lost(&self.held.cell, LostReason::Taken);
+                true
+            }
+            // No answer: whatever the lease says now.
+            Err(_) => self.held.cell.lost_now().is_some(),
+        };
+        self.end_hold(lost);
         released
+    }
+
+    /// Records the hold's length once (`dlock_hold_seconds`): to now, or for a hold that
+    /// was lost, to when its validity ended. A hold that ended cleanly stops its lost
+    /// signals from reporting a latency.
+    fn end_hold(&mut self, lost: bool) {
+        if std::mem::replace(&mut self.measured, true) {
+            return;
+        }
+        #[cfg(feature = "metrics")]
+        {
+            let now = Instant::now();
+            let end = if lost {
+                now.min(self.held.cell.state().valid_until)
+            } else {
+                signal::settle(&self.held.cell);
+                now
+            };
+            crate::observe::hold_ended(
+                self.raw.kind_name(),
+                end.saturating_duration_since(self.started),
+                lost,
+            );
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = lost;
     }
 
     /// Gives up the guard without releasing: renewal stops and the lock stays held until
     /// its lease ends or someone releases it with the returned token.
     pub fn into_token(mut self) -> String {
         self.done = true;
+        self.measured = true; // the hold goes on
         drop(self.held.detach());
         self.raw.session().untrack_hold(self.hold_id);
         std::mem::take(&mut self.token)
@@ -256,6 +301,7 @@ impl<R: RawLock> Guard<R> {
     pub(crate) async fn retire(mut self) {
         self.held.stop_renewal().await;
         self.done = true;
+        self.measured = true; // the hold goes on in the converted guard
         self.raw.session().untrack_hold(self.hold_id);
     }
 }
@@ -375,19 +421,11 @@ impl<R: RawLock> std::fmt::Debug for Guard<R> {
 
 impl<R: RawLock> Drop for Guard<R> {
     fn drop(&mut self) {
-        // The hold ends here, or ended earlier when it was lost (its validity ended then).
-        let now = Instant::now();
-        let lost = self.held.cell.lost_now().is_some();
-        let end = if lost {
-            now.min(self.held.cell.state().valid_until)
-        } else {
-            now
-        };
-        crate::observe::hold_ended(
-            self.raw.kind_name(),
-            end.saturating_duration_since(self.granted),
-            lost,
-        );
+        // Dropped without unlock: the hold ends here, or ended when it was lost.
+        if !self.measured {
+            let lost = cfg!(feature = "metrics") && self.held.cell.lost_now().is_some();
+            self.end_hold(lost);
+        }
         if self.done {
             return;
         }

@@ -32,10 +32,24 @@
 //! and where it ends.
 //!
 //! Observability: every acquire, renewal failure, loss and release is a `tracing` event
-//! naming the lock; with the `metrics` feature dlock also records counters and a wait-time
-//! histogram through the `metrics` facade (`dlock_acquired_total`, `dlock_busy_total`,
-//! `dlock_timed_out_total`, `dlock_lost_total`, `dlock_renew_failures_total`,
-//! `dlock_wait_seconds`).
+//! naming the lock. With the `metrics` feature dlock also records, through the `metrics`
+//! facade (labels never carry lock names):
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `dlock_acquired_total`, `dlock_busy_total`, `dlock_timed_out_total` | `kind` | grants; single attempts that found the lock held; waits that used up their budget |
+//! | `dlock_lost_total` | `reason` | holds that may have been lost (`expired`, `taken`, `released`) |
+//! | `dlock_renew_failures_total`, `dlock_not_replicated_total` | | failed renewal calls; writes too few replicas acknowledged |
+//! | `dlock_wait_seconds` (histogram) | `kind` | first attempt to grant |
+//! | `dlock_hold_seconds` (histogram) | `kind`, `outcome` | from the guard's start to its unlock or drop (`released`), or to the loss (`lost`); a hold handed on with `into_token` is not counted |
+//! | `dlock_renew_lag_seconds` (histogram) | | how late a renewal's reply came against its schedule (a third of the lease after the last) |
+//! | `dlock_renew_margin_ratio` (histogram) | | the share of the lease left when a renewal's reply came |
+//! | `dlock_lost_signal_seconds` (histogram) | `reason` | from a loss that came while [`Guard::lost`] (or a [`LostSignal`]) waited, to the waiter woken; once per hold |
+//! | `dlock_waiters` (gauge) | `kind` | this process's acquires that found the lock held and wait now |
+//! | `dlock_waiters_per_lock` (histogram) | `kind` | this process's waiters on the same lock, each time one starts to wait |
+//!
+//! `examples/prometheus.rs` serves them to Prometheus; `dlock inspect --prometheus` reports
+//! each lock's holders, lease, queue and fence from Redis itself.
 
 #![warn(missing_docs)]
 

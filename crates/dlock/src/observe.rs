@@ -1,5 +1,5 @@
 //! What dlock tells about itself: `tracing` events that name the lock, and — with the
-//! `metrics` feature — counters and a histogram through the `metrics` facade:
+//! `metrics` feature — counters, histograms and a gauge through the `metrics` facade:
 //!
 //! | metric | labels | what |
 //! |---|---|---|
@@ -10,11 +10,11 @@
 //! | `dlock_renew_failures_total` | | renewal calls that failed (retried until the deadline) |
 //! | `dlock_not_replicated_total` | | grants, extends and renewals too few replicas acknowledged |
 //! | `dlock_wait_seconds` | `kind` | time from the first attempt to the grant |
-//! | `dlock_hold_seconds` | `kind`, `outcome` | a hold's length, from the grant's request to the guard's end (`released`: unlocked, dropped or handed on) or to its loss (`lost`) |
+//! | `dlock_hold_seconds` | `kind`, `outcome` | a hold's length, from the guard's start to its unlock or drop (`released`), or to its loss (`lost`: found gone, or its validity ended); a hold handed on as a token or converted is not counted |
 //! | `dlock_renew_lag_seconds` | | how late a renewal's reply came against the renewal's schedule (a third of the lease after the last one; 0 when on time) |
 //! | `dlock_renew_margin_ratio` | | the share of the lease still left when a renewal's reply came (1: all of it; near 0: the hold nearly expired first) |
-//! | `dlock_lost_signal_seconds` | `reason` | from the moment a hold was lost, as this process learned it (the lease's deadline, or the reply that found it gone), to a waiting [`lost`](crate::Guard::lost) being woken |
-//! | `dlock_waiters` | `kind` | gauge: this process's acquires that found the lock held and wait now |
+//! | `dlock_lost_signal_seconds` | `reason` | from the moment a hold was lost, as this process learned it (the lease's deadline, or the reply that found it gone), to a waiting [`lost`](crate::Guard::lost) being woken; once per hold, and only for a loss that came while it waited |
+//! | `dlock_waiters` | `kind` | gauge: this process's acquires that found the lock held and wait now (not those retrying an unreachable Redis) |
 //! | `dlock_waiters_per_lock` | `kind` | this process's waiters on the same lock (itself included) each time one starts to wait |
 //!
 //! Labels never carry lock names (unbounded cardinality); the events do, and
@@ -92,16 +92,14 @@ pub(crate) fn not_replicated(lock: &str, wanted: u32, acknowledged: u32) {
 }
 
 /// A hold ended after `held`: given back (`lost` false) or lost.
+#[cfg(feature = "metrics")]
 pub(crate) fn hold_ended(kind: &'static str, held: Duration, lost: bool) {
-    #[cfg(feature = "metrics")]
     metrics::histogram!(
         "dlock_hold_seconds",
         "kind" => kind,
         "outcome" => if lost { "lost" } else { "released" }
     )
     .record(held.as_secs_f64());
-    #[cfg(not(feature = "metrics"))]
-    let _ = (kind, held, lost);
 }
 
 /// A renewal's reply came `lag` after its schedule, with `left` of the lease `ttl` left.

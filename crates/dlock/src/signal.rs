@@ -81,6 +81,9 @@ pub(crate) struct LeaseShared {
     /// Whether the session was told of this hold's loss (once per loss: a deadline that a
     /// late extend moves on again clears it).
     reported: AtomicBool,
+    /// Whether a lost signal's latency was recorded (once per hold), or the hold ended
+    /// cleanly (a signal that fires after that reports no loss worth a latency).
+    settled: AtomicBool,
 }
 
 impl LeaseShared {
@@ -151,7 +154,14 @@ pub(crate) fn new_cell(
         token: token.to_string(),
         sink: sink.clone(),
         reported: AtomicBool::new(false),
+        settled: AtomicBool::new(false),
     })
+}
+
+/// The hold ended cleanly: its lost signals record no latency from now on.
+#[cfg(feature = "metrics")]
+pub(crate) fn settle(cell: &LeaseCell) {
+    cell.settled.store(true, Ordering::Release);
 }
 
 /// Sets the deadline after a successful renewal or extension: exactly the new lease, which
@@ -226,10 +236,10 @@ impl LostSignal {
     /// Resolves when the lock may have been lost, with the reason.
     pub async fn wait(&mut self) -> LostReason {
         // Whether the loss came while this waited (then how long it took to wake is
-        // measured), rather than before the call.
+        // measured, once per hold), rather than before the call.
         let mut waited = false;
         let delivered = |reason: LostReason, waited: bool| {
-            if waited {
+            if waited && !self.cell.settled.swap(true, Ordering::AcqRel) {
                 // A declared loss ends the validity at the moment it was found.
                 let since = Instant::now().saturating_duration_since(self.cell.state().valid_until);
                 crate::observe::lost_signal_delivered(reason.label(), since);
@@ -246,14 +256,15 @@ impl LostSignal {
                 return delivered(reason, waited);
             }
             let deadline = tokio::time::Instant::from_std(state.valid_until);
-            waited = true;
+            // A lease that ran out before this looked is a loss from before the call.
+            waited |= state.valid_until > Instant::now();
             tokio::select! {
                 _ = changed => {}
                 _ = tokio::time::sleep_until(deadline) => {
                     // Nothing moved the deadline (a guard that is gone moves nothing).
                     let now = self.cell.state();
                     if now.valid_until <= state.valid_until {
-                        return delivered(now.lost.unwrap_or(LostReason::Expired), true);
+                        return delivered(now.lost.unwrap_or(LostReason::Expired), waited);
                     }
                 }
             }

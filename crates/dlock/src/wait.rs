@@ -287,8 +287,10 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
             if past_deadline() {
                 break Err(timed_out(raw, started));
             }
-            // Waiting from here until this acquire ends, however it ends.
-            waiting.get_or_insert_with(|| observe::waiting(raw.kind_name(), &raw.keys().key));
+            // Found held: waiting from here until this acquire ends, however it ends.
+            if !decided.1 {
+                waiting.get_or_insert_with(|| observe::waiting(raw.kind_name(), &raw.keys().key));
+            }
             decided
         };
         let Some(active) = wakes.as_mut() else {
