@@ -78,7 +78,8 @@ if cargo nextest --version >/dev/null 2>&1; then
   if [ $metrics_too = yes ]; then
     cargo nextest run -p dlock --features metrics --test metrics || status=$?
   fi
-  cargo nextest run "${all[@]}" || status=$?
+  # A filter that picks only excluded tests runs none: said, not failed.
+  cargo nextest run --no-tests=warn "${all[@]}" || status=$?
 else
   if [ $metrics_too = yes ]; then
     cargo test -p dlock --features metrics --test metrics || status=$?

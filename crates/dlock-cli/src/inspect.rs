@@ -19,8 +19,12 @@ pub struct InspectArgs {
     /// One JSON object per lock (with --watch: one JSON array per refresh)
     #[arg(long)]
     json: bool,
-    /// The Prometheus text format (held, holders, lease left, queue length, last fence per
-    /// lock, and one series per holder naming it), for node_exporter's textfile collector
+    /// Print the Prometheus text format instead of a table: per lock dlock_lock_held,
+    /// _holders, _lease_remaining_seconds, _queue_length, _last_fence and _info (its kind);
+    /// per hold dlock_lock_holder_lease_remaining_seconds naming the holder; over several
+    /// masters a master label, dlock_lock_quorum_held and dlock_master_up. For
+    /// node_exporter's textfile collector: write to a temporary file, then rename it. Not
+    /// with --json or --watch
     #[arg(long, conflicts_with_all = ["json", "watch"])]
     prometheus: bool,
     /// Refresh every INTERVAL until interrupted, like top(1)
@@ -354,10 +358,8 @@ pub(crate) fn token_prefix(token: &str) -> String {
         Some((tag, random)) if tag.len() <= 16 => {
             format!("{tag}.{}", &random[..random.len().min(8)])
         }
-        _ => {
-            let tail = token.rsplit('/').next().unwrap_or(token);
-            tail.chars().take(8).collect()
-        }
+        // Another client's token: its first 8 characters, whatever they are.
+        _ => token.chars().take(8).collect(),
     }
 }
 
@@ -424,6 +426,8 @@ mod tests {
         assert_eq!(token_prefix("someone-elses-token"), "someone-");
         // Another client's token with a dot: still only its first 8 characters.
         assert_eq!(token_prefix("averylongsecretvalue.v1"), "averylon");
+        // ... and with a '/': no label, and nothing after the first 8.
+        assert_eq!(token_prefix("my-very-secret-token/abc"), "my-very-");
         assert_eq!(token_prefix("xyz.def~1"), "xyz.def~");
     }
 

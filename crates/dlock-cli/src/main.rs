@@ -1011,6 +1011,11 @@ fn needs_stdout(command: &Command) -> Option<(&'static str, &'static str)> {
         Command::Leader(args) if args.watch => {
             Some(("the leader", "give dlock leader --watch a standard output"))
         }
+        // What it shows is all it does.
+        Command::Inspect(_) => Some((
+            "the locks",
+            "give dlock inspect a standard output (a file or a pipe)",
+        )),
         _ => None,
     }
 }

@@ -366,6 +366,17 @@ fn acquire_without_a_reader_for_the_token_leaves_nothing_held() {
     assert_eq!(closed.status.code(), Some(74));
     assert_eq!(server.cmd::<i64>(&["EXISTS", "job"]), 0);
 
+    // inspect, whose output is all it does, says so too (a --watch would never end).
+    for args in ["inspect job", "inspect job --prometheus", "inspect job --watch"] {
+        let closed = Command::new("bash")
+            .args(["-c", &format!("{bin} {args} >&-")])
+            .env("DLOCK_REDIS", server.url())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(closed.status.code(), Some(74), "{args}");
+    }
+
     // Control: printed to a reader, the lock stays held for its lease.
     let out = output(dlock(&server).args(["acquire", "job"]));
     assert_eq!(out.status.code(), Some(0));

@@ -122,7 +122,11 @@ impl Client {
         let holders = reply[4..]
             .chunks_exact(4)
             .map(|h| Holder {
-                label: h[0].rsplit_once('/').map(|(label, _)| label.to_string()),
+                // A label only in front of a token of dlock's form: another client's token
+                // may contain '/', and the part before it is no label but secret.
+                label: crate::token_tag_and_random(&h[0])
+                    .and(h[0].rsplit_once('/'))
+                    .map(|(label, _)| label.to_string()),
                 token: h[0].clone(),
                 remaining: millis(&h[1]),
                 owner: (!h[2].is_empty()).then(|| h[2].clone()),
