@@ -1,0 +1,57 @@
+//! Model checks of dlock's lock protocols with [`stateright`]: the Redis side of each
+//! modelled kind written from its Lua scripts ([`scripts`]), clients with their beliefs
+//! and a clock ([`system`]), and deliberate bugs that the checks must catch ([`mutant`]).
+//! The binary `dlock-model` runs them; `docs/safety.md` says what each covers.
+
+pub mod mutant;
+pub mod scripts;
+pub mod system;
+
+use mutant::Mutant;
+use system::{Kind, LockModel, Role};
+
+/// The bounds of a check: small enough for CI, large enough to reach every interleaving
+/// of two or three holds' lifetimes.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    /// The clock stops here.
+    pub max_time: u8,
+    /// Holds each client may be granted.
+    pub max_holds: u8,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            max_time: 6,
+            max_holds: 2,
+        }
+    }
+}
+
+/// The models `dlock-model check` checks, with `mutants` put in.
+pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
+    let model = |name, kind, roles: &[Role]| LockModel {
+        name,
+        kind,
+        roles: roles.to_vec(),
+        ttl: 2,
+        max_time: bounds.max_time,
+        max_holds: bounds.max_holds,
+        mutants: mutants.to_vec(),
+    };
+    use Role::{Exclusive, Reader};
+    vec![
+        model(
+            "mutex (fence on first read)",
+            Kind::Mutex { eager: false },
+            &[Exclusive, Exclusive],
+        ),
+        model(
+            "mutex (fence at grant)",
+            Kind::Mutex { eager: true },
+            &[Exclusive, Exclusive],
+        ),
+        model("rwlock", Kind::RwLock, &[Reader, Reader, Exclusive]),
+    ]
+}

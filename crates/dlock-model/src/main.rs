@@ -1,0 +1,130 @@
+//! `dlock-model check [--mutant NAME]`: model-checks dlock's lock protocols; exits 0 when
+//! every property holds, 1 with a counterexample trace when one does not.
+//! `dlock-model mutants`: the names of the deliberate protocol bugs, one a line.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use dlock_model::mutant::Mutant;
+use dlock_model::{models, Bounds};
+use stateright::{Checker, Expectation, Model};
+
+#[derive(Parser)]
+#[command(version, about = "Model checks of dlock's lock protocols")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Checks every model (breadth first, every interleaving within the bounds)
+    Check {
+        /// Put this deliberate bug in (see `mutants`): the check must then fail
+        #[arg(long, value_name = "NAME")]
+        mutant: Option<String>,
+        /// The clock's bound, in ticks (a lease is 2)
+        #[arg(long, default_value_t = Bounds::default().max_time, value_parser = clap::value_parser!(u8).range(2..=12))]
+        max_time: u8,
+        /// Holds each client may be granted
+        #[arg(long, default_value_t = Bounds::default().max_holds, value_parser = clap::value_parser!(u8).range(1..=4))]
+        max_holds: u8,
+        /// Only the models whose name contains this (e.g. rwlock)
+        #[arg(long, value_name = "TEXT")]
+        only: Option<String>,
+    },
+    /// Prints the names of the deliberate protocol bugs, one a line
+    Mutants,
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Mutants => {
+            for mutant in Mutant::ALL {
+                println!("{}", mutant.name());
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Check {
+            mutant,
+            max_time,
+            max_holds,
+            only,
+        } => {
+            let mutants = match mutant.as_deref().map(|name| (name, Mutant::named(name))) {
+                None => Vec::new(),
+                Some((_, Some(mutant))) => vec![mutant],
+                Some((name, None)) => {
+                    eprintln!("error: no mutant named '{name}'; `dlock-model mutants` lists them");
+                    return ExitCode::from(64);
+                }
+            };
+            check(
+                Bounds {
+                    max_time,
+                    max_holds,
+                },
+                &mutants,
+                only.as_deref(),
+            )
+        }
+    }
+}
+
+/// Checks each model; prints what was explored and every property's verdict.
+fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
+    let mut failed = false;
+    let chosen = models(bounds, mutants)
+        .into_iter()
+        .filter(|model| only.map_or(true, |text| model.name.contains(text)));
+    for model in chosen {
+        let started = Instant::now();
+        let name = model.name;
+        let checker = model.clone().checker().spawn_bfs().join();
+        println!(
+            "{name}: {} states ({} unique), depth {}, {:.1} s",
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed().as_secs_f64()
+        );
+        for property in model.properties() {
+            let discovery = checker.discovery(property.name);
+            let holds = match property.expectation {
+                Expectation::Always | Expectation::Eventually => discovery.is_none(),
+                Expectation::Sometimes => discovery.is_some(),
+            };
+            let verdict = match (property.expectation, holds) {
+                (Expectation::Sometimes, true) => "reached",
+                (Expectation::Sometimes, false) => "NEVER REACHED",
+                (_, true) => "holds",
+                (_, false) => "VIOLATED",
+            };
+            println!("  {verdict:<13} {}", property.name);
+            if !holds {
+                failed = true;
+                if let Some(path) = discovery {
+                    let steps = path.into_vec();
+                    println!(
+                        "  counterexample ({} steps from the start):",
+                        steps.len() - 1
+                    );
+                    for (number, (_, action)) in steps.iter().enumerate() {
+                        if let Some(action) = action {
+                            println!("    {:>2}. {action:?}", number + 1);
+                        }
+                    }
+                    if let Some((last, _)) = steps.last() {
+                        println!("    which leaves {last:#?}");
+                    }
+                }
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

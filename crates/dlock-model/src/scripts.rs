@@ -1,0 +1,235 @@
+//! The Redis side: what one lock name's keys hold, and each Lua script of the modelled
+//! kinds as a transition on them, written from the script line by line (the file each
+//! mirrors is named on it). `tests/conformance.rs` runs the real scripts on a real server
+//! beside these transitions and compares replies and keys after every step.
+//!
+//! Time is whole ticks; a key or entry whose expiry is at or before `now` is gone, as
+//! Redis's expiry and the scripts' `end <= now` purge treat it.
+
+use std::collections::BTreeMap;
+
+use crate::mutant::Mutant;
+
+/// A point in model time (ticks).
+pub type Time = u8;
+
+/// A hold's token: the client and its attempt number (unique per client).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Token {
+    /// The client that made it.
+    pub client: u8,
+    /// Its attempt number.
+    pub attempt: u8,
+}
+
+/// The keys of one lock name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Server {
+    /// The lock key as a string (mutex, write lock): the holder's token and when the key
+    /// expires.
+    pub lock: Option<(Token, Time)>,
+    /// The lock key as a hash of leased read holds (rwlock): token → end of its lease.
+    pub readers: BTreeMap<Token, Time>,
+    /// The fencing counter (`{N}:fence`): never expires, only grows.
+    pub counter: u64,
+    /// The record of the last lazily drawn fence (`{N}:fenced`): token, fence, expiry.
+    pub fenced: Option<(Token, u64, Time)>,
+}
+
+/// What an acquire script answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Grant {
+    /// Granted, with the fence when drawn at grant.
+    Granted(Option<u64>),
+    /// Held by another (or, for a reader, by a writer).
+    Busy,
+}
+
+impl Server {
+    /// The string lock's holder, if its key has not expired.
+    pub fn holder(&self, now: Time) -> Option<Token> {
+        self.lock
+            .filter(|&(_, expires)| expires > now)
+            .map(|(t, _)| t)
+    }
+
+    /// The live read holds.
+    pub fn live_readers(&self, now: Time) -> impl Iterator<Item = Token> + '_ {
+        self.readers
+            .iter()
+            .filter(move |(_, &end)| end > now)
+            .map(|(&t, _)| t)
+    }
+
+    /// Redis's lazy expiry, made explicit so states that differ only in dead keys are one
+    /// state: a key whose time came is gone.
+    pub fn expire(&mut self, now: Time) {
+        if self.lock.is_some_and(|(_, expires)| expires <= now) {
+            self.lock = None;
+        }
+        if self.fenced.is_some_and(|(_, _, expires)| expires <= now) {
+            self.fenced = None;
+        }
+        // An ended read hold is not live for any script (each purges `end <= now` before
+        // it counts, renews and releases only live ones), and the hash expires with the
+        // latest (entries.lua: '~ends'): dropped at once, one state for both.
+        self.readers.retain(|_, &mut end| end > now);
+    }
+
+    /// fencing.lua `draw_fence`: the next fence (the clock floor is not modelled: with the
+    /// data kept, the counter alone orders fences).
+    fn draw_fence(&mut self) -> u64 {
+        self.counter += 1;
+        self.counter
+    }
+
+    /// mutex/acquire.lua (with the fast path's `SET NX PX` in front, mutex/mod.rs): our own
+    /// token restarts the lease (a resend whose first reply was lost), another's is busy,
+    /// a free key is granted; `eager` draws the fence with the grant.
+    pub fn mutex_acquire(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        eager: bool,
+        mutants: &[Mutant],
+    ) -> Grant {
+        match self.holder(now) {
+            Some(current) if current == token => {
+                if !mutants.contains(&Mutant::ResendKeepsOldLease) {
+                    self.lock = Some((token, now + ttl)); // PEXPIRE
+                }
+                // The last fence drawn: no other grant can have drawn since.
+                Grant::Granted(eager.then_some(self.counter))
+            }
+            Some(_) => Grant::Busy,
+            None => {
+                let fence = eager.then(|| self.draw_fence());
+                self.lock = Some((token, now + ttl));
+                Grant::Granted(fence)
+            }
+        }
+    }
+
+    /// mutex/release.lua: deletes the key only if it holds our token. True if released.
+    pub fn mutex_release(&mut self, token: Token, now: Time, mutants: &[Mutant]) -> bool {
+        if mutants.contains(&Mutant::ReleaseWithoutOwnerCheck) {
+            let had = self.lock.is_some();
+            self.lock = None;
+            return had;
+        }
+        if self.holder(now) == Some(token) {
+            self.lock = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// renew/renew.lua for a string hold ('s'): restarts the lease if the key still holds
+    /// our token. True if renewed.
+    pub fn renew_string(&mut self, token: Token, now: Time, ttl: Time) -> bool {
+        if self.holder(now) == Some(token) {
+            self.lock = Some((token, now + ttl));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// mutex/fence.lua: the plain mutex's lazily drawn fence, only while the hold is held;
+    /// a resend answers the recorded fence. `None`: not held any more (nothing drawn).
+    pub fn mutex_fence(&mut self, token: Token, now: Time, mutants: &[Mutant]) -> Option<u64> {
+        if !mutants.contains(&Mutant::FenceOutsideGrant) && self.holder(now) != Some(token) {
+            return None;
+        }
+        if let Some((recorded, fence, expires)) = self.fenced {
+            if recorded == token && expires > now {
+                return Some(fence);
+            }
+        }
+        let fence = self.draw_fence();
+        if let Some((_, expires)) = self.lock.filter(|&(t, e)| t == token && e > now) {
+            // Recorded for the rest of the lease (SET .. PX pttl).
+            self.fenced = Some((token, fence, expires));
+        }
+        Some(fence)
+    }
+
+    /// rwlock/rwlock.lua `purge_reads` (entries.lua `entries_purge`): read holds whose
+    /// lease ended (`end <= now`) are removed. True when a live one is left.
+    fn purge_reads(&mut self, now: Time, mutants: &[Mutant]) -> bool {
+        // The mutant purges a lease one tick early: a reader that still holds is dropped.
+        let horizon = if mutants.contains(&Mutant::PurgeForgetsLiveReader) {
+            now + 1
+        } else {
+            now
+        };
+        self.readers.retain(|_, &mut end| end > horizon);
+        !self.readers.is_empty()
+    }
+
+    /// rwlock/read_acquire.lua (without the writer queue): busy while a writer holds;
+    /// otherwise the read hold is put (a resend restarts its lease) with a fence.
+    pub fn read_acquire(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> Grant {
+        if self.holder(now).is_some() {
+            return Grant::Busy;
+        }
+        self.purge_reads(now, mutants);
+        let fence = self.draw_fence();
+        self.readers.insert(token, now + ttl);
+        Grant::Granted(Some(fence))
+    }
+
+    /// rwlock/write_acquire.lua (without the writer queue): our own token restarts the
+    /// lease; granted when no writer and no live reader holds, with a fence.
+    pub fn write_acquire(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> Grant {
+        match self.holder(now) {
+            Some(current) if current == token => {
+                if !mutants.contains(&Mutant::ResendKeepsOldLease) {
+                    self.lock = Some((token, now + ttl));
+                }
+                return Grant::Granted(Some(self.counter));
+            }
+            Some(_) => return Grant::Busy,
+            None => {}
+        }
+        if self.purge_reads(now, mutants) {
+            return Grant::Busy;
+        }
+        let fence = self.draw_fence();
+        self.lock = Some((token, now + ttl));
+        Grant::Granted(Some(fence))
+    }
+
+    /// rwlock/read_release.lua: removes our read hold. True if it was there (live).
+    pub fn read_release(&mut self, token: Token, now: Time) -> bool {
+        match self.readers.remove(&token) {
+            Some(end) => end > now,
+            None => false,
+        }
+    }
+
+    /// renew/renew.lua for a leased entry ('e'): restarts a live entry's lease.
+    pub fn renew_entry(&mut self, token: Token, now: Time, ttl: Time) -> bool {
+        match self.readers.get_mut(&token) {
+            Some(end) if *end > now => {
+                *end = now + ttl;
+                true
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The model follows the scripts: random sequences of the plain mutex's operations —
+//! acquire (and its resend with the same token), release, renewal, the lazily drawn fence
+//! (and its resend), and expiry — run through the real Lua scripts on a real server and
+//! through the model's transitions (`scripts.rs`) side by side; after every step the
+//! replies and the keys (holder, fencing counter, fence record) must agree.
+//!
+//! Expiry is the one thing not waited for: when the model's clock ends a key's life, the
+//! test deletes that key on the server (what Redis's own expiry does), so a run takes no
+//! time and no boundary depends on timing.
+
+use dlock_model::mutant::Mutant;
+use dlock_model::scripts::{Grant, Server, Token};
+use dlock_testkit::RedisServer;
+use rand::{Rng, SeedableRng};
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../dlock/src/");
+
+/// A script as the library sends it: its libraries, then its body (the library sends
+/// only the helpers the body calls; unused ones change nothing).
+fn script(files: &[&str]) -> redis::Script {
+    let text: String = files
+        .iter()
+        .map(|file| std::fs::read_to_string(format!("{SRC}{file}")).unwrap() + "\n")
+        .collect();
+    redis::Script::new(&text)
+}
+
+const LOCK: &str = "m";
+const FENCE: &str = "m:fence";
+const RECORD: &str = "m:fenced";
+/// A model tick on the server: leases are long, and expiry is applied by the test.
+const TICK_MS: u64 = 60_000;
+const TTL: u8 = 2;
+/// Real time a run may take (ms): a lease this close to a tick's end ends with the tick.
+const SLACK_MS: u64 = 5_000;
+
+struct Scripts {
+    acquire: redis::Script,
+    release: redis::Script,
+    fence: redis::Script,
+    renew: redis::Script,
+}
+
+fn token_text(token: Token) -> String {
+    format!("t{}.{}", token.client, token.attempt)
+}
+
+/// One operation of the test's random runs.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Acquire { client: u8, eager: bool },
+    Resend { eager: bool },
+    Release { client: u8 },
+    Renew { client: u8 },
+    Fence { client: u8 },
+    Tick,
+}
+
+fn run(
+    seed: u64,
+    scripts: &Scripts,
+    conn: &mut redis::Connection,
+    mutants: &[Mutant],
+) -> Result<(), String> {
+    let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut model = Server::default();
+    let mut now: u8 = 0;
+    let mut attempts = [0u8; 2];
+    let mut last: Option<(Token, bool)> = None;
+    let mut fences = Fences::default();
+    for step in 0..40 {
+        let client = rng.random_range(0..2u8);
+        let op = match rng.random_range(0..10) {
+            0..=2 => Op::Acquire {
+                client,
+                eager: rng.random_bool(0.5),
+            },
+            // A resend carries what its first send did.
+            3 => match last {
+                Some((_, eager)) => Op::Resend { eager },
+                None => continue,
+            },
+            4 | 5 => Op::Release { client },
+            6 => Op::Renew { client },
+            7 => Op::Fence { client },
+            _ => Op::Tick,
+        };
+        // The client's latest token (a release, renewal or fence of a hold it may have
+        // lost: the scripts must refuse what is not theirs).
+        let context = format!("seed {seed}, step {step}: {op:?}");
+        let lease_ms = u64::from(TTL) * TICK_MS;
+        // The client's latest token (a release, renewal or fence of a hold it may have
+        // lost: the scripts must refuse what is not theirs).
+        let latest = |client: u8, attempts: &[u8; 2]| Token {
+            client,
+            attempt: attempts[client as usize].saturating_sub(1),
+        };
+        let acquire_token = match op {
+            Op::Acquire { client, .. } => {
+                let token = Token {
+                    client,
+                    attempt: attempts[client as usize],
+                };
+                attempts[client as usize] += 1;
+                Some(token)
+            }
+            // A resend: the last attempt's token again, as after a lost reply.
+            Op::Resend { .. } => last.map(|(token, _)| token),
+            _ => None,
+        };
+        match op {
+            Op::Acquire { eager, .. } | Op::Resend { eager } => {
+                let Some(token) = acquire_token else {
+                    continue;
+                };
+                last = Some((token, eager));
+                let expected = model.mutex_acquire(token, now, TTL, eager, mutants);
+                let reply: Vec<i64> = scripts
+                    .acquire
+                    .key(LOCK)
+                    .key(FENCE)
+                    .arg(token_text(token))
+                    .arg(lease_ms)
+                    .arg(if eager { "1" } else { "0" })
+                    .arg("0")
+                    .invoke(conn)
+                    .unwrap();
+                match (reply.as_slice(), expected) {
+                    ([1], Grant::Granted(None)) | ([0, _], Grant::Busy) => {}
+                    ([1, fence], Grant::Granted(Some(modelled))) => {
+                        fences.check(*fence as u64, modelled, &context)?
+                    }
+                    (other, _) => {
+                        return Err(format!("{context}: {other:?}, the model says {expected:?}"))
+                    }
+                }
+            }
+            Op::Release { client } => {
+                let token = latest(client, &attempts);
+                let expected = model.mutex_release(token, now, mutants);
+                let released: i64 = scripts
+                    .release
+                    .key(LOCK)
+                    .arg(token_text(token))
+                    .arg("m:released")
+                    .invoke(conn)
+                    .unwrap();
+                same(released == 1, expected, &context)?;
+            }
+            Op::Renew { client } => {
+                let token = latest(client, &attempts);
+                let expected = model.renew_string(token, now, TTL);
+                let renewed: Vec<i64> = scripts
+                    .renew
+                    .key(LOCK)
+                    .arg("s")
+                    .arg(token_text(token))
+                    .arg(lease_ms)
+                    .invoke(conn)
+                    .unwrap();
+                same(renewed, vec![i64::from(expected)], &context)?;
+            }
+            Op::Fence { client } => {
+                let token = latest(client, &attempts);
+                let expected = model.mutex_fence(token, now, mutants);
+                let fence: i64 = scripts
+                    .fence
+                    .key(LOCK)
+                    .key(FENCE)
+                    .key(RECORD)
+                    .arg(token_text(token))
+                    .invoke(conn)
+                    .unwrap();
+                match (fence, expected) {
+                    (0, None) => {}
+                    (fence, Some(modelled)) if fence > 0 => {
+                        fences.check(fence as u64, modelled, &context)?
+                    }
+                    (other, _) => {
+                        return Err(format!("{context}: {other}, the model says {expected:?}"))
+                    }
+                }
+            }
+            Op::Tick => {
+                now += 1;
+                model.expire(now);
+                // A tick passes on the server too: every lease a tick shorter.
+                for key in [LOCK, RECORD] {
+                    let pttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+                    if pttl > 0 && pttl as u64 <= TICK_MS + SLACK_MS {
+                        let _: () = redis::cmd("DEL").arg(key).query(conn).unwrap();
+                    } else if pttl > 0 {
+                        let _: () = redis::cmd("PEXPIRE")
+                            .arg(key)
+                            .arg(pttl as u64 - TICK_MS)
+                            .query(conn)
+                            .unwrap();
+                    }
+                }
+            }
+        }
+        compare(&model, now, conn, &context)?;
+    }
+    Ok(())
+}
+
+/// The fences seen, the server's beside the model's: the server's are the clock floor (µs),
+/// the model's a plain count, so they must agree in order and in equality, not in value.
+#[derive(Default)]
+struct Fences(Vec<(u64, u64)>);
+
+impl Fences {
+    fn check(&mut self, server: u64, model: u64, context: &str) -> Result<(), String> {
+        for &(s, m) in &self.0 {
+            if server.cmp(&s) != model.cmp(&m) {
+                return Err(format!(
+                    "{context}: fence {server} (model {model}) against {s} (model {m})"
+                ));
+            }
+        }
+        self.0.push((server, model));
+        Ok(())
+    }
+}
+
+fn same<T: PartialEq + std::fmt::Debug>(server: T, model: T, context: &str) -> Result<(), String> {
+    if server == model {
+        Ok(())
+    } else {
+        Err(format!(
+            "{context}: the script says {server:?}, the model {model:?}"
+        ))
+    }
+}
+
+/// The server's keys against the model's.
+fn compare(
+    model: &Server,
+    now: u8,
+    conn: &mut redis::Connection,
+    context: &str,
+) -> Result<(), String> {
+    let holder: Option<String> = redis::cmd("GET").arg(LOCK).query(conn).unwrap();
+    same(
+        holder,
+        model.holder(now).map(token_text),
+        &format!("{context}: holder"),
+    )?;
+    let counter: Option<u64> = redis::cmd("GET").arg(FENCE).query(conn).unwrap();
+    same(
+        counter.is_some(),
+        model.counter > 0,
+        &format!("{context}: counter"),
+    )?;
+    let record: Option<String> = redis::cmd("GET").arg(RECORD).query(conn).unwrap();
+    let model_record = model.fenced.filter(|r| r.2 > now);
+    same(
+        record.map(|r| r.split('|').next().unwrap().to_string()),
+        model_record.map(|r| token_text(r.0)),
+        &format!("{context}: fence record"),
+    )
+}
+
+fn scripts() -> Scripts {
+    Scripts {
+        acquire: script(&["mutex/bare.lua", "fencing.lua", "mutex/acquire.lua"]),
+        release: script(&["mutex/bare.lua", "mutex/release.lua"]),
+        fence: script(&["mutex/bare.lua", "fencing.lua", "mutex/fence.lua"]),
+        renew: script(&[
+            "fencing.lua",
+            "prelude.lua",
+            "entries.lua",
+            "renew/holds.lua",
+            "renew/renew.lua",
+        ]),
+    }
+}
+
+#[test]
+fn the_mutex_scripts_do_what_the_model_says() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let scripts = scripts();
+    for seed in 0..300 {
+        if let Err(divergence) = run(seed, &scripts, &mut conn, &[]) {
+            panic!("{divergence}");
+        }
+    }
+}
+
+/// The negative control: a model with a bug in a transition is told apart from the
+/// scripts within the same runs.
+#[test]
+fn a_model_with_a_bug_is_told_apart_from_the_scripts() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let scripts = scripts();
+    for mutant in [
+        Mutant::ResendKeepsOldLease,
+        Mutant::ReleaseWithoutOwnerCheck,
+        Mutant::FenceOutsideGrant,
+    ] {
+        let caught = (0..300).find_map(|seed| run(seed, &scripts, &mut conn, &[mutant]).err());
+        assert!(caught.is_some(), "{mutant:?} went unnoticed in 300 runs");
+    }
+}
