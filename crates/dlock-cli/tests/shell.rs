@@ -367,7 +367,11 @@ fn acquire_without_a_reader_for_the_token_leaves_nothing_held() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", "job"]), 0);
 
     // inspect, whose output is all it does, says so too (a --watch would never end).
-    for args in ["inspect job", "inspect job --prometheus", "inspect job --watch"] {
+    for args in [
+        "inspect job",
+        "inspect job --prometheus",
+        "inspect job --watch",
+    ] {
         let closed = Command::new("bash")
             .args(["-c", &format!("{bin} {args} >&-")])
             .env("DLOCK_REDIS", server.url())
