@@ -40,7 +40,7 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
         max_holds: bounds.max_holds,
         mutants: mutants.to_vec(),
     };
-    use Role::{Exclusive, Reader};
+    use Role::{Exclusive, Permit, Reader};
     vec![
         model(
             "mutex (fence on first read)",
@@ -53,5 +53,10 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
             &[Exclusive, Exclusive],
         ),
         model("rwlock", Kind::RwLock, &[Reader, Reader, Exclusive]),
+        model(
+            "semaphore of 2",
+            Kind::Semaphore { permits: 2 },
+            &[Permit, Permit, Permit],
+        ),
     ]
 }

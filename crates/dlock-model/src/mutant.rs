@@ -13,15 +13,18 @@ pub enum Mutant {
     FenceOutsideGrant,
     /// The purge of expired read holds also drops one whose lease has not ended.
     PurgeForgetsLiveReader,
+    /// The semaphore compares its held permits with `>` where it needs `>=`.
+    PermitCountOffByOne,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 4] = [
+    pub const ALL: [Mutant; 5] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
         Mutant::PurgeForgetsLiveReader,
+        Mutant::PermitCountOffByOne,
     ];
 
     /// The name on the command line.
@@ -31,6 +34,7 @@ impl Mutant {
             Mutant::ReleaseWithoutOwnerCheck => "release-without-owner-check",
             Mutant::FenceOutsideGrant => "fence-outside-grant",
             Mutant::PurgeForgetsLiveReader => "purge-forgets-live-reader",
+            Mutant::PermitCountOffByOne => "permit-count-off-by-one",
         }
     }
 

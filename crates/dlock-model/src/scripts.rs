@@ -28,8 +28,9 @@ pub struct Server {
     /// The lock key as a string (mutex, write lock): the holder's token and when the key
     /// expires.
     pub lock: Option<(Token, Time)>,
-    /// The lock key as a hash of leased read holds (rwlock): token → end of its lease.
-    pub readers: BTreeMap<Token, Time>,
+    /// The lock key as a hash of leased entries (entries.lua): the rwlock's read holds or
+    /// the semaphore's permits, token → end of its lease and its fence.
+    pub entries: BTreeMap<Token, (Time, u64)>,
     /// The fencing counter (`{N}:fence`): never expires, only grows.
     pub counter: u64,
     /// The record of the last lazily drawn fence (`{N}:fenced`): token, fence, expiry.
@@ -53,11 +54,11 @@ impl Server {
             .map(|(t, _)| t)
     }
 
-    /// The live read holds.
-    pub fn live_readers(&self, now: Time) -> impl Iterator<Item = Token> + '_ {
-        self.readers
+    /// The live entries (read holds, permits).
+    pub fn live_entries(&self, now: Time) -> impl Iterator<Item = Token> + '_ {
+        self.entries
             .iter()
-            .filter(move |(_, &end)| end > now)
+            .filter(move |(_, &(end, _))| end > now)
             .map(|(&t, _)| t)
     }
 
@@ -73,7 +74,7 @@ impl Server {
         // An ended read hold is not live for any script (each purges `end <= now` before
         // it counts, renews and releases only live ones), and the hash expires with the
         // latest (entries.lua: '~ends'): dropped at once, one state for both.
-        self.readers.retain(|_, &mut end| end > now);
+        self.entries.retain(|_, &mut (end, _)| end > now);
     }
 
     /// fencing.lua `draw_fence`: the next fence (the clock floor is not modelled: with the
@@ -81,6 +82,19 @@ impl Server {
     fn draw_fence(&mut self) -> u64 {
         self.counter += 1;
         self.counter
+    }
+
+    /// The branch every string-lock acquire script begins with: the key already holds our
+    /// token (a resend whose first reply was lost), so the lease restarts as the first
+    /// grant's did and the answer is granted again. `None` when the key is not ours.
+    fn resend_of_own(&mut self, token: Token, now: Time, ttl: Time, mutants: &[Mutant]) -> bool {
+        if self.holder(now) != Some(token) {
+            return false;
+        }
+        if !mutants.contains(&Mutant::ResendKeepsOldLease) {
+            self.lock = Some((token, now + ttl)); // PEXPIRE
+        }
+        true
     }
 
     /// mutex/acquire.lua (with the fast path's `SET NX PX` in front, mutex/mod.rs): our own
@@ -94,21 +108,16 @@ impl Server {
         eager: bool,
         mutants: &[Mutant],
     ) -> Grant {
-        match self.holder(now) {
-            Some(current) if current == token => {
-                if !mutants.contains(&Mutant::ResendKeepsOldLease) {
-                    self.lock = Some((token, now + ttl)); // PEXPIRE
-                }
-                // The last fence drawn: no other grant can have drawn since.
-                Grant::Granted(eager.then_some(self.counter))
-            }
-            Some(_) => Grant::Busy,
-            None => {
-                let fence = eager.then(|| self.draw_fence());
-                self.lock = Some((token, now + ttl));
-                Grant::Granted(fence)
-            }
+        if self.resend_of_own(token, now, ttl, mutants) {
+            // The last fence drawn: no other grant can have drawn since.
+            return Grant::Granted(eager.then_some(self.counter));
         }
+        if self.holder(now).is_some() {
+            return Grant::Busy;
+        }
+        let fence = eager.then(|| self.draw_fence());
+        self.lock = Some((token, now + ttl));
+        Grant::Granted(fence)
     }
 
     /// mutex/release.lua: deletes the key only if it holds our token. True if released.
@@ -156,8 +165,8 @@ impl Server {
         Some(fence)
     }
 
-    /// rwlock/rwlock.lua `purge_reads` (entries.lua `entries_purge`): read holds whose
-    /// lease ended (`end <= now`) are removed. True when a live one is left.
+    /// rwlock/rwlock.lua `purge_reads`, entries.lua `entries_purge`: entries whose lease
+    /// ended (`end <= now`) are removed. True when a live one is left.
     fn purge_reads(&mut self, now: Time, mutants: &[Mutant]) -> bool {
         // The mutant purges a lease one tick early: a reader that still holds is dropped.
         let horizon = if mutants.contains(&Mutant::PurgeForgetsLiveReader) {
@@ -165,12 +174,31 @@ impl Server {
         } else {
             now
         };
-        self.readers.retain(|_, &mut end| end > horizon);
-        !self.readers.is_empty()
+        self.entries.retain(|_, &mut (end, _)| end > horizon);
+        !self.entries.is_empty()
+    }
+
+    /// A live entry of ours restarts its lease and answers its fence again (a resend):
+    /// entries.lua's `entry_put` over the entry the script read.
+    fn resend_of_entry(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> Option<u64> {
+        let (end, fence) = *self.entries.get(&token).filter(|(end, _)| *end > now)?;
+        let end = if mutants.contains(&Mutant::ResendKeepsOldLease) {
+            end
+        } else {
+            now + ttl
+        };
+        self.entries.insert(token, (end, fence));
+        Some(fence)
     }
 
     /// rwlock/read_acquire.lua (without the writer queue): busy while a writer holds;
-    /// otherwise the read hold is put (a resend restarts its lease) with a fence.
+    /// otherwise the read hold is put with a fence (a resend restarts its lease).
     pub fn read_acquire(
         &mut self,
         token: Token,
@@ -182,8 +210,11 @@ impl Server {
             return Grant::Busy;
         }
         self.purge_reads(now, mutants);
+        if let Some(fence) = self.resend_of_entry(token, now, ttl, mutants) {
+            return Grant::Granted(Some(fence));
+        }
         let fence = self.draw_fence();
-        self.readers.insert(token, now + ttl);
+        self.entries.insert(token, (now + ttl, fence));
         Grant::Granted(Some(fence))
     }
 
@@ -196,17 +227,10 @@ impl Server {
         ttl: Time,
         mutants: &[Mutant],
     ) -> Grant {
-        match self.holder(now) {
-            Some(current) if current == token => {
-                if !mutants.contains(&Mutant::ResendKeepsOldLease) {
-                    self.lock = Some((token, now + ttl));
-                }
-                return Grant::Granted(Some(self.counter));
-            }
-            Some(_) => return Grant::Busy,
-            None => {}
+        if self.resend_of_own(token, now, ttl, mutants) {
+            return Grant::Granted(Some(self.counter));
         }
-        if self.purge_reads(now, mutants) {
+        if self.holder(now).is_some() || self.purge_reads(now, mutants) {
             return Grant::Busy;
         }
         let fence = self.draw_fence();
@@ -214,18 +238,46 @@ impl Server {
         Grant::Granted(Some(fence))
     }
 
-    /// rwlock/read_release.lua: removes our read hold. True if it was there (live).
-    pub fn read_release(&mut self, token: Token, now: Time) -> bool {
-        match self.readers.remove(&token) {
-            Some(end) => end > now,
+    /// semaphore/acquire.lua (without the queue): expired permits are purged; a live
+    /// permit of ours restarts its lease (a resend); a free one is granted with a fence.
+    pub fn permit_acquire(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        permits: usize,
+        mutants: &[Mutant],
+    ) -> Grant {
+        self.purge_reads(now, mutants);
+        if let Some(fence) = self.resend_of_entry(token, now, ttl, mutants) {
+            return Grant::Granted(Some(fence));
+        }
+        let over = if mutants.contains(&Mutant::PermitCountOffByOne) {
+            self.entries.len() > permits
+        } else {
+            self.entries.len() >= permits
+        };
+        if over {
+            return Grant::Busy;
+        }
+        let fence = self.draw_fence();
+        self.entries.insert(token, (now + ttl, fence));
+        Grant::Granted(Some(fence))
+    }
+
+    /// rwlock/read_release.lua, semaphore/release.lua: removes our entry. True if it was
+    /// there (live).
+    pub fn entry_release(&mut self, token: Token, now: Time) -> bool {
+        match self.entries.remove(&token) {
+            Some((end, _)) => end > now,
             None => false,
         }
     }
 
     /// renew/renew.lua for a leased entry ('e'): restarts a live entry's lease.
     pub fn renew_entry(&mut self, token: Token, now: Time, ttl: Time) -> bool {
-        match self.readers.get_mut(&token) {
-            Some(end) if *end > now => {
+        match self.entries.get_mut(&token) {
+            Some((end, _)) if *end > now => {
                 *end = now + ttl;
                 true
             }

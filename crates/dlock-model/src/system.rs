@@ -19,6 +19,11 @@ pub enum Kind {
     },
     /// The read-write lock (its exclusion and purge; not the writer queue).
     RwLock,
+    /// The semaphore of `permits` (its count and purge; not the queue).
+    Semaphore {
+        /// How many may hold at once.
+        permits: usize,
+    },
 }
 
 /// What a client takes.
@@ -28,6 +33,8 @@ pub enum Role {
     Exclusive,
     /// A read hold.
     Reader,
+    /// A semaphore permit.
+    Permit,
 }
 
 /// A model to check: the kind, its clients and the bounds of the search.
@@ -138,7 +145,7 @@ impl LockModel {
     fn held_by(&self, server: &Server, token: Token, role: Role, now: Time) -> bool {
         match role {
             Role::Exclusive => server.holder(now) == Some(token),
-            Role::Reader => server.live_readers(now).any(|t| t == token),
+            Role::Reader | Role::Permit => server.live_entries(now).any(|t| t == token),
         }
     }
 
@@ -148,7 +155,10 @@ impl LockModel {
         match (self.kind, role) {
             (Kind::Mutex { eager }, _) => server.mutex_acquire(token, now, self.ttl, eager, m),
             (Kind::RwLock, Role::Exclusive) => server.write_acquire(token, now, self.ttl, m),
-            (Kind::RwLock, Role::Reader) => server.read_acquire(token, now, self.ttl, m),
+            (Kind::RwLock, _) => server.read_acquire(token, now, self.ttl, m),
+            (Kind::Semaphore { permits }, _) => {
+                server.permit_acquire(token, now, self.ttl, permits, m)
+            }
         }
     }
 
@@ -157,8 +167,8 @@ impl LockModel {
             Role::Exclusive => {
                 server.mutex_release(token, now, &self.mutants);
             }
-            Role::Reader => {
-                server.read_release(token, now);
+            Role::Reader | Role::Permit => {
+                server.entry_release(token, now);
             }
         }
     }
@@ -166,7 +176,7 @@ impl LockModel {
     fn renew(&self, server: &mut Server, token: Token, role: Role, now: Time) -> bool {
         match role {
             Role::Exclusive => server.renew_string(token, now, self.ttl),
-            Role::Reader => server.renew_entry(token, now, self.ttl),
+            Role::Reader | Role::Permit => server.renew_entry(token, now, self.ttl),
         }
     }
 
@@ -401,9 +411,13 @@ impl Model for LockModel {
         vec![
             Property::always("mutual exclusion", |model: &LockModel, state: &State| {
                 let holds = believed(model, state);
-                let exclusive = holds.iter().filter(|(_, r)| *r == Role::Exclusive).count();
-                let readers = holds.len() - exclusive;
-                exclusive <= 1 && (exclusive == 0 || readers == 0)
+                let count = |role| holds.iter().filter(|(_, r)| *r == role).count();
+                let (exclusive, readers) = (count(Role::Exclusive), count(Role::Reader));
+                let permits = match model.kind {
+                    Kind::Semaphore { permits } => permits,
+                    _ => 0,
+                };
+                exclusive <= 1 && (exclusive == 0 || readers == 0) && count(Role::Permit) <= permits
             }),
             Property::always("fences follow grants", |_, state: &State| {
                 !state.fence_order_broken
@@ -423,7 +437,7 @@ impl Model for LockModel {
                 "a free lock is granted to the next attempt",
                 |model: &LockModel, state: &State| {
                     let free = state.server.holder(state.now).is_none()
-                        && state.server.live_readers(state.now).next().is_none();
+                        && state.server.live_entries(state.now).next().is_none();
                     if !free {
                         return true;
                     }
