@@ -54,6 +54,11 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
         ),
         model("rwlock", Kind::RwLock, &[Reader, Reader, Exclusive]),
         model(
+            "rwlock, two writers",
+            Kind::RwLock,
+            &[Exclusive, Exclusive, Reader],
+        ),
+        model(
             "semaphore of 2",
             Kind::Semaphore { permits: 2 },
             &[Permit, Permit, Permit],

@@ -19,7 +19,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Checks every model (breadth first, every interleaving within the bounds)
+    /// Checks every model: every interleaving within the bounds
     Check {
         /// Put this deliberate bug in (see `mutants`): the check must then fail
         #[arg(long, value_name = "NAME")]

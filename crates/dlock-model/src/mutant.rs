@@ -15,16 +15,19 @@ pub enum Mutant {
     PurgeForgetsLiveReader,
     /// The semaphore compares its held permits with `>` where it needs `>=`.
     PermitCountOffByOne,
+    /// The fencing counter hands out the same fence again instead of counting on.
+    FenceReused,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
         Mutant::PurgeForgetsLiveReader,
         Mutant::PermitCountOffByOne,
+        Mutant::FenceReused,
     ];
 
     /// The name on the command line.
@@ -35,6 +38,18 @@ impl Mutant {
             Mutant::FenceOutsideGrant => "fence-outside-grant",
             Mutant::PurgeForgetsLiveReader => "purge-forgets-live-reader",
             Mutant::PermitCountOffByOne => "permit-count-off-by-one",
+            Mutant::FenceReused => "fence-reused",
+        }
+    }
+
+    /// The safety property this bug is meant to break (the check may find others too).
+    pub fn breaks(self) -> &'static str {
+        match self {
+            Mutant::ResendKeepsOldLease => "beliefs are backed by Redis",
+            Mutant::ReleaseWithoutOwnerCheck
+            | Mutant::PurgeForgetsLiveReader
+            | Mutant::PermitCountOffByOne => "mutual exclusion",
+            Mutant::FenceOutsideGrant | Mutant::FenceReused => "fences follow grants",
         }
     }
 

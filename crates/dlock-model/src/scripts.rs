@@ -1,10 +1,12 @@
 //! The Redis side: what one lock name's keys hold, and each Lua script of the modelled
 //! kinds as a transition on them, written from the script line by line (the file each
-//! mirrors is named on it). `tests/conformance.rs` runs the real scripts on a real server
-//! beside these transitions and compares replies and keys after every step.
+//! mirrors is named on it). `tests/conformance.rs` runs the mutex's and the semaphore's
+//! real scripts on a real server beside these transitions and compares replies and keys
+//! after every step (the rwlock's are not in it yet).
 //!
-//! Time is whole ticks; a key or entry whose expiry is at or before `now` is gone, as
-//! Redis's expiry and the scripts' `end <= now` purge treat it.
+//! Time is whole ticks. A key whose expiry is at or before `now` is gone (Redis keeps a key
+//! through its last millisecond; in ticks the model ends it a little early, the safe side),
+//! and an entry is ended when `end <= now`, as the scripts' purge decides.
 
 use std::collections::BTreeMap;
 
@@ -71,22 +73,25 @@ impl Server {
         if self.fenced.is_some_and(|(_, _, expires)| expires <= now) {
             self.fenced = None;
         }
-        // An ended read hold is not live for any script (each purges `end <= now` before
-        // it counts, renews and releases only live ones), and the hash expires with the
-        // latest (entries.lua: '~ends'): dropped at once, one state for both.
-        self.entries.retain(|_, &mut (end, _)| end > now);
+        // The hash expires with its latest lease (entries.lua: '~ends'); until then an
+        // ended entry stays for the scripts' purge to find.
+        if self.entries.values().all(|&(end, _)| end <= now) {
+            self.entries.clear();
+        }
     }
 
     /// fencing.lua `draw_fence`: the next fence (the clock floor is not modelled: with the
     /// data kept, the counter alone orders fences).
-    fn draw_fence(&mut self) -> u64 {
-        self.counter += 1;
+    fn draw_fence(&mut self, mutants: &[Mutant]) -> u64 {
+        if !(mutants.contains(&Mutant::FenceReused) && self.counter > 0) {
+            self.counter += 1;
+        }
         self.counter
     }
 
     /// The branch every string-lock acquire script begins with: the key already holds our
     /// token (a resend whose first reply was lost), so the lease restarts as the first
-    /// grant's did and the answer is granted again. `None` when the key is not ours.
+    /// grant's did and the answer is granted again. False when the key is not ours.
     fn resend_of_own(&mut self, token: Token, now: Time, ttl: Time, mutants: &[Mutant]) -> bool {
         if self.holder(now) != Some(token) {
             return false;
@@ -115,7 +120,7 @@ impl Server {
         if self.holder(now).is_some() {
             return Grant::Busy;
         }
-        let fence = eager.then(|| self.draw_fence());
+        let fence = eager.then(|| self.draw_fence(mutants));
         self.lock = Some((token, now + ttl));
         Grant::Granted(fence)
     }
@@ -157,7 +162,7 @@ impl Server {
                 return Some(fence);
             }
         }
-        let fence = self.draw_fence();
+        let fence = self.draw_fence(mutants);
         if let Some((_, expires)) = self.lock.filter(|&(t, e)| t == token && e > now) {
             // Recorded for the rest of the lease (SET .. PX pttl).
             self.fenced = Some((token, fence, expires));
@@ -213,7 +218,7 @@ impl Server {
         if let Some(fence) = self.resend_of_entry(token, now, ttl, mutants) {
             return Grant::Granted(Some(fence));
         }
-        let fence = self.draw_fence();
+        let fence = self.draw_fence(mutants);
         self.entries.insert(token, (now + ttl, fence));
         Grant::Granted(Some(fence))
     }
@@ -233,7 +238,7 @@ impl Server {
         if self.holder(now).is_some() || self.purge_reads(now, mutants) {
             return Grant::Busy;
         }
-        let fence = self.draw_fence();
+        let fence = self.draw_fence(mutants);
         self.lock = Some((token, now + ttl));
         Grant::Granted(Some(fence))
     }
@@ -260,14 +265,19 @@ impl Server {
         if over {
             return Grant::Busy;
         }
-        let fence = self.draw_fence();
+        let fence = self.draw_fence(mutants);
         self.entries.insert(token, (now + ttl, fence));
         Grant::Granted(Some(fence))
     }
 
     /// rwlock/read_release.lua, semaphore/release.lua: removes our entry. True if it was
     /// there (live).
-    pub fn entry_release(&mut self, token: Token, now: Time) -> bool {
+    pub fn entry_release(&mut self, token: Token, now: Time, mutants: &[Mutant]) -> bool {
+        if mutants.contains(&Mutant::ReleaseWithoutOwnerCheck) {
+            // Takes back whichever entry comes first.
+            let first = self.entries.keys().next().copied();
+            return first.and_then(|t| self.entries.remove(&t)).is_some();
+        }
         match self.entries.remove(&token) {
             Some((end, _)) => end > now,
             None => false,

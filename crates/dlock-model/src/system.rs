@@ -93,14 +93,18 @@ pub struct State {
     pub clients: Vec<Client>,
     /// Tokens each client has used (the next attempt's number).
     pub attempts: Vec<u8>,
-    /// Ghost, for "fences follow grants": the grants (in the order Redis made them) whose
-    /// holder may still draw its fence lazily, each with the smallest fence drawn since by
-    /// a later grant: its own must come out below that. (Fences drawn at grant come from a
-    /// counter that only grows, so they follow grant order by themselves; only a late draw
-    /// can break it.)
-    pub pending: Vec<(Token, Option<u64>)>,
-    /// Ghost: a fence came out at or above a later grant's.
+    /// Ghost, for "fences follow grants": the largest fence any grant was given so far
+    /// (every new grant's must be larger).
+    pub max_fence: u64,
+    /// Ghost: the grants (in the order Redis made them) whose holder may still hear its
+    /// fence later (a lazy draw, or a lost reply), each with the largest fence given before
+    /// it (its own must be larger) and the smallest fence drawn since by a later grant (its
+    /// own must be smaller).
+    pub pending: Vec<(Token, u64, Option<u64>)>,
+    /// Ghost: a fence came out at or below an earlier grant's, or at or above a later one's.
     pub fence_order_broken: bool,
+    /// Ghost: a release answered "released" and Redis still holds the token.
+    pub release_kept: bool,
     /// Ghost: grants to a client other than the one before.
     pub turns: u8,
     /// Ghost: the client granted last.
@@ -162,14 +166,11 @@ impl LockModel {
         }
     }
 
-    fn release(&self, server: &mut Server, token: Token, role: Role, now: Time) {
+    /// The release script of `role`; true when it answered "released".
+    fn release(&self, server: &mut Server, token: Token, role: Role, now: Time) -> bool {
         match role {
-            Role::Exclusive => {
-                server.mutex_release(token, now, &self.mutants);
-            }
-            Role::Reader | Role::Permit => {
-                server.entry_release(token, now);
-            }
+            Role::Exclusive => server.mutex_release(token, now, &self.mutants),
+            Role::Reader | Role::Permit => server.entry_release(token, now, &self.mutants),
         }
     }
 
@@ -187,9 +188,16 @@ impl LockModel {
         let grant = self.acquire(&mut state.server, token, role, state.now);
         if let Grant::Granted(fence) = grant {
             if !was_held {
+                // A grant to a token whose earlier grant was never heard (its reply lost,
+                // its lease over before the resend): that one can no longer be heard.
+                state.pending.retain(|p| p.0 != token);
                 match fence {
-                    Some(fence) => fence_drawn(state, fence, state.pending.len()),
-                    None => state.pending.push((token, None)),
+                    Some(fence) => {
+                        state.fence_order_broken |= fence <= state.max_fence;
+                        state.max_fence = fence;
+                        fence_drawn(state, fence, state.pending.len());
+                    }
+                    None => state.pending.push((token, state.max_fence, None)),
                 }
                 if state.last_granted != Some(token.client) {
                     state.turns = state.turns.saturating_add(1).min(2);
@@ -200,6 +208,14 @@ impl LockModel {
         grant
     }
 
+    /// The most fences the search lets be drawn: each hold draws one at grant or on
+    /// first read, and a lazy one may draw again once a tick after its record ended (a
+    /// resend after a lost reply).
+    fn fence_cap(&self) -> u64 {
+        let holds = self.roles.len() as u64 * u64::from(self.max_holds);
+        holds * (1 + u64::from(self.max_time) / 2) + 2
+    }
+
     fn lazy_fence(&self) -> bool {
         self.kind == (Kind::Mutex { eager: false })
     }
@@ -208,7 +224,7 @@ impl LockModel {
 /// A fence drawn by the grant at `position` in the pending list (its length: a grant made
 /// after every pending one): each earlier pending grant must draw below it.
 fn fence_drawn(state: &mut State, fence: u64, position: usize) {
-    for (_, min_after) in &mut state.pending[..position] {
+    for (_, _, min_after) in &mut state.pending[..position] {
         *min_after = Some(min_after.map_or(fence, |m| m.min(fence)));
     }
 }
@@ -236,8 +252,10 @@ impl Model for LockModel {
             server: Server::default(),
             clients: vec![Client::Idle; self.roles.len()],
             attempts: vec![0; self.roles.len()],
+            max_fence: 0,
             pending: Vec::new(),
             fence_order_broken: false,
+            release_kept: false,
             turns: 0,
             last_granted: None,
             resent: false,
@@ -336,7 +354,9 @@ impl Model for LockModel {
                 let Client::Holding { token, .. } = state.clients[c] else {
                     return None;
                 };
-                self.release(&mut state.server, token, self.role(c), now);
+                let released = self.release(&mut state.server, token, self.role(c), now);
+                state.release_kept |=
+                    released && self.held_by(&state.server, token, self.role(c), now);
                 state.clients[c] = Client::Idle;
             }
             Action::Renew(c) | Action::RenewLost(c) => {
@@ -363,12 +383,18 @@ impl Model for LockModel {
                     return None;
                 };
                 let drawn = state.server.mutex_fence(token, now, &self.mutants);
-                if let (Some(fence), Action::Fence(_)) = (drawn, action) {
-                    // The fence the holder was told: below every later grant's.
-                    if let Some(at) = state.pending.iter().position(|p| p.0 == token) {
-                        let (_, min_after) = state.pending.remove(at);
-                        state.fence_order_broken |= min_after.is_some_and(|m| fence >= m);
-                        fence_drawn(&mut state, fence, at);
+                if let Some(fence) = drawn {
+                    let at = state.pending.iter().position(|p| p.0 == token);
+                    // Drawn for this grant (heard now, or from its record when resent):
+                    // every earlier grant still to hear its own must hear a smaller one.
+                    let position = at.unwrap_or(state.pending.len());
+                    fence_drawn(&mut state, fence, position);
+                    if let (Action::Fence(_), Some(at)) = (action, at) {
+                        // Heard: above every earlier grant's, below every later one's.
+                        let (_, max_before, min_after) = state.pending.remove(at);
+                        state.fence_order_broken |=
+                            fence <= max_before || min_after.is_some_and(|m| fence >= m);
+                        state.max_fence = state.max_fence.max(fence);
                     }
                 }
                 if let Action::Fence(_) = action {
@@ -391,11 +417,19 @@ impl Model for LockModel {
             }
         }
         state.server.expire(state.now);
-        // A grant whose holder can no longer draw its fence needs no watching.
+        // A grant whose holder can no longer hear its fence needs no watching.
         let clients = &state.clients;
-        state.pending.retain(|(token, _)| {
-            matches!(clients[token.client as usize], Client::Holding { token: t, fence: None, .. } if t == *token)
-        });
+        state
+            .pending
+            .retain(|(token, _, _)| match clients[token.client as usize] {
+                Client::Holding {
+                    token: t,
+                    fence: None,
+                    ..
+                }
+                | Client::InFlight { token: t } => t == *token,
+                _ => false,
+            });
         // A validity that ended no longer matters when: one state for all of them.
         for client in &mut state.clients {
             if let Client::Holding { until, .. } = client {
@@ -431,6 +465,16 @@ impl Model for LockModel {
                         };
                         model.held_by(&state.server, token, role, state.now)
                     })
+                },
+            ),
+            Property::always("a release frees what it held", |_, state: &State| {
+                !state.release_kept
+            }),
+            Property::always(
+                "within the fence bound",
+                |model: &LockModel, state: &State| {
+                    // Bounds too large for the cap on drawn fences fail here, not silently.
+                    state.server.counter < model.fence_cap()
                 },
             ),
             Property::always(
@@ -474,9 +518,8 @@ impl Model for LockModel {
     }
 
     fn within_boundary(&self, state: &State) -> bool {
-        // Fences drawn: each hold draws at most one (two with a lost reply after its
-        // record expired); a bug that draws without bound is caught well before this.
-        let fences = 2 * self.roles.len() as u64 * u64::from(self.max_holds) + 2;
-        state.now <= self.max_time && state.server.counter <= fences
+        // A bug that draws fences without bound must not make the search endless; the
+        // property "within the fence bound" reports a state that reaches the cap.
+        state.now <= self.max_time && state.server.counter <= self.fence_cap()
     }
 }

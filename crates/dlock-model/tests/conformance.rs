@@ -4,9 +4,13 @@
 //! through the model's transitions (`scripts.rs`) side by side; after every step the
 //! replies and the keys (holder, fencing counter, fence record) must agree.
 //!
-//! Expiry is the one thing not waited for: when the model's clock ends a key's life, the
-//! test deletes that key on the server (what Redis's own expiry does), so a run takes no
-//! time and no boundary depends on timing.
+//! The semaphore's scripts (acquire and its resend, release, renewal) run the same way.
+//!
+//! Time is not waited for: a tick shortens every key's real TTL by a tick (and, for the
+//! semaphore, moves every permit's stored end a tick earlier, so its scripts' own
+//! `end <= now` decides); a key with at most a tick (plus the run's few milliseconds) left
+//! is deleted, as Redis would expire it within that tick. So a run takes no time, and a
+//! transition that kept or restarted a lease differently from the script shows.
 
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
@@ -200,7 +204,7 @@ fn run(
                 }
             }
         }
-        compare(&model, now, conn, &context)?;
+        compare(&model, now, conn, &mut fences, &context)?;
     }
     Ok(())
 }
@@ -239,6 +243,7 @@ fn compare(
     model: &Server,
     now: u8,
     conn: &mut redis::Connection,
+    fences: &mut Fences,
     context: &str,
 ) -> Result<(), String> {
     let holder: Option<String> = redis::cmd("GET").arg(LOCK).query(conn).unwrap();
@@ -247,19 +252,32 @@ fn compare(
         model.holder(now).map(token_text),
         &format!("{context}: holder"),
     )?;
+    // The counter: drawn or not, and the last fence drawn, in the fences' order.
     let counter: Option<u64> = redis::cmd("GET").arg(FENCE).query(conn).unwrap();
     same(
         counter.is_some(),
         model.counter > 0,
         &format!("{context}: counter"),
     )?;
+    if let Some(counter) = counter {
+        fences.check(counter, model.counter, &format!("{context}: counter"))?;
+    }
+    // The fence record: whose, and which fence.
     let record: Option<String> = redis::cmd("GET").arg(RECORD).query(conn).unwrap();
+    let record = record.map(|r| {
+        let (token, fence) = r.rsplit_once('|').unwrap();
+        (token.to_string(), fence.parse::<u64>().unwrap())
+    });
     let model_record = model.fenced.filter(|r| r.2 > now);
     same(
-        record.map(|r| r.split('|').next().unwrap().to_string()),
+        record.as_ref().map(|r| r.0.clone()),
         model_record.map(|r| token_text(r.0)),
         &format!("{context}: fence record"),
-    )
+    )?;
+    if let (Some((_, fence)), Some((_, modelled, _))) = (record, model_record) {
+        fences.check(fence, modelled, &format!("{context}: fence record"))?;
+    }
+    Ok(())
 }
 
 fn scripts() -> Scripts {
@@ -429,7 +447,7 @@ fn run_semaphore(
                 }
             }
             4 | 5 => {
-                let expected = model.entry_release(latest, now);
+                let expected = model.entry_release(latest, now, mutants);
                 let released: i64 = scripts
                     .release
                     .key(PERMITS)
