@@ -936,8 +936,9 @@ fn demo_and_bench_work_wherever_cargo_builds_and_never_adopt_a_foreign_server() 
     std::thread::sleep(Duration::from_millis(300));
     // Only a server this test started is checked afterwards (if the port was taken, ours
     // exited at once; whatever holds the port is not ours to inspect).
+    // Killed however the test ends: a failed assertion must not leave it running.
     let foreign = foreign.ok().and_then(|mut child| match child.try_wait() {
-        Ok(None) => Some(child),
+        Ok(None) => Some(dlock_testkit::KillOnDrop(child)),
         _ => None,
     });
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -972,12 +973,11 @@ fn demo_and_bench_work_wherever_cargo_builds_and_never_adopt_a_foreign_server() 
         "{}",
         String::from_utf8_lossy(&bench.stderr)
     );
-    if let Some(mut foreign) = foreign {
+    if let Some(foreign) = foreign {
         let written: redis::RedisResult<i64> = redis::Client::open("redis://127.0.0.1:16379")
             .and_then(|c| c.get_connection())
             .and_then(|mut c| redis::cmd("DBSIZE").query(&mut c));
-        let _ = foreign.kill();
-        let _ = foreign.wait();
+        drop(foreign);
         if let Ok(keys) = written {
             assert_eq!(
                 keys, 0,

@@ -525,9 +525,9 @@ pub(crate) fn poll<T>(
     }
 }
 
-/// A process that is killed when dropped, so that a panic while waiting for it leaks
-/// nothing.
-pub(crate) struct KillOnDrop(pub(crate) Child);
+/// A process that is killed when dropped, so that a panic (a failed assertion) before a
+/// test ends it leaks nothing.
+pub struct KillOnDrop(pub Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
