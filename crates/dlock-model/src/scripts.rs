@@ -202,6 +202,13 @@ impl Server {
         Some(fence)
     }
 
+    /// entries.lua `entry_put` of a new hold: a fence drawn, the entry leased with it.
+    fn grant_entry(&mut self, token: Token, now: Time, ttl: Time, mutants: &[Mutant]) -> Grant {
+        let fence = self.draw_fence(mutants);
+        self.entries.insert(token, (now + ttl, fence));
+        Grant::Granted(Some(fence))
+    }
+
     /// rwlock/read_acquire.lua (without the writer queue): busy while a writer holds;
     /// otherwise the read hold is put with a fence (a resend restarts its lease).
     pub fn read_acquire(
@@ -218,9 +225,7 @@ impl Server {
         if let Some(fence) = self.resend_of_entry(token, now, ttl, mutants) {
             return Grant::Granted(Some(fence));
         }
-        let fence = self.draw_fence(mutants);
-        self.entries.insert(token, (now + ttl, fence));
-        Grant::Granted(Some(fence))
+        self.grant_entry(token, now, ttl, mutants)
     }
 
     /// rwlock/write_acquire.lua (without the writer queue): our own token restarts the
@@ -265,9 +270,7 @@ impl Server {
         if over {
             return Grant::Busy;
         }
-        let fence = self.draw_fence(mutants);
-        self.entries.insert(token, (now + ttl, fence));
-        Grant::Granted(Some(fence))
+        self.grant_entry(token, now, ttl, mutants)
     }
 
     /// rwlock/read_release.lua, semaphore/release.lua: removes our entry. True if it was
