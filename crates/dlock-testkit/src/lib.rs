@@ -72,6 +72,12 @@ pub struct ServerOptions {
     pub tls: bool,
     /// Plain server, cluster node or sentinel.
     pub mode: ServerMode,
+    /// The server binary, when not the one `REDIS_SERVER` or `PATH` names (for example a
+    /// `valkey-server` beside Redis ones).
+    pub binary: Option<PathBuf>,
+    /// Environment variables for the server process (for example `LD_PRELOAD` of
+    /// libfaketime, to move its clock).
+    pub env: Vec<(String, String)>,
 }
 
 impl ServerOptions {
@@ -378,8 +384,14 @@ impl RedisServer {
             );
         }
         args.extend(self.options.extra_args.iter().cloned());
-        let child = Command::new(redis_server_binary())
+        let binary = self
+            .options
+            .binary
+            .clone()
+            .unwrap_or_else(redis_server_binary);
+        let child = Command::new(binary)
             .args(&args)
+            .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

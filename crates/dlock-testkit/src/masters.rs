@@ -30,23 +30,29 @@ impl IndependentMasters {
     /// killed with `kill -9` comes back with every write it acknowledged). Standalone,
     /// plain-TCP servers only (the proxies hand out `redis://` URLs).
     pub fn start_with(n: usize, options: ServerOptions) -> IndependentMasters {
-        assert!(n > 0, "at least one master");
+        IndependentMasters::start_each(vec![options; n])
+    }
+
+    /// Starts one server per entry of `options`, each with its own (for example one
+    /// whose clock libfaketime moves among ordinary ones).
+    pub fn start_each(options: Vec<ServerOptions>) -> IndependentMasters {
+        assert!(!options.is_empty(), "at least one master");
         assert!(
-            options.mode == ServerMode::Standalone && !options.tls,
+            options
+                .iter()
+                .all(|o| o.mode == ServerMode::Standalone && !o.tls),
             "independent masters are standalone, plain-TCP servers"
         );
         // In parallel: each start waits for its server to answer, and N of those in a row
         // would add up.
         let started: Vec<thread::Result<RedisServer>> = thread::scope(|scope| {
-            let starts: Vec<_> = (0..n)
-                .map(|_| {
-                    let options = options.clone();
-                    scope.spawn(move || RedisServer::start_with(options))
-                })
+            let starts: Vec<_> = options
+                .into_iter()
+                .map(|options| scope.spawn(move || RedisServer::start_with(options)))
                 .collect();
             starts.into_iter().map(|start| start.join()).collect()
         });
-        let mut servers = Vec::with_capacity(n);
+        let mut servers = Vec::with_capacity(started.len());
         let mut failure = None;
         for result in started {
             match result {
