@@ -94,6 +94,31 @@ pub struct Findings {
     /// The first overlapping holds, described (client, believed interval, fence).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub overlapping: Vec<String>,
+    /// Read-write lock: read holds granted to a reader that asked a lease or more after a
+    /// writer began waiting, before that writer was granted or gave up (a writer passed
+    /// by later readers: starvation).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub readers_passing_a_writer: u64,
+    /// Read-write lock: writer attempts that gave up (busy past their wait, or Redis
+    /// unreachable or refusing).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub writer_attempts_given_up: u64,
+    /// Read-write lock: the longest a writer's granted attempt waited (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub longest_writer_wait_ms: Option<f64>,
+    /// Reentrant mutex: inner holds taken inside an outer one.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nested_holds: u64,
+    /// Inner holds refused, or granted with another fence than their outer hold's.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nested_fence_mismatches: u64,
+    /// Inner holds whose release freed the lock while the outer hold was believed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nested_releases_that_freed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Findings {
@@ -114,6 +139,16 @@ impl Findings {
         };
         self.overlapping
             .extend(other.overlapping.iter().take(8).cloned());
+        self.readers_passing_a_writer += other.readers_passing_a_writer;
+        self.writer_attempts_given_up += other.writer_attempts_given_up;
+        self.longest_writer_wait_ms =
+            match (self.longest_writer_wait_ms, other.longest_writer_wait_ms) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        self.nested_holds += other.nested_holds;
+        self.nested_fence_mismatches += other.nested_fence_mismatches;
+        self.nested_releases_that_freed += other.nested_releases_that_freed;
     }
 }
 
@@ -198,7 +233,9 @@ pub fn holds(events: &[Event], faults: &Faults, ttl_ns: u64) -> Vec<Hold> {
             }
             Event::Increment { .. }
             | Event::GuardedIncrement { .. }
-            | Event::GuardedRefused { .. } => {}
+            | Event::GuardedRefused { .. }
+            | Event::Attempt { .. }
+            | Event::Nested { .. } => {}
         }
     }
     holds
@@ -238,9 +275,12 @@ pub fn holds(events: &[Event], faults: &Faults, ttl_ns: u64) -> Vec<Hold> {
 }
 
 /// What one primitive's holds show against its oracle (`limit` holders at once).
+/// `lock_holds` are the holds of every kind on the same lock (the read and the write side
+/// of a read-write lock): a killed holder's lock is free again at the next of them.
 pub fn check(
     primitive: Primitive,
     holds: &[Hold],
+    lock_holds: &[Hold],
     increments: u64,
     final_counter: u64,
     kills: &[Kill],
@@ -319,7 +359,7 @@ pub fn check(
         }
     }
 
-    let mut starts: Vec<u64> = holds.iter().map(|h| h.start).collect();
+    let mut starts: Vec<u64> = lock_holds.iter().map(|h| h.start).collect();
     starts.sort_unstable();
     for kill in kills.iter().filter(|k| k.primitive == primitive) {
         // No later grant at all counts as never freed.
@@ -332,11 +372,123 @@ pub fn check(
     findings
 }
 
+/// Readers beside a writer, over the believed holds of both sides of one read-write lock:
+/// any number of readers may hold together, a writer only alone. Returns how many holds
+/// began beside a hold of the other side (or a second writer), and the first few.
+pub fn rwlock_overlaps(reads: &[Hold], writes: &[Hold]) -> (u64, Vec<String>) {
+    let sides = reads
+        .iter()
+        .map(|h| (h, false))
+        .chain(writes.iter().map(|h| (h, true)))
+        .filter(|(h, _)| h.end > h.start);
+    // Starts and ends in time order (an end at the very instant of a start frees first).
+    let mut edges: Vec<(u64, i32, &Hold, bool)> = sides
+        .flat_map(|(h, writer)| [(h.start, 1, h, writer), (h.end, -1, h, writer)])
+        .collect();
+    edges.sort_by_key(|&(at, delta, _, _)| (at, delta));
+    let (mut readers, mut writers) = (Vec::<&Hold>::new(), Vec::<&Hold>::new());
+    let (mut count, mut described) = (0, Vec::new());
+    for (_, delta, hold, writer) in edges {
+        let side = if writer { &mut writers } else { &mut readers };
+        if delta < 0 {
+            side.retain(|h| !std::ptr::eq(*h, hold));
+            continue;
+        }
+        side.push(hold);
+        if !writers.is_empty() && readers.len() + writers.len() > 1 {
+            count += 1;
+            if described.len() < 8 {
+                let describe = |h: &&Hold| format!("{} [{}, {}]", h.client, h.start, h.end);
+                let all: Vec<String> = writers.iter().chain(&readers).map(describe).collect();
+                described.push(all.join(" / "));
+            }
+        }
+    }
+    (count, described)
+}
+
+/// One library client's call to take the lock (from [`Event::Attempt`]).
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub client: String,
+    pub from: u64,
+    pub to: u64,
+    pub granted: bool,
+}
+
+/// Every recorded attempt.
+pub fn attempts(events: &[Event]) -> Vec<Attempt> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Attempt {
+                client,
+                from,
+                to,
+                granted,
+            } => Some(Attempt {
+                client: client.clone(),
+                from: *from,
+                to: *to,
+                granted: *granted,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether writers were starved by readers: the read grants that passed a waiting writer
+/// (asked `margin_ns` or more after the writer began to wait, granted before the writer
+/// was granted or gave up: by then the writer's place in the queue was surely there, and
+/// a reader must wait behind it), the writer attempts that gave up, and the longest wait
+/// of a granted writer (ms).
+pub fn writer_starvation(
+    writes: &[Attempt],
+    reads: &[Attempt],
+    margin_ns: u64,
+) -> (u64, u64, Option<f64>) {
+    let passing = reads
+        .iter()
+        .filter(|read| read.granted)
+        .filter(|read| {
+            writes
+                .iter()
+                .any(|write| read.from >= write.from + margin_ns && read.to < write.to)
+        })
+        .count() as u64;
+    let given_up = writes.iter().filter(|w| !w.granted).count() as u64;
+    let longest = writes
+        .iter()
+        .filter(|w| w.granted)
+        .map(|w| (w.to - w.from) as f64 / 1e6)
+        .reduce(f64::max);
+    (passing, given_up, longest)
+}
+
+/// A reentrant mutex's inner holds: how many, how many had another fence than their outer
+/// hold (or were refused), and how many releases freed the outer hold.
+pub fn nested(events: &[Event]) -> (u64, u64, u64) {
+    let (mut count, mut mismatched, mut freed) = (0, 0, 0);
+    for event in events {
+        if let Event::Nested {
+            same_fence,
+            outer_kept,
+            ..
+        } = event
+        {
+            count += 1;
+            mismatched += u64::from(!same_fence);
+            freed += u64::from(*outer_kept == Some(false));
+        }
+    }
+    (count, mismatched, freed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn hold(client: &str, start: u64, end: u64, fence: u64) -> Hold {
+    pub(super) fn hold(client: &str, start: u64, end: u64, fence: u64) -> Hold {
         Hold {
             client: client.into(),
             start,
@@ -356,7 +508,7 @@ mod tests {
             hold("b", 10, 20, 2),
             hold("a", 25, 30, 3),
         ];
-        let found = check(Primitive::Mutex, &holds, 0, 0, &[]);
+        let found = check(Primitive::Mutex, &holds, &holds, 0, 0, &[]);
         assert_eq!(found.overlaps, 0);
         assert_eq!(found.fence_regressions, 0);
     }
@@ -365,7 +517,7 @@ mod tests {
     #[test]
     fn a_double_grant_is_an_overlap() {
         let holds = [hold("a", 0, 10, 1), hold("b", 5, 20, 2)];
-        let found = check(Primitive::Mutex, &holds, 0, 0, &[]);
+        let found = check(Primitive::Mutex, &holds, &holds, 0, 0, &[]);
         assert_eq!(found.overlaps, 1);
     }
 
@@ -376,20 +528,23 @@ mod tests {
             hold("b", 1, 10, 2),
             hold("c", 2, 10, 3),
         ];
-        assert_eq!(check(Primitive::Sem3, &three, 0, 0, &[]).overlaps, 0);
+        assert_eq!(
+            check(Primitive::Sem3, &three, &three, 0, 0, &[]).overlaps,
+            0
+        );
         let four = [
             hold("a", 0, 10, 1),
             hold("b", 1, 10, 2),
             hold("c", 2, 10, 3),
             hold("d", 3, 4, 4),
         ];
-        assert_eq!(check(Primitive::Sem3, &four, 0, 0, &[]).overlaps, 1);
+        assert_eq!(check(Primitive::Sem3, &four, &four, 0, 0, &[]).overlaps, 1);
     }
 
     #[test]
     fn a_fence_that_goes_back_is_a_regression() {
         let holds = [hold("a", 0, 10, 5), hold("b", 11, 20, 1)];
-        let found = check(Primitive::Mutex, &holds, 0, 0, &[]);
+        let found = check(Primitive::Mutex, &holds, &holds, 0, 0, &[]);
         assert_eq!(found.fence_regressions, 1);
         assert_eq!(found.overlaps, 0);
     }
@@ -399,7 +554,7 @@ mod tests {
         let mut stale = hold("a", 0, 10, 1);
         stale.writes.push((50_000_000, false));
         let holds = [stale, hold("b", 20_000_000, 60_000_000, 2)];
-        let found = check(Primitive::Mutex, &holds, 5, 4, &[]);
+        let found = check(Primitive::Mutex, &holds, &holds, 5, 4, &[]);
         assert_eq!(found.overlaps, 0);
         assert_eq!(found.stale_rejected, 1);
         assert_eq!(found.lost_updates, 1);
@@ -461,7 +616,7 @@ mod tests {
             at: 500_000_000,
             pids: vec![9],
         }];
-        let found = check(Primitive::Mutex, &holds, 0, 0, &kills);
+        let found = check(Primitive::Mutex, &holds, &holds, 0, 0, &kills);
         assert_eq!(found.max_free_ms, Some(1_000.0));
     }
 }
@@ -499,5 +654,56 @@ mod more_tests {
         assert_eq!(holds(&events, &killed, 1_000)[0].end, 900);
         // Not killed (a command stopped on loss): its last sign of life.
         assert_eq!(holds(&events, &Faults::default(), 1_000)[0].end, 150);
+    }
+
+    /// Readers share, a writer is alone: the read-write oracle over both sides.
+    #[test]
+    fn readers_share_but_none_beside_a_writer() {
+        let reads = [
+            tests::hold("read/a", 0, 10, 1),
+            tests::hold("read/b", 5, 15, 2),
+        ];
+        let writes = [
+            tests::hold("write/a", 15, 20, 3),
+            tests::hold("write/b", 20, 30, 4),
+        ];
+        assert_eq!(rwlock_overlaps(&reads, &writes).0, 0);
+        let late_reader = [tests::hold("read/c", 25, 35, 5)];
+        let (count, described) = rwlock_overlaps(&late_reader, &writes);
+        assert_eq!(count, 1);
+        assert!(described[0].contains("write/b") && described[0].contains("read/c"));
+        let two_writers = [
+            tests::hold("write/a", 0, 10, 1),
+            tests::hold("write/b", 5, 15, 2),
+        ];
+        assert_eq!(rwlock_overlaps(&[], &two_writers).0, 1);
+    }
+
+    /// A reader that came a lease after a waiting writer must not get in before it.
+    #[test]
+    fn a_reader_passing_a_waiting_writer_is_starvation() {
+        let attempt = |client: &str, from, to, granted| Attempt {
+            client: client.into(),
+            from,
+            to,
+            granted,
+        };
+        let writer = [attempt("write/a", 100, 5_000, true)];
+        // Asked before the margin: it may have come first.
+        let early = [attempt("read/a", 500, 600, true)];
+        assert_eq!(
+            writer_starvation(&writer, &early, 1_000),
+            (0, 0, Some(0.0049))
+        );
+        let late = [attempt("read/b", 1_200, 1_300, true)];
+        assert_eq!(writer_starvation(&writer, &late, 1_000).0, 1);
+        // Granted after the writer: fine; a refused reader passed nobody.
+        let after = [
+            attempt("read/c", 1_200, 5_100, true),
+            attempt("read/d", 1_200, 1_300, false),
+        ];
+        assert_eq!(writer_starvation(&writer, &after, 1_000).0, 0);
+        let gave_up = [attempt("write/b", 100, 200, false)];
+        assert_eq!(writer_starvation(&gave_up, &[], 1_000), (0, 1, None));
     }
 }

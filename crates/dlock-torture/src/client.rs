@@ -30,6 +30,12 @@ pub enum Primitive {
     Fair,
     /// The write lock of a read-write lock.
     Write,
+    /// The read lock of the same read-write lock as `write`: readers share it, and
+    /// none may hold it beside a writer.
+    Read,
+    /// The reentrant mutex: each hold takes the lock again inside itself (the same
+    /// owner) and gives the inner hold back before the outer one.
+    Reentrant,
     /// A semaphore of one permit.
     Sem1,
     /// A semaphore of three permits: at most three at once.
@@ -42,10 +48,12 @@ pub enum Primitive {
 }
 
 impl Primitive {
-    pub const ALL: [Primitive; 7] = [
+    pub const ALL: [Primitive; 9] = [
         Primitive::Mutex,
         Primitive::Fair,
         Primitive::Write,
+        Primitive::Read,
+        Primitive::Reentrant,
         Primitive::Sem1,
         Primitive::Sem3,
         Primitive::Redlock,
@@ -67,6 +75,8 @@ impl Primitive {
             Primitive::Mutex => "mutex",
             Primitive::Fair => "fair",
             Primitive::Write => "write",
+            Primitive::Read => "read",
+            Primitive::Reentrant => "reentrant",
             Primitive::Sem1 => "sem1",
             Primitive::Sem3 => "sem3",
             Primitive::Redlock => "redlock",
@@ -74,12 +84,21 @@ impl Primitive {
         }
     }
 
-    /// How many may hold at once: the oracle.
+    /// The lock it takes: the read side shares the write side's read-write lock.
+    pub fn lock_name(self) -> String {
+        match self {
+            Primitive::Read => Primitive::Write.lock_name(),
+            _ => format!("torture:{}", self.name()),
+        }
+    }
+
+    /// How many may hold at once: the oracle. (Readers: any number, but none beside a
+    /// writer, which the judge checks over both sides.)
     pub fn limit(self) -> usize {
-        if self == Primitive::Sem3 {
-            3
-        } else {
-            1
+        match self {
+            Primitive::Sem3 => 3,
+            Primitive::Read => usize::MAX,
+            _ => 1,
         }
     }
 
@@ -104,6 +123,9 @@ impl Primitive {
             Primitive::Mutex => &[],
             Primitive::Fair => &["--fair"],
             Primitive::Write => &["--write"],
+            Primitive::Read => &["--read"],
+            // No CLI clients: a `dlock run` hold has no inside to re-enter.
+            Primitive::Reentrant => &[],
             Primitive::Sem1 => &["--permits", "1"],
             Primitive::Sem3 => &["--permits", "3"],
             // The mutex over every `--redis` master: no flag.
@@ -155,6 +177,9 @@ pub struct ClientArgs {
     /// This client's name in the records.
     #[arg(long)]
     pub client: String,
+    /// Rest between holds for between half of this and this (ms), beside a few ms.
+    #[arg(long, default_value_t = 0)]
+    pub rest_ms: u64,
     #[arg(long)]
     pub log: PathBuf,
     /// A file that exists while this client holds the lock (the harness picks its fault
@@ -264,6 +289,8 @@ fn lock_of(
         Primitive::Mutex => client.mutex_with(name, options)?.into(),
         Primitive::Fair => client.fair_mutex_with(name, options)?.into(),
         Primitive::Write => client.rwlock_with(name, options)?.writer().into(),
+        Primitive::Read => client.rwlock_with(name, options)?.reader().into(),
+        Primitive::Reentrant => client.reentrant_mutex_with(name, options)?.into(),
         Primitive::Sem1 | Primitive::Sem3 => client
             .semaphore_with(name, primitive.limit() as u32, options)?
             .into(),
@@ -310,6 +337,8 @@ impl Locker {
                     Primitive::Mutex => client.mutex_with(name, options)?.into_any(),
                     Primitive::Fair => client.fair_mutex_with(name, options)?.into_any(),
                     Primitive::Write => client.rwlock_with(name, options)?.writer().into_any(),
+                    Primitive::Read => client.rwlock_with(name, options)?.reader().into_any(),
+                    Primitive::Reentrant => client.reentrant_mutex_with(name, options)?.into_any(),
                     Primitive::Sem1 | Primitive::Sem3 => client
                         .semaphore_with(name, primitive.limit() as u32, options)?
                         .into_any(),
@@ -494,6 +523,33 @@ fn work(
     None
 }
 
+/// A reentrant hold's inner hold, after the work: whether it was granted with the outer
+/// hold's fence (`false` when it was not granted at all), and, once it is given back,
+/// whether Redis still has the outer hold (a guarded read beside the lock); `None` when
+/// that cannot be judged: the outer belief had ended, or Redis did not answer.
+fn nested(
+    inner: dlock::Result<Held>,
+    outer: &Held,
+    fence: u64,
+    believe: &dyn Fn() -> bool,
+) -> (bool, Option<bool>) {
+    let Ok(inner) = inner else {
+        return (false, None);
+    };
+    let same_fence = inner.fence().is_ok_and(|f| f == fence);
+    if inner.unlock().is_err() || !believe() {
+        return (same_fence, None);
+    }
+    let outer_kept = match outer.apply(&dlock::Guarded::new().get(GUARDED_COUNTER)) {
+        Ok(_) => Some(true),
+        // Gone while the belief still stands: the inner release freed the lock (a
+        // belief cannot outlive the hold in Redis otherwise: its deadline comes first).
+        Err(dlock::Error::Lost { .. }) if believe() => Some(false),
+        Err(_) => None,
+    };
+    (same_fence, outer_kept)
+}
+
 /// `dlock-torture client`: takes the lock through the library until `until_ns`.
 pub fn run_library(args: ClientArgs) -> i32 {
     // With --keep the harness keeps this stderr: RUST_LOG=dlock=debug shows every wait.
@@ -528,7 +584,16 @@ pub fn run_library(args: ClientArgs) -> i32 {
         args.primitive.exclusive() && args.primitive != Primitive::Redlock && args.redis.len() == 1;
     let mut hold = 0;
     while mono_ns() < args.until_ns {
-        let guard = match locker.acquire() {
+        let asked = mono_ns();
+        let acquired = locker.acquire();
+        let begun = mono_ns();
+        recorder.record(&Event::Attempt {
+            client: args.client.clone(),
+            from: asked,
+            to: begun,
+            granted: acquired.is_ok(),
+        });
+        let guard = match acquired {
             Ok(guard) => guard,
             // Busy past the wait, Redis unreachable or refusing: try again.
             Err(_) => {
@@ -536,7 +601,6 @@ pub fn run_library(args: ClientArgs) -> i32 {
                 continue;
             }
         };
-        let begun = mono_ns();
         hold += 1;
         let Ok(fence) = guard.fence() else {
             // Lost before the fence could be drawn: nothing was believed.
@@ -551,6 +615,12 @@ pub fn run_library(args: ClientArgs) -> i32 {
             pid: std::process::id(),
         });
         let _ = std::fs::write(&args.holding, format!("{}", std::process::id()));
+        // The reentrant mutex's hold takes the lock again inside itself, as nested code
+        // of the same owner would; the work runs under both holds.
+        let inner = match args.primitive {
+            Primitive::Reentrant => Some(locker.acquire()),
+            _ => None,
+        };
         let believe = || !guard.is_lost() && Instant::now() < guard.valid_until();
         let apply = |batch: &dlock::Guarded| guard.apply(batch);
         let belief_ended = work(
@@ -561,6 +631,15 @@ pub fn run_library(args: ClientArgs) -> i32 {
             args.work_ms,
             &believe,
         );
+        if let Some(inner) = inner {
+            let nested = nested(inner, &guard, fence, &believe);
+            recorder.record(&Event::Nested {
+                client: args.client.clone(),
+                hold,
+                same_fence: nested.0,
+                outer_kept: nested.1,
+            });
+        }
         let _ = std::fs::remove_file(&args.holding);
         let released = mono_ns();
         let deadline = instant_ns(guard.valid_until());
@@ -574,7 +653,8 @@ pub fn run_library(args: ClientArgs) -> i32 {
             at: released.min(deadline).min(belief_ended.unwrap_or(u64::MAX)),
             lost,
         });
-        pause_ms(0..20);
+        pause_ms(args.rest_ms / 2..args.rest_ms / 2 + 20);
+        pause_ms(0..args.rest_ms / 2 + 1);
     }
     locker.shutdown();
     0

@@ -71,6 +71,24 @@ pub enum Event {
     /// A step of work began (still believing the lock held, for a library client): the
     /// last sign of life of a hold whose process was then killed.
     Step { client: String, hold: u64, at: u64 },
+    /// A library client's call to take the lock, from `from` to `to`: granted, or it
+    /// gave up (busy past its wait, Redis unreachable or refusing).
+    Attempt {
+        client: String,
+        from: u64,
+        to: u64,
+        granted: bool,
+    },
+    /// A reentrant hold's inner hold, given back before the outer one.
+    Nested {
+        client: String,
+        hold: u64,
+        /// Granted with the outer hold's fence (false: refused, or another fence).
+        same_fence: bool,
+        /// After the inner hold was given back, Redis still had the outer one: `false`
+        /// means the inner release freed the lock; `None` when it could not be judged.
+        outer_kept: Option<bool>,
+    },
     /// The belief ended at `at`: released, or the local deadline passed first.
     End {
         client: String,

@@ -50,12 +50,21 @@ enum Fault {
     /// Three Redlock masters: right after a grant one is killed (the hold is left on the
     /// other two), then one of those two is restarted and the killed one too.
     Amnesia,
+    /// The same, but the two are kept down for longer than a lease before they return.
+    DelayedRestart,
+    /// Five Redlock masters; the wall clock of one jumps forward by more than a lease.
+    ClockJump,
+    /// Each round one holder per lock killed, then one paused past its lease.
+    PauseAndCrash,
 }
 
 impl Fault {
     /// The locks run on Redlock's independent masters.
     fn redlock(self) -> bool {
-        matches!(self, Fault::MinorityDown | Fault::Amnesia)
+        matches!(
+            self,
+            Fault::MinorityDown | Fault::Amnesia | Fault::DelayedRestart | Fault::ClockJump
+        )
     }
 }
 
@@ -70,6 +79,8 @@ pub struct Scenario {
     acknowledged: bool,
     /// Not runnable yet: what it waits for.
     pub pending: Option<&'static str>,
+    /// The lock kinds it runs, when not those of its topology (see [`Scenario::kinds`]).
+    runs: Option<&'static [Primitive]>,
 }
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -81,6 +92,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "holder-crash",
@@ -90,6 +102,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "server-pause",
@@ -99,6 +112,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "server-restart-aof",
@@ -108,6 +122,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: true,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "server-restart-nopersist",
@@ -117,6 +132,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "network-delay",
@@ -126,6 +142,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "redlock-minority-down",
@@ -135,6 +152,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: true,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "redlock-restart-nopersist",
@@ -144,6 +162,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "redlock-restart-durable",
@@ -153,6 +172,47 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: true,
         acknowledged: false,
         pending: None,
+        runs: None,
+    },
+    Scenario {
+        name: "redlock-delayed-restart",
+        expect: Expect::Safe,
+        about: "the same schedule without persistence, but B and C kept down 1.5 leases before they return empty (the usual advice): the holder's renewals find no majority and its belief ends first; no double grant, fences keep growing by the clock floor",
+        fault: Fault::DelayedRestart,
+        durable: false,
+        acknowledged: false,
+        pending: None,
+        runs: None,
+    },
+    Scenario {
+        name: "redlock-clock-jump",
+        expect: Expect::Violation,
+        about: "Redlock on 5 masters (Valkey), D and E down while a hold is granted by A, B and C, then back, and C's wall clock jumps 3 leases ahead (libfaketime): the hold expires on C and the waiter gets C, D and E while the holder believes (the known Redlock weakness); its fence, C's jumped clock, refuses the holder's late writes, but grants without C then draw fences below it until real time catches up (negative control)",
+        fault: Fault::ClockJump,
+        durable: false,
+        acknowledged: false,
+        pending: None,
+        runs: None,
+    },
+    Scenario {
+        name: "rwlock-readers",
+        expect: Expect::Safe,
+        about: "readers and writers of one read-write lock; each round a holder of each side kill -9ed, then a writer (a reader the next round) SIGSTOPped past its lease: no reader beside a writer, and no reader that came a lease after a waiting writer got in before it (writers not starved)",
+        fault: Fault::PauseAndCrash,
+        durable: false,
+        acknowledged: false,
+        pending: None,
+        runs: Some(&[Primitive::Write, Primitive::Read]),
+    },
+    Scenario {
+        name: "reentrant",
+        expect: Expect::Safe,
+        about: "the reentrant mutex, each hold re-entered by its owner and the inner hold given back first; each round a holder kill -9ed, then one SIGSTOPped past its lease: no overlap, the inner hold shares the outer one's fence, and giving it back keeps the outer hold",
+        fault: Fault::PauseAndCrash,
+        durable: false,
+        acknowledged: false,
+        pending: None,
+        runs: Some(&[Primitive::Reentrant]),
     },
     Scenario {
         name: "failover-no-ack",
@@ -162,6 +222,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "failover-ack",
@@ -171,6 +232,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: true,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "sentinel-partition",
@@ -180,6 +242,7 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: false,
         pending: None,
+        runs: None,
     },
     Scenario {
         name: "sentinel-partition-ack",
@@ -189,14 +252,18 @@ pub const SCENARIOS: &[Scenario] = &[
         durable: false,
         acknowledged: true,
         pending: None,
+        runs: None,
     },
 ];
 
 impl Scenario {
     /// The lock kinds this scenario can run: the Redlock mutex on independent masters,
-    /// every other kind on one server (or one master and its replica).
+    /// every other kind on one server (or one master and its replica), unless the
+    /// scenario is about some kinds of its own (readers and writers, the reentrant mutex).
     pub fn kinds(&self) -> &'static [Primitive] {
-        if self.fault.redlock() {
+        if let Some(kinds) = self.runs {
+            kinds
+        } else if self.fault.redlock() {
             &[Primitive::Redlock]
         } else {
             &Primitive::SINGLE
@@ -284,10 +351,36 @@ impl Outcome {
 /// the restart scenarios two library ones (async and blocking), a holder and a waiter.
 /// With more waiters, two of them can split the restarted masters between them and keep
 /// colliding, so whether anyone gets both before the holder's belief ends would be a
-/// race.
+/// race. The clock jump runs one library client; each round starts its contender. The
+/// read-write lock's readers and writers, and the reentrant mutex's clients, are below.
 fn clients_of(fault: Fault, primitive: Primitive) -> Vec<(&'static str, usize)> {
-    if primitive == Primitive::Redlock && fault == Fault::Amnesia {
+    let restarts = matches!(fault, Fault::Amnesia | Fault::DelayedRestart);
+    if primitive == Primitive::Redlock && restarts {
         vec![("lib-async", 0), ("lib-blocking", 0)]
+    } else if primitive == Primitive::Redlock && fault == Fault::ClockJump {
+        // One holder; each round starts the contender (`lib-async`) itself. A waiter
+        // already there would split C, D and E with it and the two would collide.
+        vec![("lib-blocking", 0)]
+    } else if primitive == Primitive::Read {
+        vec![
+            ("lib-async", 0),
+            ("lib-blocking", 0),
+            ("cli", 0),
+            ("cli", 1),
+        ]
+    } else if primitive == Primitive::Write && fault == Fault::PauseAndCrash {
+        // Two writers, resting between holds, beside four readers: a writer comes back
+        // while readers hold, and must wait for them, not behind the readers who come
+        // later.
+        vec![("lib-async", 0), ("cli", 0)]
+    } else if primitive == Primitive::Reentrant {
+        // `dlock run` has no inside to re-enter: library clients only.
+        vec![
+            ("lib-async", 0),
+            ("lib-async", 1),
+            ("lib-blocking", 0),
+            ("lib-blocking", 1),
+        ]
     } else if primitive == Primitive::Sem3 {
         vec![
             ("lib-async", 0),
@@ -379,7 +472,15 @@ impl Run<'_> {
         let store_url = self.store_url.clone();
         let acknowledged = self.acknowledged;
         let (ttl, config) = (self.ttl, self.config.clone());
-        let lock = format!("torture:{}", primitive.name());
+        let lock = primitive.lock_name();
+        // A writer among readers rests between its holds, half a lease to a lease:
+        // writers that always want the lock keep every reader waiting behind them (what
+        // a writer-preferring lock does), and no writer would wait for readers.
+        let rest_ms =
+            match primitive == Primitive::Write && config.primitives.contains(&Primitive::Read) {
+                true => ttl.as_millis() as u64,
+                false => 0,
+            };
         let holding_dir = self.holding_dir();
         thread::spawn(move || {
             let (mut generation, mut started) = (0u64, false);
@@ -431,6 +532,7 @@ impl Run<'_> {
                         .args(["--work-ms", &work_ms(ttl).to_string()])
                         .args(["--until-ns", &until_ns.to_string()])
                         .args(["--client", &client])
+                        .args(["--rest-ms", &rest_ms.to_string()])
                         .arg("--log")
                         .arg(&log)
                         .arg("--holding")
@@ -476,6 +578,11 @@ impl Run<'_> {
                     || status.map_or(true, |s| s.code().is_some_and(|c| c != 0 && c != 75))
                 {
                     sleep(Duration::from_millis(200));
+                }
+                // A `dlock run` is one hold: its rest comes between the runs.
+                if kind == "cli" && rest_ms > 0 {
+                    let ms = rand::Rng::random_range(&mut rand::rng(), rest_ms / 2..rest_ms);
+                    sleep(Duration::from_millis(ms));
                 }
             }
         })
@@ -611,13 +718,37 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
         primitives: kinds,
         ..config.clone()
     };
-    let mut servers = LockServers::start(scenario);
+    let clock_tools = match scenario.fault {
+        Fault::ClockJump => match ClockTools::find() {
+            Ok(tools) => Some(tools),
+            Err(why) => {
+                return Outcome {
+                    ok: Some(false),
+                    problems: vec![why],
+                    ..Outcome::unjudged(scenario, 0.0, None)
+                }
+            }
+        },
+        _ => None,
+    };
+    let mut servers = match &clock_tools {
+        Some(tools) => {
+            let offset_file = dir.path().join(CLOCK_OFFSET_FILE);
+            set_clock_offset(&offset_file, 0);
+            LockServers::Redlock(IndependentMasters::start_each(tools.masters(&offset_file)))
+        }
+        None => LockServers::start(scenario),
+    };
     let store = RedisServer::start();
     // Each round: a fault, then calm for the lock to pass around; plus a calm start.
     let round = match scenario.fault {
         // Its fault outlasts four leases. The next round's lead (or the end of the run)
         // is the calm after it.
         Fault::Partition => partition_lead(ttl) + partition_length(ttl),
+        // A kill, up to two leases for a holder to pause, the pause's two, then calm.
+        Fault::PauseAndCrash => ttl * 6,
+        // Up to three leases for a grant, three with the clock ahead, then calm.
+        Fault::ClockJump => ttl * 7,
         _ => ttl * 4,
     };
     let until_ns = mono_ns() + (ttl * 2 + round * config.rounds).as_nanos() as u64;
@@ -709,52 +840,45 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
 fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults: &mut Faults) {
     let ttl = run.ttl;
     match fault {
-        Fault::ClientPause => {
-            // One holder per primitive at once; library and `dlock run` holders in turn.
-            let mut paused = Vec::new();
-            for &primitive in &run.config.primitives {
-                let holders = run.holders(primitive);
-                let preferred: Vec<_> = holders
-                    .iter()
-                    .filter(|(name, _)| name.contains("_cli-") == (index % 2 == 1))
-                    .collect();
-                let pool: Vec<_> = if preferred.is_empty() {
-                    holders.iter().collect()
-                } else {
-                    preferred
-                };
-                if let Some((_, pids)) = pool.choose(&mut rand::rng()) {
-                    paused.push(pids.clone());
+        Fault::ClientPause => pause_holders(index, run, &run.config.primitives, faults, &[]),
+        Fault::HolderCrash => crash_holders(run, faults),
+        Fault::PauseAndCrash => {
+            // The crash first: a holder killed right after its pause would be counted as
+            // believing until the kill (the checker cannot see its deadline), and its
+            // late write would not come.
+            let before = faults.kills.len();
+            crash_holders(run, faults);
+            // Not a killed one: until its slot reaps it, it still looks alive.
+            let killed: Vec<u32> = faults.kills[before..]
+                .iter()
+                .flat_map(|k| k.pids.iter().copied())
+                .collect();
+            // A holder of every lock to pause: the exclusive kinds are not held at
+            // every instant (a writer waits for readers; the killed holder's lock waits
+            // for its lease).
+            // One lock kind per round, in turn (a reader and a writer never hold at
+            // once), of the client kind whose turn it is, if one comes within two leases.
+            let kinds = &run.config.primitives;
+            let primitive = kinds[index as usize % kinds.len()];
+            let until = mono_ns() + (ttl * 2).as_nanos() as u64;
+            while mono_ns() < until && interrupted().is_none() {
+                if !pause_candidates(index, run, primitive, &killed)
+                    .0
+                    .is_empty()
+                {
+                    break;
                 }
+                thread::sleep(Duration::from_millis(2));
             }
-            let from = mono_ns();
-            for pids in &paused {
-                stop_or_continue(pids, libc::SIGSTOP);
-                faults.pauses.push(Pause {
-                    pids: pids.clone(),
-                    from,
-                    renewals_failing_from: None,
-                });
-            }
-            sleep(ttl * 2);
-            for pids in &paused {
-                stop_or_continue(pids, libc::SIGCONT);
-            }
-        }
-        Fault::HolderCrash => {
-            for &primitive in &run.config.primitives {
-                if let Some((_, pids)) = run.holders(primitive).choose(&mut rand::rng()) {
-                    // The library client, or the `dlock run` wrapper (its command must
-                    // die with it).
-                    if signal(pids[0] as i32, libc::SIGKILL) {
-                        faults.kills.push(Kill {
-                            primitive,
-                            at: mono_ns(),
-                            pids: pids.clone(),
-                        });
-                    }
-                }
-            }
+            // Into the first step's work, between its check and its write: a holder
+            // paused as it begins finds its belief ended at the check and writes
+            // nothing late.
+            let work = work_ms(ttl);
+            sleep(Duration::from_millis(rand::Rng::random_range(
+                &mut rand::rng(),
+                work / 4..work / 2,
+            )));
+            pause_holders(index, run, &[primitive], faults, &killed);
         }
         Fault::ServerPause => {
             if let LockServers::Single { server, .. } = servers {
@@ -795,7 +919,101 @@ fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults
         }
         Fault::Amnesia => {
             if let LockServers::Redlock(masters) = servers {
-                amnesia(masters, run, faults);
+                amnesia(masters, run, faults, None);
+            }
+        }
+        Fault::DelayedRestart => {
+            if let LockServers::Redlock(masters) = servers {
+                amnesia(masters, run, faults, Some(ttl * 3 / 2));
+            }
+        }
+        Fault::ClockJump => {
+            if let LockServers::Redlock(masters) = servers {
+                clock_jump_round(index, masters, run, faults);
+            }
+        }
+    }
+}
+
+/// One holder of each of `kinds` SIGSTOPped for two leases, then resumed: library and
+/// `dlock run` holders in turn (by `index`); none of the processes `killed`.
+fn pause_holders(index: u32, run: &Run, kinds: &[Primitive], faults: &mut Faults, killed: &[u32]) {
+    let ttl = run.ttl;
+    // One holder per primitive at once; library and `dlock run` holders in turn.
+    let mut paused = Vec::new();
+    for &primitive in kinds {
+        let (preferred, others) = pause_candidates(index, run, primitive, killed);
+        let pool = if preferred.is_empty() {
+            others
+        } else {
+            preferred
+        };
+        if let Some(pids) = pool.choose(&mut rand::rng()) {
+            paused.push(pids.clone());
+        }
+    }
+    let from = mono_ns();
+    for pids in &paused {
+        stop_or_continue(pids, libc::SIGSTOP);
+        faults.pauses.push(Pause {
+            pids: pids.clone(),
+            from,
+            renewals_failing_from: None,
+        });
+    }
+    sleep(ttl * 2);
+    for pids in &paused {
+        stop_or_continue(pids, libc::SIGCONT);
+    }
+}
+
+/// The holders of `primitive` to pause in round `index` (none of the processes `killed`):
+/// those of the client kind whose turn it is (library clients in even rounds, `dlock run`
+/// in odd ones), and the others.
+fn pause_candidates(
+    index: u32,
+    run: &Run,
+    primitive: Primitive,
+    killed: &[u32],
+) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    let (mut preferred, mut others) = (Vec::new(), Vec::new());
+    for (name, pids) in run.holders(primitive) {
+        if pids.iter().any(|pid| killed.contains(pid)) {
+            continue;
+        }
+        if name.contains("_cli-") == (index % 2 == 1) {
+            preferred.push(pids);
+        } else {
+            others.push(pids);
+        }
+    }
+    (preferred, others)
+}
+
+/// One holder per lock `kill -9`ed: a library client, or a `dlock run` wrapper (its
+/// command dies with it).
+///
+/// Never one that was paused: resumed, it may still be winding down a hold whose belief
+/// ended at its deadline, and the checker counts a killed library client as believing
+/// until the kill (it cannot see the deadline).
+fn crash_holders(run: &Run, faults: &mut Faults) {
+    for &primitive in &run.config.primitives {
+        let mut holders = run.holders(primitive);
+        holders.retain(|(_, pids)| {
+            !faults
+                .pauses
+                .iter()
+                .any(|p| pids.iter().any(|pid| p.pids.contains(pid)))
+        });
+        if let Some((_, pids)) = holders.choose(&mut rand::rng()) {
+            // The library client, or the `dlock run` wrapper (its command must
+            // die with it).
+            if signal(pids[0] as i32, libc::SIGKILL) {
+                faults.kills.push(Kill {
+                    primitive,
+                    at: mono_ns(),
+                    pids: pids.clone(),
+                });
             }
         }
     }
@@ -910,37 +1128,38 @@ fn minority_down(index: u32, masters: &mut IndependentMasters, ttl: Duration, fa
 /// The hold is taken with all three up because two contenders on two masters (A and B
 /// with C down) can split them, and a split can repeat for seconds (each give-back wakes
 /// the other at once).
-fn amnesia(masters: &mut IndependentMasters, run: &Run, faults: &mut Faults) {
-    let ttl = run.ttl;
+///
+/// With `kept_down` (`redlock-delayed-restart`), B is `kill -9`ed too and both stay down
+/// that long (more than a lease) before they return empty: A alone is no majority, so the
+/// holder's renewals fail and its belief ends at its deadline, before B and C are back.
+fn amnesia(
+    masters: &mut IndependentMasters,
+    run: &Run,
+    faults: &mut Faults,
+    kept_down: Option<Duration>,
+) {
     let mut roles: Vec<usize> = (0..masters.len()).collect();
     rand::seq::SliceRandom::shuffle(roles.as_mut_slice(), &mut rand::rng());
     let (b, c) = (roles[1], roles[2]);
-    let how = if run.durable {
-        "kill -9, restarted on its AOF"
-    } else {
-        "kill -9, restarted empty"
+    let how = match (run.durable, kept_down) {
+        (true, _) => "kill -9, restarted on its AOF",
+        (false, None) => "kill -9, restarted empty",
+        (false, Some(_)) => "kill -9, kept down 1.5 leases, restarted empty",
     };
-    // A hold granted from now on: its holding file is written after the grant. A fresh
-    // one has at least three quarters of a lease of work ahead.
-    let since = SystemTime::now();
-    let until = mono_ns() + (ttl * 3).as_nanos() as u64;
-    while mono_ns() < until && interrupted().is_none() {
-        let fresh = run.holders(Primitive::Redlock).iter().any(|(name, _)| {
-            std::fs::metadata(run.holding_dir().join(name))
-                .and_then(|m| m.modified())
-                .is_ok_and(|at| at > since)
-        });
-        if fresh {
-            break;
-        }
-        thread::sleep(Duration::from_millis(2));
-    }
+    wait_for_a_fresh_hold(run);
     if interrupted().is_some() {
         return;
     }
     let down = mono_ns();
     masters.server_mut(c).kill9();
     let restart = mono_ns();
+    if let Some(kept_down) = kept_down {
+        masters.server_mut(b).kill9();
+        sleep(kept_down);
+        if interrupted().is_some() {
+            return;
+        }
+    }
     masters.server_mut(b).restart();
     faults.outages.push(Outage {
         port: masters.server(b).port(),
@@ -956,6 +1175,169 @@ fn amnesia(masters: &mut IndependentMasters, run: &Run, faults: &mut Faults) {
         to: mono_ns(),
     });
 }
+
+/// Waits (at most three leases) for a Redlock hold granted from now on: its holding file
+/// is written after the grant. A fresh one has at least three quarters of a lease of work
+/// ahead.
+fn wait_for_a_fresh_hold(run: &Run) {
+    let since = SystemTime::now();
+    let until = mono_ns() + (run.ttl * 3).as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() {
+        let fresh = run.holders(Primitive::Redlock).iter().any(|(name, _)| {
+            std::fs::metadata(run.holding_dir().join(name))
+                .and_then(|m| m.modified())
+                .is_ok_and(|at| at > since)
+        });
+        if fresh {
+            return;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The masters of `redlock-clock-jump`: A, B, C, D and E; C's clock jumps.
+const CLOCK_JUMP_NODES: usize = 5;
+const JUMPING_NODE: usize = 2;
+
+/// How far C's clock jumps: three leases, in whole seconds (libfaketime's offsets).
+fn clock_jump(ttl: Duration) -> u64 {
+    (ttl * 3).as_secs_f64().ceil() as u64
+}
+
+/// What `redlock-clock-jump` needs: a `valkey-server` and libfaketime. (Debian's
+/// `redis-server` is built with jemalloc, which libfaketime cannot wrap: it never starts.)
+/// `DLOCK_TORTURE_VALKEY` and `DLOCK_TORTURE_FAKETIME` name them, as `scripts/torture.sh`
+/// sets them after installing both; otherwise `valkey-server` on `PATH` and Debian's
+/// libfaketime.
+pub struct ClockTools {
+    valkey: PathBuf,
+    faketime: PathBuf,
+}
+
+impl ClockTools {
+    pub fn find() -> Result<ClockTools, String> {
+        let valkey = std::env::var_os("DLOCK_TORTURE_VALKEY")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("PATH").and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|dir| dir.join("valkey-server"))
+                        .find(|path| path.is_file())
+                })
+            });
+        let faketime = std::env::var_os("DLOCK_TORTURE_FAKETIME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1".into());
+        match valkey {
+            Some(valkey) if valkey.is_file() && faketime.is_file() => {
+                Ok(ClockTools { valkey, faketime })
+            }
+            _ => Err(format!(
+                "redlock-clock-jump needs a valkey-server and libfaketime ({} not found, or no valkey-server on PATH); \
+                 scripts/torture.sh installs both (or set DLOCK_TORTURE_VALKEY and DLOCK_TORTURE_FAKETIME)",
+                faketime.display()
+            )),
+        }
+    }
+
+    /// The five masters' options: Valkey all, C's clock under libfaketime, its offset
+    /// read from `offset_file` at every reading (the monotonic clock left alone: only the
+    /// wall clock, which expiry and `TIME` read, jumps).
+    fn masters(&self, offset_file: &Path) -> Vec<ServerOptions> {
+        (0..CLOCK_JUMP_NODES)
+            .map(|node| ServerOptions {
+                binary: Some(self.valkey.clone()),
+                env: match node == JUMPING_NODE {
+                    true => vec![
+                        ("LD_PRELOAD".into(), self.faketime.display().to_string()),
+                        (
+                            "FAKETIME_TIMESTAMP_FILE".into(),
+                            offset_file.display().to_string(),
+                        ),
+                        ("FAKETIME_NO_CACHE".into(), "1".into()),
+                        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                    ],
+                    false => Vec::new(),
+                },
+                ..ServerOptions::default()
+            })
+            .collect()
+    }
+}
+
+/// Sets C's clock offset (seconds) for libfaketime, atomically: a half-written file would
+/// be read as some other time.
+fn set_clock_offset(file: &Path, seconds: u64) {
+    let next = file.with_extension("next");
+    std::fs::write(&next, format!("+{seconds}\n")).expect("write the clock offset");
+    std::fs::rename(&next, file).expect("set the clock offset");
+}
+
+/// One round of `redlock-clock-jump`, on five masters A to E. D and E are down; once a
+/// hold is granted (by A, B and C: a bare majority), they return (empty, having never
+/// had it) and C's wall clock jumps forward by three leases, so the hold's key expires there at once, and D and E come back: a
+/// new client, started then, gets C, D and E while the holder still believes. Its fence is C's jumped
+/// clock, the largest yet. Then C is black-holed for 1.5 leases while grants go on on A,
+/// B, D and E, whose clocks are three leases behind C's: their fences go back below the
+/// waiter's. C's clock is set right when it returns.
+fn clock_jump_round(index: u32, masters: &mut IndependentMasters, run: &Run, faults: &mut Faults) {
+    let ttl = run.ttl;
+    let offset_file = run.dir.join(CLOCK_OFFSET_FILE);
+    let (d, e) = (JUMPING_NODE + 1, JUMPING_NODE + 2);
+    // Killed, not black-holed: a request held up in the network would reach them later
+    // and grant the holder there too.
+    let cut = mono_ns();
+    masters.server_mut(d).kill9();
+    masters.server_mut(e).kill9();
+    wait_for_a_fresh_hold(run);
+    // The grant's own requests to D and E end within the node timeout (a tenth of the
+    // lease): back sooner, they would find one still retrying, and grant it.
+    sleep(ttl / 4);
+    if interrupted().is_some() {
+        return;
+    }
+    masters.server_mut(d).restart();
+    masters.server_mut(e).restart();
+    let jumped = mono_ns();
+    set_clock_offset(&offset_file, clock_jump(ttl));
+    for node in [d, e] {
+        faults.outages.push(Outage {
+            port: masters.server(node).port(),
+            how: "kill -9, restarted empty (it never had the hold)",
+            from: cut,
+            to: jumped,
+        });
+    }
+    // The contender, whose first attempt comes now: C, D and E are free for it.
+    run.spawn_one(
+        Primitive::Redlock,
+        ("lib-async", 1 + index as usize),
+        run.topology.clone(),
+        jumped + (ttl * 3).as_nanos() as u64,
+    );
+    sleep(ttl * 3 / 2);
+    let excluded = mono_ns();
+    masters.proxy(JUMPING_NODE).black_hole(true);
+    sleep(ttl * 3 / 2);
+    set_clock_offset(&offset_file, 0);
+    masters.proxy(JUMPING_NODE).black_hole(false);
+    let port = masters.server(JUMPING_NODE).port();
+    faults.outages.push(Outage {
+        port,
+        how: "wall clock three leases ahead",
+        from: jumped,
+        to: mono_ns(),
+    });
+    faults.outages.push(Outage {
+        port,
+        how: "black-holed by its proxy",
+        from: excluded,
+        to: mono_ns(),
+    });
+}
+
+/// C's libfaketime offset, in the scenario's directory.
+const CLOCK_OFFSET_FILE: &str = "clock-offset";
 
 /// The lease of the failover scenarios' locks (at least): longer than a failover takes.
 const FAILOVER_TTL: Duration = Duration::from_secs(6);
@@ -1322,8 +1704,8 @@ impl LockServers {
         };
         let counters = primitives.iter().map(|p| {
             let key = format!(
-                "{{torture:{}}}:data:{}",
-                p.name(),
+                "{{{}}}:data:{}",
+                p.lock_name(),
                 crate::client::GUARDED_COUNTER
             );
             let value: Option<u64> = server.cmd(&["GET", &key]);
@@ -1383,9 +1765,20 @@ pub fn judge(
             .filter(|h| check::primitive_of(&h.client) == primitive.name())
             .cloned()
             .collect();
+        let on_its_lock: Vec<_> = holds
+            .iter()
+            .filter(|h| {
+                config.primitives.iter().any(|other| {
+                    other.lock_name() == primitive.lock_name()
+                        && check::primitive_of(&h.client) == other.name()
+                })
+            })
+            .cloned()
+            .collect();
         let mut found = check::check(
             primitive,
             &mine,
+            &on_its_lock,
             increments.get(primitive.name()).copied().unwrap_or(0),
             counters.get(primitive.name()).copied().unwrap_or(0),
             &faults.kills,
@@ -1403,6 +1796,16 @@ pub fn judge(
             let missing = applied.saturating_sub(guarded.get(name).copied().unwrap_or(0));
             found.guarded_lost_updates = repeated.max(missing);
             found.guarded_refused = guarded_refused.get(name).copied().unwrap_or(0);
+        }
+        if primitive == Primitive::Reentrant {
+            (
+                found.nested_holds,
+                found.nested_fence_mismatches,
+                found.nested_releases_that_freed,
+            ) = check::nested(events);
+        }
+        if primitive == Primitive::Read && config.primitives.contains(&Primitive::Write) {
+            rwlock_findings(&mut found, config.ttl, events, &holds);
         }
         total.add(&found);
         primitives.insert(primitive.name(), found);
@@ -1446,7 +1849,9 @@ pub fn judge(
     // own counter and clock, and two fences drawn microseconds apart on two masters can
     // reach their clients in the other order.
     let split_brain = scenario.fault == Fault::Partition && scenario.expect == Expect::Violation;
-    if total.fence_regressions > 0 && !split_brain {
+    // And a clock that jumps ahead: the clock floor's own assumption broken (below).
+    let clock_jumped = scenario.fault == Fault::ClockJump;
+    if total.fence_regressions > 0 && !split_brain && !clock_jumped {
         problems.push(format!("{} fences went backwards", total.fence_regressions));
     }
     if scenario.expect == Expect::Safe && total.overlaps > 0 {
@@ -1467,40 +1872,58 @@ pub fn judge(
             "the expected double grant was not seen: the overlap check would be blind".into(),
         );
     }
+    let paused = matches!(scenario.fault, Fault::ClientPause | Fault::PauseAndCrash);
+    let crashed = matches!(scenario.fault, Fault::HolderCrash | Fault::PauseAndCrash);
+    // Only exclusive kinds write (three permit holders legitimately interleave).
+    if paused && config.primitives.iter().any(|p| p.exclusive()) {
+        problems.extend(judge_pause(&total, guarded.is_some()));
+    }
+    if crashed {
+        problems.extend(judge_crash(&total, config.ttl));
+    }
+    if config.primitives.contains(&Primitive::Reentrant) {
+        if total.nested_holds == 0 {
+            problems.push("no hold was re-entered: the nesting proved nothing".into());
+        }
+        if total.nested_fence_mismatches > 0 {
+            problems.push(format!(
+                "{} inner holds were refused or had another fence than their outer hold",
+                total.nested_fence_mismatches
+            ));
+        }
+        if total.nested_releases_that_freed > 0 {
+            problems.push(format!(
+                "{} inner releases freed the lock while the outer hold was believed",
+                total.nested_releases_that_freed
+            ));
+        }
+    }
+    if config.primitives.contains(&Primitive::Read) && config.primitives.contains(&Primitive::Write)
+    {
+        if total.readers_passing_a_writer > 0 {
+            problems.push(format!(
+                "{} read grants passed a writer that had waited a lease longer: writers starved",
+                total.readers_passing_a_writer
+            ));
+        }
+        if !a_writer_waited_for_readers(events, &holds) {
+            problems.push(
+                "no writer ever waited for readers: the starvation check proved nothing".into(),
+            );
+        }
+    }
     match scenario.fault {
-        // Only exclusive kinds write (three permit holders legitimately interleave).
-        Fault::ClientPause if config.primitives.iter().any(|p| p.exclusive()) => {
-            if total.stale_rejected == 0 {
-                problems.push("no late write was refused by the fenced store".into());
-            }
-            if total.lost_updates == 0 {
-                problems.push(
-                    "the unfenced counter lost no update (the negative control saw nothing)".into(),
-                );
-            }
-            if guarded.is_some() && total.guarded_refused == 0 {
-                problems.push("no late guarded write was refused by Redis".into());
-            }
-        }
-        Fault::HolderCrash => {
-            // The lease, plus the waiter's wake-up and, for `dlock run`, its command's
-            // start (debug builds on 2 busy cores: a few hundred ms at worst).
-            let bound_ms = (config.ttl.as_millis() + 500) as f64;
-            match total.max_free_ms {
-                None => problems.push("no holder was killed".into()),
-                Some(ms) if ms.is_infinite() => {
-                    problems.push("a killed holder's lock was never granted again".into())
-                }
-                Some(ms) if ms > bound_ms => problems.push(format!(
-                    "a killed holder's lock took {ms:.0} ms to free (bound: the lease plus 500 ms)"
-                )),
-                Some(_) => {}
-            }
-        }
+        Fault::ClientPause | Fault::HolderCrash | Fault::PauseAndCrash => {}
+        // What the jump does to fences, both ways: the contender's fence (C's jumped
+        // clock) is above the holder's, so the fenced store refuses the holder's late
+        // writes; grants without C then draw fences below it.
+        Fault::ClockJump if total.fence_regressions == 0 => problems.push(
+            "no fence went back after the jump: the clock floor's limit was not shown".into(),
+        ),
         Fault::Partition => {
             problems.extend(judge_partition(scenario.expect, config.ttl, &holds, faults))
         }
-        Fault::MinorityDown => {
+        Fault::MinorityDown | Fault::DelayedRestart => {
             // The faults prove something only if the lock was in use while they lasted.
             // (Not "granted during them": waiters that split the healthy masters between
             // them can go on colliding for longer than an outage, which is liveness, not
@@ -1513,7 +1936,7 @@ pub fn judge(
             });
             if !during {
                 problems.push(
-                    "the lock was never held while a minority of the masters was out: the faults proved nothing"
+                    "the lock was never held while masters were out: the faults proved nothing"
                         .into(),
                 );
             }
@@ -1532,6 +1955,92 @@ pub fn judge(
         pending: None,
         skipped: None,
         problems,
+    }
+}
+
+/// The read-write lock's oracle, over both sides (added to the read side's findings):
+/// readers beside a writer count as overlaps, and writers must not be passed by readers
+/// that came a lease after them.
+fn rwlock_findings(found: &mut Findings, ttl: Duration, events: &[Event], holds: &[check::Hold]) {
+    let side = |primitive: Primitive| -> Vec<check::Hold> {
+        holds
+            .iter()
+            .filter(|h| check::primitive_of(&h.client) == primitive.name())
+            .cloned()
+            .collect()
+    };
+    let (overlaps, described) =
+        check::rwlock_overlaps(&side(Primitive::Read), &side(Primitive::Write));
+    found.overlaps += overlaps;
+    found.overlapping.extend(described);
+    let attempts = check::attempts(events);
+    let of = |primitive: Primitive| -> Vec<check::Attempt> {
+        attempts
+            .iter()
+            .filter(|a| check::primitive_of(&a.client) == primitive.name())
+            .cloned()
+            .collect()
+    };
+    (
+        found.readers_passing_a_writer,
+        found.writer_attempts_given_up,
+        found.longest_writer_wait_ms,
+    ) = check::writer_starvation(
+        &of(Primitive::Write),
+        &of(Primitive::Read),
+        ttl.as_nanos() as u64,
+    );
+}
+
+/// Whether a writer ever waited while readers held: otherwise the starvation check had
+/// nothing to see.
+fn a_writer_waited_for_readers(events: &[Event], holds: &[check::Hold]) -> bool {
+    let reads: Vec<&check::Hold> = holds
+        .iter()
+        .filter(|h| check::primitive_of(&h.client) == Primitive::Read.name())
+        .collect();
+    check::attempts(events)
+        .iter()
+        .filter(|a| check::primitive_of(&a.client) == Primitive::Write.name() && a.granted)
+        .any(|write| {
+            reads
+                .iter()
+                .any(|read| read.start < write.from && read.end > write.from)
+        })
+}
+
+/// What a pause of holders must show: the late writes it made were refused (by the fenced
+/// store, and by Redis for guarded writes), and the unfenced counter lost an update (the
+/// negative control that shows the pause really produced a stale writer).
+fn judge_pause(total: &Findings, guarded: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    if total.stale_rejected == 0 {
+        problems.push("no late write was refused by the fenced store".into());
+    }
+    if total.lost_updates == 0 {
+        problems
+            .push("the unfenced counter lost no update (the negative control saw nothing)".into());
+    }
+    if guarded && total.guarded_refused == 0 {
+        problems.push("no late guarded write was refused by Redis".into());
+    }
+    problems
+}
+
+/// What a crash of holders must show: each killed holder's lock granted again within the
+/// lease, plus the waiter's wake-up and, for `dlock run`, its command's start (debug
+/// builds on 2 busy cores: a few hundred ms at worst).
+fn judge_crash(total: &Findings, ttl: Duration) -> Vec<String> {
+    let bound_ms = (ttl.as_millis() + 500) as f64;
+    match total.max_free_ms {
+        None => vec!["no holder was killed".into()],
+        Some(ms) if ms.is_infinite() => {
+            vec!["a killed holder's lock was never granted again".into()]
+        }
+        Some(ms) if ms > bound_ms => vec![format!(
+            "a killed holder's lock took {ms:.0} ms to free (bound: the lease plus 500 ms)"
+        )],
+        Some(_) => Vec::new(),
     }
 }
 
@@ -1729,6 +2238,178 @@ mod tests {
         assert!(scenario("holder-crash")
             .kinds_of(&[Primitive::Redlock])
             .is_empty());
+        // The scenarios about kinds of their own run those only.
+        assert_eq!(
+            scenario("rwlock-readers").kinds_of(&all),
+            vec![Primitive::Write, Primitive::Read]
+        );
+        assert_eq!(
+            scenario("reentrant").kinds_of(&all),
+            vec![Primitive::Reentrant]
+        );
+        assert!(!Primitive::SINGLE.contains(&Primitive::Read));
+        assert_eq!(
+            scenario("redlock-clock-jump").kinds_of(&all),
+            vec![Primitive::Redlock]
+        );
+        // The read side takes the write side's lock.
+        assert_eq!(Primitive::Read.lock_name(), Primitive::Write.lock_name());
+    }
+
+    fn attempt(client: &str, from: u64, to: u64, granted: bool) -> Event {
+        Event::Attempt {
+            client: client.to_string(),
+            from,
+            to,
+            granted,
+        }
+    }
+
+    fn rwlock_config() -> Config {
+        Config {
+            primitives: vec![Primitive::Write, Primitive::Read],
+            ..redlock_config()
+        }
+    }
+
+    /// The read-write lock's judge: a reader beside a writer is an overlap, a reader that
+    /// asked a lease after a waiting writer and got in first is starvation, and a run in
+    /// which no writer ever waited for readers proved nothing about starvation.
+    #[test]
+    fn the_rwlock_judge_sees_readers_beside_a_writer_and_starved_writers() {
+        let ttl_ns = 1_000_000_000;
+        let judged = |events: &[Event]| {
+            judge(
+                scenario("rwlock-readers"),
+                &rwlock_config(),
+                events,
+                &Faults::default(),
+                &HashMap::new(),
+                None,
+            )
+        };
+        // Two readers together, then the writer that waited for them.
+        let mut good = hold_of("read/lib-async-0.1", 1_000, 5);
+        good.extend(hold_of("read/cli-0.1", 1_050, 6));
+        good.push(attempt("write/lib-async-0.1", 1_010, 1_200, true));
+        good.extend(hold_of("write/lib-async-0.1", 1_200, 7));
+        good.extend(hold_of("write/cli-0.1", 1_400, 8));
+        good.extend(hold_of("read/lib-blocking-0.1", 1_600, 9));
+        let outcome = judged(&good);
+        let findings = outcome.findings.as_ref().unwrap();
+        assert_eq!(findings.overlaps, 0, "{:?}", findings.overlapping);
+        assert!(
+            !outcome.problems.iter().any(|p| p.contains("starv")),
+            "{:?}",
+            outcome.problems
+        );
+        // A reader inside the writer's hold.
+        let mut beside = good.clone();
+        beside.extend(hold_of("read/cli-1.1", 1_250, 10));
+        assert_eq!(judged(&beside).findings.unwrap().overlaps, 1);
+        // A reader that asked a lease after the writer began to wait, granted first.
+        let mut starved = good.clone();
+        starved.push(attempt(
+            "write/lib-async-0.2",
+            2_000,
+            2_000 + 3 * ttl_ns,
+            false,
+        ));
+        starved.push(attempt(
+            "read/lib-async-0.2",
+            2_000 + ttl_ns,
+            2_000 + ttl_ns + 5,
+            true,
+        ));
+        let outcome = judged(&starved);
+        assert_eq!(outcome.findings.unwrap().readers_passing_a_writer, 1);
+        assert!(outcome
+            .problems
+            .iter()
+            .any(|p| p.contains("writers starved")));
+        // No writer ever waited while readers held.
+        let mut idle = hold_of("read/lib-async-0.1", 1_000, 5);
+        idle.push(attempt("write/lib-async-0.1", 1_200, 1_210, true));
+        idle.extend(hold_of("write/lib-async-0.1", 1_210, 7));
+        assert!(judged(&idle)
+            .problems
+            .iter()
+            .any(|p| p.contains("no writer ever waited for readers")));
+    }
+
+    /// The reentrant judge: inner holds must be there, share the outer fence and leave
+    /// the outer hold in place when given back.
+    #[test]
+    fn the_reentrant_judge_needs_nesting_that_keeps_the_outer_hold() {
+        let config = Config {
+            primitives: vec![Primitive::Reentrant],
+            ..redlock_config()
+        };
+        let problems = |nested: &[(bool, Option<bool>)]| {
+            let mut events = hold_of("reentrant/lib-async-0.1", 1_000, 5);
+            events.extend(hold_of("reentrant/lib-blocking-0.1", 2_000, 6));
+            for &(same_fence, outer_kept) in nested {
+                events.push(Event::Nested {
+                    client: "reentrant/lib-async-0.1".into(),
+                    hold: 1,
+                    same_fence,
+                    outer_kept,
+                });
+            }
+            let outcome = judge(
+                scenario("reentrant"),
+                &config,
+                &events,
+                &Faults::default(),
+                &HashMap::new(),
+                None,
+            );
+            outcome
+                .problems
+                .into_iter()
+                .filter(|p| p.contains("inner") || p.contains("re-entered"))
+                .count()
+        };
+        assert_eq!(problems(&[(true, Some(true)), (true, None)]), 0);
+        assert_eq!(problems(&[]), 1);
+        assert_eq!(problems(&[(false, Some(true))]), 1);
+        assert_eq!(problems(&[(true, Some(false))]), 1);
+    }
+
+    /// The clock jump must show a fence going back (the clock floor's limit) besides its
+    /// double grant; elsewhere a fence going back is a problem.
+    #[test]
+    fn the_clock_jump_must_show_a_fence_going_back() {
+        let config = Config {
+            primitives: vec![Primitive::Redlock],
+            ..redlock_config()
+        };
+        let judged = |name: &str, fences: [u64; 3]| {
+            let mut events = hold_of("redlock/lib-blocking-0.1", 1_000, fences[0]);
+            // The contender, inside the holder's belief.
+            events.extend(hold_of("redlock/lib-async-1.1", 1_050, fences[1]));
+            events.extend(hold_of("redlock/lib-blocking-0.2", 2_000, fences[2]));
+            judge(
+                scenario(name),
+                &config,
+                &events,
+                &Faults::default(),
+                &HashMap::new(),
+                None,
+            )
+            .problems
+        };
+        assert_eq!(
+            judged("redlock-clock-jump", [1, 9, 5]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            judged("redlock-clock-jump", [1, 9, 10]),
+            vec!["no fence went back after the jump: the clock floor's limit was not shown"]
+        );
+        assert!(judged("redlock-restart-nopersist", [1, 9, 5])
+            .iter()
+            .any(|p| p.contains("fences went backwards")));
     }
 
     /// A Redlock restart run has async and blocking library clients, each of which must
