@@ -21,7 +21,7 @@
 //! `dlock inspect --match PATTERN --prometheus` reports holders, leases, queues and fences
 //! per lock from Redis itself.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Whole milliseconds, as the events report durations.
 fn ms(duration: Duration) -> u64 {
@@ -102,16 +102,23 @@ pub(crate) fn hold_ended(kind: &'static str, held: Duration, lost: bool) {
     .record(held.as_secs_f64());
 }
 
-/// A renewal's reply came `lag` after its schedule, with `left` of the lease `ttl` left.
-pub(crate) fn renewed(lag: Duration, left: Duration, ttl: Duration) {
+/// A renewal's reply came now, for a renewal `scheduled` then, of a lease `ttl` that was
+/// valid until `valid_until()` before it. The clock and the lease are read only with the
+/// `metrics` feature: the renewal path is what `scale` measures.
+pub(crate) fn renewed(scheduled: Instant, valid_until: impl FnOnce() -> Instant, ttl: Duration) {
     #[cfg(feature = "metrics")]
     {
+        let now = Instant::now();
+        let (lag, left) = (
+            now.saturating_duration_since(scheduled),
+            valid_until().saturating_duration_since(now),
+        );
         metrics::histogram!("dlock_renew_lag_seconds").record(lag.as_secs_f64());
         let share = left.as_secs_f64() / ttl.as_secs_f64().max(f64::MIN_POSITIVE);
         metrics::histogram!("dlock_renew_margin_ratio").record(share.min(1.0));
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (lag, left, ttl);
+    let _ = (scheduled, valid_until, ttl);
 }
 
 /// A waiting lost signal was woken `delay` after the loss it reports.

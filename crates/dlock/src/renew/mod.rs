@@ -419,13 +419,8 @@ async fn round(target: &dyn RenewTarget, shared: &Shared) {
         match outcome {
             Renewed::Yes(sent) => {
                 tracing::trace!(lock = %entry.spec.key, "renewed");
-                let now = Instant::now();
-                let left = entry.spec.cell.state().valid_until;
-                observe::renewed(
-                    now.saturating_duration_since(entry.scheduled),
-                    left.saturating_duration_since(now),
-                    renewing.ttl,
-                );
+                let cell = &entry.spec.cell;
+                observe::renewed(entry.scheduled, || cell.state().valid_until, renewing.ttl);
                 signal::renewed(&entry.spec.cell, lease::valid_until(sent, renewing.ttl));
                 entry.next_due = sent + renewing.ttl / 3;
                 entry.scheduled = entry.next_due;
