@@ -48,6 +48,8 @@
 //! | `dlock_waiters` (gauge) | `kind` | this process's acquires that found the lock held and wait now |
 //! | `dlock_waiters_per_lock` (histogram) | `kind` | this process's waiters on the same lock, each time one starts to wait |
 //!
+//! Each is described to the recorder (help text, and the unit where it has one) when the
+//! first of them is recorded, so install the recorder before taking locks.
 //! `examples/prometheus.rs` serves them to Prometheus; `dlock inspect --prometheus` reports
 //! each lock's holders, lease, queue and fence from Redis itself.
 

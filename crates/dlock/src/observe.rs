@@ -23,6 +23,76 @@
 
 use std::time::{Duration, Instant};
 
+/// A metric of the `metrics` facade, described first (once per process): the recorder
+/// then has each metric's help text, which a Prometheus scrape shows as `# HELP`.
+#[cfg(feature = "metrics")]
+macro_rules! metric {
+    ($kind:ident, $($args:tt)*) => {{
+        described();
+        metrics::$kind!($($args)*)
+    }};
+}
+
+/// Describes every metric to the installed recorder, on the first metric recorded (a
+/// recorder installed later gets no descriptions, only the metrics).
+#[cfg(feature = "metrics")]
+fn described() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+        describe_counter!("dlock_acquired_total", "Locks granted, by kind");
+        describe_counter!(
+            "dlock_busy_total",
+            "Single attempts that found the lock held, by kind"
+        );
+        describe_counter!(
+            "dlock_timed_out_total",
+            "Waits for a lock that used up their budget, by kind"
+        );
+        describe_counter!(
+            "dlock_lost_total",
+            "Holds that may have been lost, by reason (expired, taken, released)"
+        );
+        describe_counter!("dlock_renew_failures_total", "Failed renewal calls");
+        describe_counter!(
+            "dlock_not_replicated_total",
+            "Lock writes that too few replicas acknowledged"
+        );
+        describe_histogram!(
+            "dlock_wait_seconds",
+            Unit::Seconds,
+            "From the first attempt to the grant, by kind"
+        );
+        describe_histogram!(
+            "dlock_hold_seconds",
+            Unit::Seconds,
+            "From a guard's start to its unlock or drop (released) or to the loss (lost)"
+        );
+        describe_histogram!(
+            "dlock_renew_lag_seconds",
+            Unit::Seconds,
+            "How late a renewal's reply came against its schedule"
+        );
+        describe_histogram!(
+            "dlock_renew_margin_ratio",
+            "The share of the lease left when a renewal's reply came"
+        );
+        describe_histogram!(
+            "dlock_lost_signal_seconds",
+            Unit::Seconds,
+            "From a loss to the waiting lost signal woken, by reason"
+        );
+        describe_gauge!(
+            "dlock_waiters",
+            "This process's acquires that found the lock held and wait now, by kind"
+        );
+        describe_histogram!(
+            "dlock_waiters_per_lock",
+            "This process's waiters on the same lock, each time one starts to wait"
+        );
+    });
+}
+
 /// Whole milliseconds, as the events report durations.
 fn ms(duration: Duration) -> u64 {
     duration.as_millis() as u64
@@ -32,22 +102,22 @@ pub(crate) fn acquired(kind: &'static str, lock: &str, attempts: u32, waited: Du
     tracing::debug!(lock, kind, attempts, waited_ms = ms(waited), "acquired");
     #[cfg(feature = "metrics")]
     {
-        metrics::counter!("dlock_acquired_total", "kind" => kind).increment(1);
-        metrics::histogram!("dlock_wait_seconds", "kind" => kind).record(waited.as_secs_f64());
+        metric!(counter, "dlock_acquired_total", "kind" => kind).increment(1);
+        metric!(histogram, "dlock_wait_seconds", "kind" => kind).record(waited.as_secs_f64());
     }
 }
 
 pub(crate) fn busy(kind: &'static str, lock: &str) {
     tracing::debug!(lock, kind, "busy");
     #[cfg(feature = "metrics")]
-    metrics::counter!("dlock_busy_total", "kind" => kind).increment(1);
+    metric!(counter, "dlock_busy_total", "kind" => kind).increment(1);
 }
 
 pub(crate) fn timed_out(kind: &'static str, lock: &str, waited: Duration) {
     let waited_ms = ms(waited);
     tracing::info!(lock, kind, waited_ms, "not acquired within the wait budget");
     #[cfg(feature = "metrics")]
-    metrics::counter!("dlock_timed_out_total", "kind" => kind).increment(1);
+    metric!(counter, "dlock_timed_out_total", "kind" => kind).increment(1);
 }
 
 /// A transient error while waiting; `loud` for the first one and then every few seconds,
@@ -64,7 +134,7 @@ pub(crate) fn retrying(kind: &'static str, lock: &str, error: &crate::Error, lou
 pub(crate) fn lost(key: &str, label: &'static str, reason: &dyn std::fmt::Display) {
     tracing::warn!(lock = key, %reason, "lock may have been lost");
     #[cfg(feature = "metrics")]
-    metrics::counter!("dlock_lost_total", "reason" => label).increment(1);
+    metric!(counter, "dlock_lost_total", "reason" => label).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = label;
 }
@@ -72,7 +142,7 @@ pub(crate) fn lost(key: &str, label: &'static str, reason: &dyn std::fmt::Displa
 pub(crate) fn renew_failed(key: &str, error: &dyn std::fmt::Display) {
     tracing::debug!(lock = key, %error, "renewal failed; retrying until the lease's deadline");
     #[cfg(feature = "metrics")]
-    metrics::counter!("dlock_renew_failures_total").increment(1);
+    metric!(counter, "dlock_renew_failures_total").increment(1);
 }
 
 pub(crate) fn released(kind: &'static str, lock: &str) {
@@ -88,13 +158,13 @@ pub(crate) fn not_replicated(lock: &str, wanted: u32, acknowledged: u32) {
         "too few replicas acknowledged the lock's write"
     );
     #[cfg(feature = "metrics")]
-    metrics::counter!("dlock_not_replicated_total").increment(1);
+    metric!(counter, "dlock_not_replicated_total").increment(1);
 }
 
 /// A hold ended after `held`: given back (`lost` false) or lost.
 #[cfg(feature = "metrics")]
 pub(crate) fn hold_ended(kind: &'static str, held: Duration, lost: bool) {
-    metrics::histogram!(
+    metric!(histogram,
         "dlock_hold_seconds",
         "kind" => kind,
         "outcome" => if lost { "lost" } else { "released" }
@@ -113,9 +183,9 @@ pub(crate) fn renewed(scheduled: Instant, valid_until: impl FnOnce() -> Instant,
             now.saturating_duration_since(scheduled),
             valid_until().saturating_duration_since(now),
         );
-        metrics::histogram!("dlock_renew_lag_seconds").record(lag.as_secs_f64());
+        metric!(histogram, "dlock_renew_lag_seconds").record(lag.as_secs_f64());
         let share = left.as_secs_f64() / ttl.as_secs_f64().max(f64::MIN_POSITIVE);
-        metrics::histogram!("dlock_renew_margin_ratio").record(share.min(1.0));
+        metric!(histogram, "dlock_renew_margin_ratio").record(share.min(1.0));
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (scheduled, valid_until, ttl);
@@ -124,7 +194,7 @@ pub(crate) fn renewed(scheduled: Instant, valid_until: impl FnOnce() -> Instant,
 /// A waiting lost signal was woken `delay` after the loss it reports.
 pub(crate) fn lost_signal_delivered(label: &'static str, delay: Duration) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!("dlock_lost_signal_seconds", "reason" => label).record(delay.as_secs_f64());
+    metric!(histogram, "dlock_lost_signal_seconds", "reason" => label).record(delay.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
     let _ = (label, delay);
 }
@@ -148,8 +218,8 @@ pub(crate) fn waiting(kind: &'static str, key: &str) -> Waiting {
             *count += 1;
             *count
         };
-        metrics::gauge!("dlock_waiters", "kind" => kind).increment(1.0);
-        metrics::histogram!("dlock_waiters_per_lock", "kind" => kind).record(same_lock as f64);
+        metric!(gauge, "dlock_waiters", "kind" => kind).increment(1.0);
+        metric!(histogram, "dlock_waiters_per_lock", "kind" => kind).record(same_lock as f64);
         Waiting {
             kind,
             key: key.to_string(),
@@ -165,7 +235,7 @@ pub(crate) fn waiting(kind: &'static str, key: &str) -> Waiting {
 #[cfg(feature = "metrics")]
 impl Drop for Waiting {
     fn drop(&mut self) {
-        metrics::gauge!("dlock_waiters", "kind" => self.kind).decrement(1.0);
+        metric!(gauge, "dlock_waiters", "kind" => self.kind).decrement(1.0);
         let mut counts = waiters_per_lock().lock().unwrap_or_else(|p| p.into_inner());
         if let Some(count) = counts.get_mut(&self.key) {
             *count -= 1;

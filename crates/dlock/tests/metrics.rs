@@ -130,6 +130,19 @@ async fn waiters_are_counted_per_lock_and_holds_are_timed() {
     ));
     let lost = value("dlock_hold_seconds_count{kind=\"mutex\",outcome=\"lost\"}");
     assert_eq!(lost, 1.0);
+    // The metrics are described: a scrape has their help text.
+    let text = exporter().render();
+    for metric in [
+        "dlock_hold_seconds",
+        "dlock_waiters",
+        "dlock_acquired_total",
+    ] {
+        assert!(
+            text.lines()
+                .any(|line| line.starts_with(&format!("# HELP {metric} "))),
+            "no help for {metric} in:\n{text}"
+        );
+    }
     client.shutdown().await;
 }
 
