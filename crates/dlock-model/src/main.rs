@@ -81,6 +81,10 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
     for model in chosen {
         let started = Instant::now();
         let name = model.name;
+        if !mutants.is_empty() && !mutants.iter().any(|m| m.touches(model.kind)) {
+            println!("{name}: skipped (the bug is in none of its scripts)");
+            continue;
+        }
         // With a bug put in, the first violation is the answer: stop there.
         let hunting = !mutants.is_empty();
         let mut builder = model.clone().checker();

@@ -1,6 +1,8 @@
 //! Deliberate protocol bugs: each must make `dlock-model check --mutant NAME` find a
 //! counterexample, which shows the checks can catch what they are for.
 
+use crate::system::Kind;
+
 /// A bug put into a script's transition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mutant {
@@ -17,17 +19,35 @@ pub enum Mutant {
     PermitCountOffByOne,
     /// The fencing counter hands out the same fence again instead of counting on.
     FenceReused,
+    /// The fair mutex's release hands the lock to the first in line whoever holds it: a
+    /// late release (a holder past its lease) takes the lock from the one who holds it now.
+    HandOffWithoutOwnerCheck,
+    /// The fair mutex's release deletes the key and hands the lock to nobody, though a
+    /// waiter is in line.
+    ReleaseSkipsHandOff,
+    /// The direct hand-off gives the waiter the last fence drawn instead of a new one.
+    HandOffReusesFence,
+    /// The queue never drops a waiter whose waiter lease ended: a crashed waiter stays
+    /// first in line for ever.
+    QueueKeepsLapsedWaiters,
+    /// The fair mutex grants a free lock to whoever asks, not to the first in line.
+    GrantIgnoresQueue,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
         Mutant::PurgeForgetsLiveReader,
         Mutant::PermitCountOffByOne,
         Mutant::FenceReused,
+        Mutant::HandOffWithoutOwnerCheck,
+        Mutant::ReleaseSkipsHandOff,
+        Mutant::HandOffReusesFence,
+        Mutant::QueueKeepsLapsedWaiters,
+        Mutant::GrantIgnoresQueue,
     ];
 
     /// The name on the command line.
@@ -39,6 +59,11 @@ impl Mutant {
             Mutant::PurgeForgetsLiveReader => "purge-forgets-live-reader",
             Mutant::PermitCountOffByOne => "permit-count-off-by-one",
             Mutant::FenceReused => "fence-reused",
+            Mutant::HandOffWithoutOwnerCheck => "hand-off-without-owner-check",
+            Mutant::ReleaseSkipsHandOff => "release-skips-hand-off",
+            Mutant::HandOffReusesFence => "hand-off-reuses-fence",
+            Mutant::QueueKeepsLapsedWaiters => "queue-keeps-lapsed-waiters",
+            Mutant::GrantIgnoresQueue => "grant-ignores-queue",
         }
     }
 
@@ -48,8 +73,33 @@ impl Mutant {
             Mutant::ResendKeepsOldLease => "beliefs are backed by Redis",
             Mutant::ReleaseWithoutOwnerCheck
             | Mutant::PurgeForgetsLiveReader
-            | Mutant::PermitCountOffByOne => "mutual exclusion",
-            Mutant::FenceOutsideGrant | Mutant::FenceReused => "fences follow grants",
+            | Mutant::PermitCountOffByOne
+            | Mutant::HandOffWithoutOwnerCheck => "mutual exclusion",
+            Mutant::FenceOutsideGrant | Mutant::FenceReused | Mutant::HandOffReusesFence => {
+                "fences follow grants"
+            }
+            Mutant::ReleaseSkipsHandOff => "a release hands the lock to the first in line",
+            Mutant::QueueKeepsLapsedWaiters => "a free lock is granted to the first in line",
+            Mutant::GrantIgnoresQueue => "grants follow the line",
+        }
+    }
+
+    /// Whether the bug is in a script `kind` runs: a model of another kind checks the same
+    /// with it as without it, and need not be searched for it.
+    pub fn touches(self, kind: Kind) -> bool {
+        match self {
+            Mutant::ResendKeepsOldLease | Mutant::FenceReused => true,
+            Mutant::ReleaseWithoutOwnerCheck => !matches!(kind, Kind::Fair { .. }),
+            Mutant::FenceOutsideGrant => kind == Kind::Mutex { eager: false },
+            Mutant::PurgeForgetsLiveReader => {
+                matches!(kind, Kind::RwLock | Kind::Semaphore { .. })
+            }
+            Mutant::PermitCountOffByOne => matches!(kind, Kind::Semaphore { .. }),
+            Mutant::HandOffWithoutOwnerCheck
+            | Mutant::ReleaseSkipsHandOff
+            | Mutant::HandOffReusesFence
+            | Mutant::QueueKeepsLapsedWaiters
+            | Mutant::GrantIgnoresQueue => matches!(kind, Kind::Fair { .. }),
         }
     }
 

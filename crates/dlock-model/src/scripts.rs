@@ -1,8 +1,8 @@
 //! The Redis side: what one lock name's keys hold, and each Lua script of the modelled
 //! kinds as a transition on them, written from the script line by line (the file each
-//! mirrors is named on it). `tests/conformance.rs` runs the mutex's and the semaphore's
-//! real scripts on a real server beside these transitions and compares replies and keys
-//! after every step (the rwlock's are not in it yet).
+//! mirrors is named on it). `tests/conformance.rs` runs the mutex's, the fair mutex's and
+//! the semaphore's real scripts on a real server beside these transitions and compares
+//! replies and keys after every step (the rwlock's are not in it yet).
 //!
 //! Time is whole ticks. A key whose expiry is at or before `now` is gone (Redis keeps a key
 //! through its last millisecond; in ticks the model ends it a little early, the safe side),
@@ -37,6 +37,10 @@ pub struct Server {
     pub counter: u64,
     /// The record of the last lazily drawn fence (`{N}:fenced`): token, fence, expiry.
     pub fenced: Option<(Token, u64, Time)>,
+    /// The fair mutex's waiter queue (queue.lua: `{N}:queue` and `{N}:queue-leases`):
+    /// waiters in arrival order, each with the end of its waiter lease. A waiter whose
+    /// lease ended stays until a script purges it.
+    pub queue: Vec<(Token, Time)>,
 }
 
 /// What an acquire script answered.
@@ -78,6 +82,19 @@ impl Server {
         if self.entries.values().all(|&(end, _)| end <= now) {
             self.entries.clear();
         }
+        // The queue's keys outlive its latest waiter lease (queue.lua `keep_alive`); once
+        // every lease ended, they hold nothing a script would not purge first.
+        if self.queue.iter().all(|&(_, end)| end <= now) {
+            self.queue.clear();
+        }
+    }
+
+    /// The waiters in line whose waiter lease has not ended, in arrival order.
+    pub fn live_waiters(&self, now: Time) -> impl Iterator<Item = Token> + '_ {
+        self.queue
+            .iter()
+            .filter(move |&&(_, end)| end > now)
+            .map(|&(t, _)| t)
     }
 
     /// fencing.lua `draw_fence`: the next fence (the clock floor is not modelled: with the
@@ -285,6 +302,106 @@ impl Server {
             Some((end, _)) => end > now,
             None => false,
         }
+    }
+
+    /// queue.lua `queue_purge`: waiters whose lease ended (`end <= now`) leave the queue.
+    fn queue_purge(&mut self, now: Time, mutants: &[Mutant]) {
+        if !mutants.contains(&Mutant::QueueKeepsLapsedWaiters) {
+            self.queue.retain(|&(_, end)| end > now);
+        }
+    }
+
+    /// fair/acquire.lua with queue.lua: our own token in the key restarts the lease and
+    /// answers the last fence (a resend, or a direct grant not heard of); otherwise the
+    /// lapsed waiters are purged, and a free lock is granted (a fence drawn, the waiter
+    /// leaves the queue) to the first in line, or to a newcomer when nobody waits; anyone
+    /// else is busy and, with `join` (a waiting attempt), takes a place at the end of the
+    /// line or keeps its own, its waiter lease restarted to `waiter_lease`.
+    pub fn fair_acquire(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        waiter_lease: Time,
+        join: bool,
+        mutants: &[Mutant],
+    ) -> Grant {
+        if self.resend_of_own(token, now, ttl, mutants) {
+            return Grant::Granted(Some(self.counter)); // last_fence
+        }
+        let current = self.holder(now);
+        self.queue_purge(now, mutants);
+        // queue_rank: its place, or the place it would take (the queue's length).
+        let rank = self
+            .queue
+            .iter()
+            .position(|&(t, _)| t == token)
+            .unwrap_or(self.queue.len());
+        let first = rank == 0 || mutants.contains(&Mutant::GrantIgnoresQueue);
+        if current.is_none() && first {
+            // grant_in_line
+            let fence = self.draw_fence(mutants);
+            self.lock = Some((token, now + ttl));
+            self.queue.retain(|&(t, _)| t != token);
+            return Grant::Granted(Some(fence));
+        }
+        if join {
+            // queue_join: a new waiter at the end; its lease (re)starts either way.
+            match self.queue.iter_mut().find(|(t, _)| *t == token) {
+                Some((_, end)) => *end = now + waiter_lease,
+                None => self.queue.push((token, now + waiter_lease)),
+            }
+        }
+        Grant::Busy
+    }
+
+    /// fair/release.lua with queue.lua `release_exclusive`: only if the key holds our
+    /// token, the hold ends and goes straight to the first waiter whose waiter lease has
+    /// not ended (`hand_off_string`): it leaves the queue, a fence is drawn, and the key
+    /// holds its token for its ttl but no longer than the rest of its waiter lease; the
+    /// key is deleted when nobody waits. Returns whether it released, and the waiter
+    /// handed the lock with its fence (which the script publishes to it alone).
+    pub fn fair_release(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> (bool, Option<(Token, u64)>) {
+        if self.holder(now) != Some(token) && !mutants.contains(&Mutant::HandOffWithoutOwnerCheck) {
+            return (false, None);
+        }
+        // queue_next_grant: a lapsed head makes the script purge every lapsed waiter.
+        if self.queue.first().is_some_and(|&(_, end)| end <= now) {
+            self.queue_purge(now, mutants);
+        }
+        let head = self.queue.first().copied();
+        match head {
+            Some((head, lease_end)) if !mutants.contains(&Mutant::ReleaseSkipsHandOff) => {
+                // queue_leave, then the fence, then SET key head PX lease.
+                self.queue.remove(0);
+                let fence = if mutants.contains(&Mutant::HandOffReusesFence) {
+                    self.counter
+                } else {
+                    self.draw_fence(mutants)
+                };
+                let lease = ttl.min(lease_end.saturating_sub(now));
+                self.lock = Some((head, now + lease));
+                (true, Some((head, fence)))
+            }
+            _ => {
+                self.lock = None; // DEL
+                (true, None)
+            }
+        }
+    }
+
+    /// queue/cancel.lua: a waiter that stopped waiting leaves the line. True if it was in
+    /// it.
+    pub fn queue_cancel(&mut self, token: Token) -> bool {
+        let before = self.queue.len();
+        self.queue.retain(|&(t, _)| t != token);
+        self.queue.len() < before
     }
 
     /// renew/renew.lua for a leased entry ('e'): restarts a live entry's lease.

@@ -1,7 +1,8 @@
 //! One lock name, its Redis keys (`scripts::Server`), a clock, and clients with what they
 //! believe, as a stateright model: every interleaving of attempts, lost replies and
 //! resends, releases, renewals (and their lost replies), lazily drawn fences, crashes and
-//! the clock running past a client that does nothing (a paused holder).
+//! the clock running past a client that does nothing (a paused holder); for the fair
+//! mutex also waiting in line, trying again, and hearing of a direct hand-off.
 
 use stateright::{Model, Property};
 
@@ -23,6 +24,14 @@ pub enum Kind {
     Semaphore {
         /// How many may hold at once.
         permits: usize,
+    },
+    /// The fair mutex: a queue of waiters with leased places, a free lock granted to the
+    /// first in line, and a release that hands the lock straight to the first waiter
+    /// (fair/, queue/queue.lua).
+    Fair {
+        /// A waiter's lease on its place in line, in ticks (at least the lock's lease,
+        /// as `direct_grant_start` in wait.rs requires for a direct grant).
+        waiter_lease: Time,
     },
 }
 
@@ -78,6 +87,17 @@ pub enum Client {
         /// The fence it was given.
         fence: Option<u64>,
     },
+    /// Waits in the fair mutex's line: its last attempt with `token`, at `since`, was
+    /// answered busy and took (or kept) its place. It tries again with the same token
+    /// (which also restarts its waiter lease), hears that a release handed it the lock,
+    /// or gives up (leaves the line, then releases the token).
+    Queued {
+        /// The wait's token (one for every attempt of the wait).
+        token: Token,
+        /// When the last attempt that left it in line was sent (0 once a direct grant
+        /// would no longer be taken as it is: `since + ttl <= now`).
+        since: Time,
+    },
     /// Gone for good (its holds expire).
     Crashed,
 }
@@ -111,6 +131,17 @@ pub struct State {
     pub last_granted: Option<u8>,
     /// Ghost: an acquire whose reply was lost was resent and answered granted.
     pub resent: bool,
+    /// What each client was told by a release that handed it the lock (queue.lua
+    /// `tell_after_grant`: 'granted <fence>', published to it alone; the client may never
+    /// hear it, as pub/sub may lose it): the fence, while it still waits with that token.
+    pub told: Vec<Option<u64>>,
+    /// Ghost: a grant went to someone other than the first live waiter in line.
+    pub line_jumped: bool,
+    /// Ghost: a release that answered "released" with a live waiter in line did not leave
+    /// the lock held by the first of them.
+    pub hand_off_missed: bool,
+    /// Ghost: a waiter took a direct grant it was told of.
+    pub handed: bool,
 }
 
 /// A step.
@@ -138,6 +169,10 @@ pub enum Action {
     FenceLost(usize),
     /// Client `c` crashes.
     Crash(usize),
+    /// Client `c`, in line, tries again with its token (restarting its place's lease).
+    Retry(usize),
+    /// Client `c`, in line, hears that a release handed it the lock.
+    Hear(usize),
 }
 
 impl LockModel {
@@ -163,15 +198,48 @@ impl LockModel {
             (Kind::Semaphore { permits }, _) => {
                 server.permit_acquire(token, now, self.ttl, permits, m)
             }
+            (Kind::Fair { waiter_lease }, _) => {
+                server.fair_acquire(token, now, self.ttl, waiter_lease, true, m)
+            }
         }
     }
 
-    /// The release script of `role`; true when it answered "released".
-    fn release(&self, server: &mut Server, token: Token, role: Role, now: Time) -> bool {
-        match role {
-            Role::Exclusive => server.mutex_release(token, now, &self.mutants),
-            Role::Reader | Role::Permit => server.entry_release(token, now, &self.mutants),
+    /// The release script of the client's role for `token`; true when it answered
+    /// "released". The fair mutex's hands the lock to the first waiter in line: recorded
+    /// as a grant, and told to that waiter.
+    fn release(&self, state: &mut State, client: usize, token: Token) -> bool {
+        let now = state.now;
+        let server = &mut state.server;
+        match (self.kind, self.role(client)) {
+            (Kind::Fair { .. }, _) => {
+                let first = server.live_waiters(now).next();
+                let (released, handed) = server.fair_release(token, now, self.ttl, &self.mutants);
+                if released && first.is_some() {
+                    state.hand_off_missed |= state.server.holder(now) != first;
+                }
+                if let Some((waiter, fence)) = handed {
+                    granted(state, waiter, Some(fence));
+                    let c = usize::from(waiter.client);
+                    // (A waiter whose reply was lost does not take a direct grant: it resends,
+                    // and finds the lock its own.)
+                    if matches!(state.clients[c], Client::Queued { token, .. } if token == waiter) {
+                        state.told[c] = Some(fence);
+                    }
+                }
+                released
+            }
+            (_, Role::Exclusive) => server.mutex_release(token, now, &self.mutants),
+            (_, Role::Reader | Role::Permit) => server.entry_release(token, now, &self.mutants),
         }
+    }
+
+    /// A wait that ends without a grant gives back what may be its own (wait.rs `Claim`):
+    /// its place in line first (queue/cancel.lua), then a grant it may not have heard of.
+    fn give_back(&self, state: &mut State, client: usize, token: Token) {
+        if let Kind::Fair { .. } = self.kind {
+            state.server.queue_cancel(token);
+        }
+        self.release(state, client, token);
     }
 
     fn renew(&self, server: &mut Server, token: Token, role: Role, now: Time) -> bool {
@@ -185,24 +253,15 @@ impl LockModel {
     fn run_acquire(&self, state: &mut State, client: usize, token: Token) -> Grant {
         let role = self.role(client);
         let was_held = self.held_by(&state.server, token, role, state.now);
+        let first = state.server.live_waiters(state.now).next();
         let grant = self.acquire(&mut state.server, token, role, state.now);
         if let Grant::Granted(fence) = grant {
             if !was_held {
-                // A grant to a token whose earlier grant was never heard (its reply lost,
-                // its lease over before the resend): that one can no longer be heard.
-                state.pending.retain(|p| p.0 != token);
-                match fence {
-                    Some(fence) => {
-                        state.fence_order_broken |= fence <= state.max_fence;
-                        state.max_fence = fence;
-                        fence_drawn(state, fence, state.pending.len());
-                    }
-                    None => state.pending.push((token, state.max_fence, None)),
+                if let Kind::Fair { .. } = self.kind {
+                    // Granted by an attempt: the first in line, or anyone when nobody waits.
+                    state.line_jumped |= first.is_some_and(|first| first != token);
                 }
-                if state.last_granted != Some(token.client) {
-                    state.turns = state.turns.saturating_add(1).min(2);
-                    state.last_granted = Some(token.client);
-                }
+                granted(state, token, fence);
             }
         }
         grant
@@ -221,6 +280,26 @@ impl LockModel {
     }
 }
 
+/// Records a new grant to `token` (by an attempt, or handed over by a release) in the
+/// ghost history: its fence, when drawn with it, must exceed every earlier grant's.
+fn granted(state: &mut State, token: Token, fence: Option<u64>) {
+    // A grant to a token whose earlier grant was never heard (its reply lost, its lease
+    // over before the resend): that one can no longer be heard.
+    state.pending.retain(|p| p.0 != token);
+    match fence {
+        Some(fence) => {
+            state.fence_order_broken |= fence <= state.max_fence;
+            state.max_fence = fence;
+            fence_drawn(state, fence, state.pending.len());
+        }
+        None => state.pending.push((token, state.max_fence, None)),
+    }
+    if state.last_granted != Some(token.client) {
+        state.turns = state.turns.saturating_add(1).min(2);
+        state.last_granted = Some(token.client);
+    }
+}
+
 /// A fence drawn by the grant at `position` in the pending list (its length: a grant made
 /// after every pending one): each earlier pending grant must draw below it.
 fn fence_drawn(state: &mut State, fence: u64, position: usize) {
@@ -228,6 +307,12 @@ fn fence_drawn(state: &mut State, fence: u64, position: usize) {
         *min_after = Some(min_after.map_or(fence, |m| m.min(fence)));
     }
 }
+
+/// A token no client uses: a newcomer's attempt.
+const STRANGER: Token = Token {
+    client: u8::MAX,
+    attempt: 0,
+};
 
 /// The holds clients believe valid now: (client, role).
 fn believed(model: &LockModel, state: &State) -> Vec<(usize, Role)> {
@@ -259,6 +344,10 @@ impl Model for LockModel {
             turns: 0,
             last_granted: None,
             resent: false,
+            told: vec![None; self.roles.len()],
+            line_jumped: false,
+            hand_off_missed: false,
+            handed: false,
         }]
     }
 
@@ -275,6 +364,17 @@ impl Model for LockModel {
                 Client::InFlight { .. } => {
                     actions.push(Action::Resend(c));
                     actions.push(Action::GiveUp(c));
+                }
+                Client::Queued { since, .. } => {
+                    actions.push(Action::Retry(c));
+                    actions.push(Action::GiveUp(c));
+                    // A direct grant is taken as it is while its lease, counted from the
+                    // attempt that queued, has not passed. (wait.rs takes it only within a
+                    // third of the ttl, and attempts otherwise: the model lets it be taken
+                    // later too, a superset of what the client does.)
+                    if state.told[c].is_some() && since + self.ttl > state.now {
+                        actions.push(Action::Hear(c));
+                    }
                 }
                 Client::Holding { until, fence, .. } => {
                     actions.push(Action::Release(c));
@@ -293,7 +393,10 @@ impl Model for LockModel {
             }
             // A client that holds nothing and crashes is one that never acts again: the
             // search has that already.
-            if matches!(client, Client::InFlight { .. } | Client::Holding { .. }) {
+            if matches!(
+                client,
+                Client::InFlight { .. } | Client::Holding { .. } | Client::Queued { .. }
+            ) {
                 actions.push(Action::Crash(c));
             }
         }
@@ -322,9 +425,45 @@ impl Model for LockModel {
                         until: now + self.ttl,
                         fence,
                     };
+                } else if let Kind::Fair { .. } = self.kind {
+                    // Busy, and in line (the attempt took a place).
+                    state.attempts[c] += 1;
+                    state.clients[c] = Client::Queued { token, since: now };
                 } else {
                     return None; // busy: nothing changed
                 }
+            }
+            Action::Retry(c) => {
+                let Client::Queued { token, .. } = state.clients[c] else {
+                    return None;
+                };
+                // What it was told before is used up by the attempt (wait.rs: the
+                // notifier's `before_attempt`).
+                state.told[c] = None;
+                state.clients[c] = match self.run_acquire(&mut state, c, token) {
+                    Grant::Granted(fence) => Client::Holding {
+                        token,
+                        until: now + self.ttl,
+                        fence,
+                    },
+                    Grant::Busy => Client::Queued { token, since: now },
+                };
+            }
+            Action::Hear(c) => {
+                let (Client::Queued { token, since }, Some(fence)) =
+                    (state.clients[c], state.told[c])
+                else {
+                    return None;
+                };
+                // wait.rs `direct_grant_start`: the lease counts from the attempt that
+                // queued it (the hand-off's lease ends no earlier: the waiter lease that
+                // attempt restarted is at least the ttl).
+                state.handed = true;
+                state.clients[c] = Client::Holding {
+                    token,
+                    until: since + self.ttl,
+                    fence: Some(fence),
+                };
             }
             Action::Resend(c) => {
                 let Client::InFlight { token } = state.clients[c] else {
@@ -340,21 +479,25 @@ impl Model for LockModel {
                             fence,
                         }
                     }
-                    Grant::Busy => Client::Idle,
+                    Grant::Busy => match self.kind {
+                        Kind::Fair { .. } => Client::Queued { token, since: now },
+                        _ => Client::Idle,
+                    },
                 };
             }
             Action::GiveUp(c) => {
-                let Client::InFlight { token } = state.clients[c] else {
+                let (Client::InFlight { token } | Client::Queued { token, .. }) = state.clients[c]
+                else {
                     return None;
                 };
-                self.release(&mut state.server, token, self.role(c), now);
+                self.give_back(&mut state, c, token);
                 state.clients[c] = Client::Idle;
             }
             Action::Release(c) => {
                 let Client::Holding { token, .. } = state.clients[c] else {
                     return None;
                 };
-                let released = self.release(&mut state.server, token, self.role(c), now);
+                let released = self.release(&mut state, c, token);
                 state.release_kept |=
                     released && self.held_by(&state.server, token, self.role(c), now);
                 state.clients[c] = Client::Idle;
@@ -373,7 +516,7 @@ impl Model for LockModel {
                         }
                     } else {
                         // The lost signal: the guard is dropped, which releases.
-                        self.release(&mut state.server, token, self.role(c), now);
+                        self.release(&mut state, c, token);
                         Client::Idle
                     };
                 }
@@ -406,7 +549,7 @@ impl Model for LockModel {
                         },
                         // Lost: the lost signal fires; the guard is dropped, which releases.
                         None => {
-                            self.release(&mut state.server, token, self.role(c), now);
+                            self.release(&mut state, c, token);
                             Client::Idle
                         }
                     };
@@ -430,19 +573,24 @@ impl Model for LockModel {
                 | Client::InFlight { token: t } => t == *token,
                 _ => false,
             });
-        // A validity that ended no longer matters when: one state for all of them.
-        for client in &mut state.clients {
-            if let Client::Holding { until, .. } = client {
-                if *until <= state.now {
-                    *until = 0;
-                }
+        // A validity that ended no longer matters when: one state for all of them; nor
+        // does when a waiter queued, once a direct grant would not be taken as it is.
+        for (c, client) in state.clients.iter_mut().enumerate() {
+            match client {
+                Client::Holding { until, .. } if *until <= state.now => *until = 0,
+                Client::Queued { since, .. } if *since + self.ttl <= state.now => *since = 0,
+                _ => {}
+            }
+            // A message for a wait that ended is heard by nobody.
+            if !matches!(client, Client::Queued { .. }) {
+                state.told[c] = None;
             }
         }
         Some(state)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("mutual exclusion", |model: &LockModel, state: &State| {
                 let holds = believed(model, state);
                 let count = |role| holds.iter().filter(|(_, r)| *r == role).count();
@@ -477,27 +625,6 @@ impl Model for LockModel {
                     state.server.counter < model.fence_cap()
                 },
             ),
-            Property::always(
-                "a free lock is granted to the next attempt",
-                |model: &LockModel, state: &State| {
-                    let free = state.server.holder(state.now).is_none()
-                        && state.server.live_entries(state.now).next().is_none();
-                    if !free {
-                        return true;
-                    }
-                    let stranger = Token {
-                        client: u8::MAX,
-                        attempt: 0,
-                    };
-                    model.roles.iter().all(|&role| {
-                        let mut server = state.server.clone();
-                        matches!(
-                            model.acquire(&mut server, stranger, role, state.now),
-                            Grant::Granted(_)
-                        )
-                    })
-                },
-            ),
             Property::sometimes("two clients hold in turn", |_, state: &State| {
                 state.turns >= 2
             }),
@@ -514,7 +641,59 @@ impl Model for LockModel {
                     stale && !believed(model, state).is_empty()
                 },
             ),
-        ]
+        ];
+        if let Kind::Fair { .. } = self.kind {
+            properties.extend([
+                Property::always(
+                    "a free lock is granted to the first in line",
+                    |model: &LockModel, state: &State| {
+                        // Its next attempt, or anyone's when nobody waits: a lock that
+                        // expired or was released blocks nobody, and a waiter that crashed
+                        // or stopped refreshing its place blocks the line only until its
+                        // waiter lease ends.
+                        if state.server.holder(state.now).is_some() {
+                            return true;
+                        }
+                        let first = state.server.live_waiters(state.now).next();
+                        let mut server = state.server.clone();
+                        let token = first.unwrap_or(STRANGER);
+                        matches!(
+                            model.acquire(&mut server, token, Role::Exclusive, state.now),
+                            Grant::Granted(_)
+                        )
+                    },
+                ),
+                Property::always(
+                    "a release hands the lock to the first in line",
+                    |_, state: &State| !state.hand_off_missed,
+                ),
+                Property::always("grants follow the line", |_, state: &State| {
+                    !state.line_jumped
+                }),
+                Property::sometimes("a waiter is handed the lock", |_, state: &State| {
+                    state.handed
+                }),
+            ]);
+        } else {
+            properties.push(Property::always(
+                "a free lock is granted to the next attempt",
+                |model: &LockModel, state: &State| {
+                    let free = state.server.holder(state.now).is_none()
+                        && state.server.live_entries(state.now).next().is_none();
+                    if !free {
+                        return true;
+                    }
+                    model.roles.iter().all(|&role| {
+                        let mut server = state.server.clone();
+                        matches!(
+                            model.acquire(&mut server, STRANGER, role, state.now),
+                            Grant::Granted(_)
+                        )
+                    })
+                },
+            ));
+        }
+        properties
     }
 
     fn within_boundary(&self, state: &State) -> bool {
