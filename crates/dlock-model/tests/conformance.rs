@@ -4,11 +4,14 @@
 //! through the model's transitions (`scripts.rs`) side by side; after every step the
 //! replies and the keys (holder, fencing counter, fence record) must agree.
 //!
-//! The semaphore's scripts (acquire and its resend, release, renewal) run the same way.
+//! The semaphore's scripts (acquire and its resend, release, renewal) run the same way, and
+//! so do the fair mutex's (acquire, waiting or single, and its next attempt; release with
+//! its hand-off to the first in line; leaving the line; renewal), the live waiters in line
+//! compared in order.
 //!
 //! Time is not waited for: a tick shortens every key's real TTL by a tick (and, for the
-//! semaphore, moves every permit's stored end a tick earlier, so its scripts' own
-//! `end <= now` decides); a key with at most a tick (plus the run's few milliseconds) left
+//! semaphore, moves every permit's stored end a tick earlier, for the fair mutex every
+//! waiter lease's, so the scripts' own `end <= now` decides); a key with at most a tick (plus the run's few milliseconds) left
 //! is deleted, as Redis would expire it within that tick. So a run takes no time, and a
 //! transition that kept or restarted a lease differently from the script shows.
 
@@ -540,6 +543,263 @@ fn the_semaphore_scripts_do_what_the_model_says() {
     ] {
         let caught =
             (0..200).find_map(|seed| run_semaphore(seed, &scripts, &mut conn, &[mutant]).err());
+        assert!(caught.is_some(), "{mutant:?} went unnoticed in 200 runs");
+    }
+}
+
+const FAIR: &str = "f";
+const FAIR_FENCE: &str = "f:fence";
+const FAIR_QUEUE: &str = "f:queue";
+const FAIR_LEASES: &str = "f:queue-leases";
+/// A waiter's lease on its place in line, in ticks (the model's fair mutex uses the same).
+const WAITER_LEASE: u8 = 2;
+
+/// A tick on the server for the fair mutex: every waiter lease ends a tick earlier (its
+/// score), and every key's expiry comes a tick closer; a key with at most a tick left (and
+/// the run's slack) is deleted, as Redis would expire it within that tick.
+const SHIFT_QUEUE: &str = r#"
+local tick, slack = tonumber(ARGV[1]), tonumber(ARGV[2])
+local leases = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = 1, #leases, 2 do
+  local shifted = string.format('%.0f', tonumber(leases[i + 1]) - tick)
+  redis.call('ZADD', KEYS[2], shifted, leases[i])
+end
+for _, key in ipairs(KEYS) do
+  local pttl = redis.call('PTTL', key)
+  if pttl > 0 then
+    if pttl <= tick + slack then
+      redis.call('DEL', key)
+    else
+      redis.call('PEXPIRE', key, pttl - tick)
+    end
+  end
+end
+"#;
+
+struct FairScripts {
+    acquire: redis::Script,
+    release: redis::Script,
+    cancel: redis::Script,
+    renew: redis::Script,
+    shift: redis::Script,
+}
+
+fn fair_scripts() -> FairScripts {
+    let with = |body: &str| script(&["fencing.lua", "prelude.lua", "queue/queue.lua", body]);
+    FairScripts {
+        acquire: with("fair/acquire.lua"),
+        release: with("fair/release.lua"),
+        cancel: with("queue/cancel.lua"),
+        renew: script(&[
+            "fencing.lua",
+            "prelude.lua",
+            "entries.lua",
+            "renew/holds.lua",
+            "renew/renew.lua",
+        ]),
+        shift: redis::Script::new(SHIFT_QUEUE),
+    }
+}
+
+/// A fair waiter's token as the library writes it (`QueueKeys::waiter_token`): what a
+/// direct grant gives it, its ttl in ms, follows its token.
+fn waiter_text(token: Token) -> String {
+    format!("{}~{}", token_text(token), u64::from(TTL) * TICK_MS)
+}
+
+/// The waiters in line whose waiter lease has not ended (by the server's clock), in
+/// arrival order.
+fn live_waiters(conn: &mut redis::Connection) -> Vec<String> {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
+    let now_ms = seconds * 1000 + micros / 1000;
+    let line: Vec<String> = redis::cmd("ZRANGE")
+        .arg(FAIR_QUEUE)
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    line.into_iter()
+        .filter(|waiter| {
+            let end: Option<f64> = redis::cmd("ZSCORE")
+                .arg(FAIR_LEASES)
+                .arg(waiter)
+                .query(conn)
+                .unwrap();
+            end.is_some_and(|end| end as u64 > now_ms)
+        })
+        .collect()
+}
+
+/// One random run of the fair mutex: three clients acquire (waiting, which takes a place
+/// in line, or a single attempt that does not), try again with their token, release (a
+/// hand-off to the first in line), leave the line, renew; the clock ticks. Returns how
+/// many releases handed the lock to a waiter.
+fn run_fair(
+    seed: u64,
+    scripts: &FairScripts,
+    conn: &mut redis::Connection,
+    mutants: &[Mutant],
+) -> Result<usize, String> {
+    let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut model = Server::default();
+    let mut now: u8 = 0;
+    let mut attempts = [0u8; 3];
+    let mut fences = Fences::default();
+    let lease_ms = u64::from(TTL) * TICK_MS;
+    let mut hand_offs = 0;
+    for step in 0..40 {
+        let client = rng.random_range(0..3u8);
+        let latest = Token {
+            client,
+            attempt: attempts[client as usize].saturating_sub(1),
+        };
+        let choice = rng.random_range(0..11);
+        let context = format!("seed {seed}, step {step}: choice {choice}, client {client}");
+        match choice {
+            // A new wait's first attempt, its next attempt, or a single attempt.
+            0..=4 => {
+                let token = if choice <= 1 {
+                    let token = Token {
+                        client,
+                        attempt: attempts[client as usize],
+                    };
+                    attempts[client as usize] += 1;
+                    token
+                } else {
+                    latest
+                };
+                let join = choice != 4;
+                let expected = model.fair_acquire(token, now, TTL, WAITER_LEASE, join, mutants);
+                let reply: Vec<i64> = scripts
+                    .acquire
+                    .key(FAIR)
+                    .key(FAIR_FENCE)
+                    .key(FAIR_QUEUE)
+                    .key(FAIR_LEASES)
+                    .arg(waiter_text(token))
+                    .arg(lease_ms)
+                    .arg(u64::from(WAITER_LEASE) * TICK_MS)
+                    .arg("f:wake:")
+                    .arg(if join { "1" } else { "0" })
+                    .invoke(conn)
+                    .unwrap();
+                match (reply.as_slice(), expected) {
+                    ([1, fence], Grant::Granted(Some(modelled))) => {
+                        fences.check(*fence as u64, modelled, &context)?
+                    }
+                    ([0, ..], Grant::Busy) => {}
+                    (other, _) => {
+                        return Err(format!("{context}: {other:?}, the model says {expected:?}"))
+                    }
+                }
+            }
+            5 | 6 => {
+                let (expected, handed) = model.fair_release(latest, now, TTL, mutants);
+                let released: i64 = scripts
+                    .release
+                    .key(FAIR)
+                    .key(FAIR_QUEUE)
+                    .key(FAIR_LEASES)
+                    .key(FAIR_FENCE)
+                    .arg(waiter_text(latest))
+                    .arg("f:wake:")
+                    .invoke(conn)
+                    .unwrap();
+                same(released == 1, expected, &context)?;
+                if let Some((_, fence)) = handed {
+                    hand_offs += 1;
+                    // The hand-off's fence is the counter now (compared below, in order).
+                    let counter: u64 = redis::cmd("GET").arg(FAIR_FENCE).query(conn).unwrap();
+                    fences.check(counter, fence, &format!("{context}: hand-off fence"))?;
+                }
+            }
+            7 => {
+                let expected = model.queue_cancel(latest);
+                let left: i64 = scripts
+                    .cancel
+                    .key(FAIR_QUEUE)
+                    .key(FAIR_LEASES)
+                    .arg(waiter_text(latest))
+                    .arg("f:wake:")
+                    .invoke(conn)
+                    .unwrap();
+                same(left == 1, expected, &context)?;
+            }
+            8 => {
+                let expected = model.renew_string(latest, now, TTL);
+                let renewed: Vec<i64> = scripts
+                    .renew
+                    .key(FAIR)
+                    .arg("s")
+                    .arg(waiter_text(latest))
+                    .arg(lease_ms)
+                    .invoke(conn)
+                    .unwrap();
+                same(renewed, vec![i64::from(expected)], &context)?;
+            }
+            _ => {
+                now += 1;
+                model.expire(now);
+                let _: () = scripts
+                    .shift
+                    .key(FAIR)
+                    .key(FAIR_LEASES)
+                    .key(FAIR_QUEUE)
+                    .arg(TICK_MS)
+                    .arg(SLACK_MS)
+                    .invoke(conn)
+                    .unwrap();
+            }
+        }
+        let holder: Option<String> = redis::cmd("GET").arg(FAIR).query(conn).unwrap();
+        same(
+            holder,
+            model.holder(now).map(waiter_text),
+            &format!("{context}: holder"),
+        )?;
+        let counter: Option<u64> = redis::cmd("GET").arg(FAIR_FENCE).query(conn).unwrap();
+        same(
+            counter.is_some(),
+            model.counter > 0,
+            &format!("{context}: counter"),
+        )?;
+        if let Some(counter) = counter {
+            fences.check(counter, model.counter, &format!("{context}: counter"))?;
+        }
+        same(
+            live_waiters(conn),
+            model.live_waiters(now).map(waiter_text).collect::<Vec<_>>(),
+            &format!("{context}: the line"),
+        )?;
+    }
+    Ok(hand_offs)
+}
+
+#[test]
+fn the_fair_mutex_scripts_do_what_the_model_says() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let scripts = fair_scripts();
+    let mut hand_offs = 0;
+    for seed in 0..200 {
+        match run_fair(seed, &scripts, &mut conn, &[]) {
+            Ok(handed) => hand_offs += handed,
+            Err(divergence) => panic!("{divergence}"),
+        }
+    }
+    // The runs reach what they are for: releases that hand the lock on.
+    assert!(hand_offs >= 100, "only {hand_offs} hand-offs in 200 runs");
+    // The negative control: bugs in the model's fair mutex are told apart.
+    for mutant in [
+        Mutant::HandOffWithoutOwnerCheck,
+        Mutant::ReleaseSkipsHandOff,
+        Mutant::HandOffReusesFence,
+        Mutant::QueueKeepsLapsedWaiters,
+        Mutant::GrantIgnoresQueue,
+        Mutant::ResendKeepsOldLease,
+    ] {
+        let caught = (0..200).find_map(|seed| run_fair(seed, &scripts, &mut conn, &[mutant]).err());
         assert!(caught.is_some(), "{mutant:?} went unnoticed in 200 runs");
     }
 }
