@@ -46,7 +46,7 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
         model.max_time = model.max_time.saturating_sub(1).max(2);
         model
     };
-    use Role::{Exclusive, Permit, Reader};
+    use Role::{Exclusive, Owner, Permit, Reader};
     vec![
         model(
             "mutex (fence on first read)",
@@ -74,5 +74,10 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
             Kind::Fair { waiter_lease: 2 },
             &[Exclusive, Exclusive, Exclusive],
         )),
+        model(
+            "reentrant mutex",
+            Kind::Reentrant,
+            &[Owner(0), Owner(0), Owner(1)],
+        ),
     ]
 }

@@ -32,11 +32,17 @@ pub enum Mutant {
     QueueKeepsLapsedWaiters,
     /// The fair mutex grants a free lock to whoever asks, not to the first in line.
     GrantIgnoresQueue,
+    /// The reentrant mutex is deleted at the first release, though other holds of its
+    /// owner are counted.
+    ReentrantFreedAtFirstRelease,
+    /// A resent reentrant acquire (the same hold token) counts the hold again: the count
+    /// never comes back to zero when every hold is given back.
+    ResendCountedTwice,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -48,6 +54,8 @@ impl Mutant {
         Mutant::HandOffReusesFence,
         Mutant::QueueKeepsLapsedWaiters,
         Mutant::GrantIgnoresQueue,
+        Mutant::ReentrantFreedAtFirstRelease,
+        Mutant::ResendCountedTwice,
     ];
 
     /// The name on the command line.
@@ -64,6 +72,8 @@ impl Mutant {
             Mutant::HandOffReusesFence => "hand-off-reuses-fence",
             Mutant::QueueKeepsLapsedWaiters => "queue-keeps-lapsed-waiters",
             Mutant::GrantIgnoresQueue => "grant-ignores-queue",
+            Mutant::ReentrantFreedAtFirstRelease => "reentrant-freed-at-first-release",
+            Mutant::ResendCountedTwice => "resend-counted-twice",
         }
     }
 
@@ -81,6 +91,8 @@ impl Mutant {
             Mutant::ReleaseSkipsHandOff => "a release hands the lock to the first in line",
             Mutant::QueueKeepsLapsedWaiters => "a free lock is granted to the first in line",
             Mutant::GrantIgnoresQueue => "grants follow the line",
+            Mutant::ReentrantFreedAtFirstRelease => "a release gives back its hold alone",
+            Mutant::ResendCountedTwice => "the last hold given back frees the lock",
         }
     }
 
@@ -89,8 +101,13 @@ impl Mutant {
     pub fn touches(self, kind: Kind) -> bool {
         match self {
             Mutant::ResendKeepsOldLease | Mutant::FenceReused => true,
-            Mutant::ReleaseWithoutOwnerCheck => !matches!(kind, Kind::Fair { .. }),
+            Mutant::ReleaseWithoutOwnerCheck => {
+                !matches!(kind, Kind::Fair { .. } | Kind::Reentrant)
+            }
             Mutant::FenceOutsideGrant => kind == Kind::Mutex { eager: false },
+            Mutant::ReentrantFreedAtFirstRelease | Mutant::ResendCountedTwice => {
+                kind == Kind::Reentrant
+            }
             Mutant::PurgeForgetsLiveReader => {
                 matches!(kind, Kind::RwLock | Kind::Semaphore { .. })
             }

@@ -1,14 +1,14 @@
 //! The Redis side: what one lock name's keys hold, and each Lua script of the modelled
 //! kinds as a transition on them, written from the script line by line (the file each
-//! mirrors is named on it). `tests/conformance.rs` runs the mutex's, the fair mutex's and
-//! the semaphore's real scripts on a real server beside these transitions and compares
+//! mirrors is named on it). `tests/conformance.rs` runs the mutex's, the fair mutex's, the
+//! reentrant mutex's and the semaphore's real scripts on a real server beside these transitions and compares
 //! replies and keys after every step (the rwlock's are not in it yet).
 //!
 //! Time is whole ticks. A key whose expiry is at or before `now` is gone (Redis keeps a key
 //! through its last millisecond; in ticks the model ends it a little early, the safe side),
 //! and an entry is ended when `end <= now`, as the scripts' purge decides.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::mutant::Mutant;
 
@@ -41,6 +41,24 @@ pub struct Server {
     /// waiters in arrival order, each with the end of its waiter lease. A waiter whose
     /// lease ended stays until a script purges it.
     pub queue: Vec<(Token, Time)>,
+    /// The lock key as the reentrant mutex's hash (reentrant/acquire.lua).
+    pub reentrant: Option<Reentrant>,
+}
+
+/// The reentrant mutex's hash: `{~kind = 'reentrant', owner, fence, count, h:<hold>...}`
+/// with one expiry for all its holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reentrant {
+    /// The owner id.
+    pub owner: u8,
+    /// The fence of the outermost grant (every nested hold reports it).
+    pub fence: u64,
+    /// The `count` field: the holds the scripts counted.
+    pub count: u8,
+    /// The `h:<hold token>` fields.
+    pub holds: BTreeSet<Token>,
+    /// When the key expires.
+    pub expires: Time,
 }
 
 /// What an acquire script answered.
@@ -76,6 +94,9 @@ impl Server {
         }
         if self.fenced.is_some_and(|(_, _, expires)| expires <= now) {
             self.fenced = None;
+        }
+        if self.reentrant.as_ref().is_some_and(|r| r.expires <= now) {
+            self.reentrant = None;
         }
         // The hash expires with its latest lease (entries.lua: '~ends'); until then an
         // ended entry stays for the scripts' purge to find.
@@ -402,6 +423,84 @@ impl Server {
         let before = self.queue.len();
         self.queue.retain(|&(t, _)| t != token);
         self.queue.len() < before
+    }
+
+    /// The reentrant hash, if its key has not expired.
+    pub fn reentrant_at(&self, now: Time) -> Option<&Reentrant> {
+        self.reentrant.as_ref().filter(|r| r.expires > now)
+    }
+
+    /// reentrant/acquire.lua: a free key is granted to `owner` (a fence drawn, one hold
+    /// counted, the lease set); another owner's is busy; the owner's own gets the hold
+    /// counted once (a resent hold token is not counted again) and the lease restarted but
+    /// never shortened (`keep_alive`), and answers the outermost grant's fence.
+    pub fn reentrant_acquire(
+        &mut self,
+        owner: u8,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> Grant {
+        if self.reentrant_at(now).is_none() {
+            let fence = self.draw_fence(mutants);
+            self.reentrant = Some(Reentrant {
+                owner,
+                fence,
+                count: 1,
+                holds: BTreeSet::from([token]),
+                expires: now + ttl,
+            });
+            return Grant::Granted(Some(fence));
+        }
+        let hash = self.reentrant.as_mut().expect("live");
+        if hash.owner != owner {
+            return Grant::Busy;
+        }
+        // HSETNX, and HINCRBY only when the field is new.
+        let new = hash.holds.insert(token);
+        if new || mutants.contains(&Mutant::ResendCountedTwice) {
+            hash.count += 1;
+        }
+        if new || !mutants.contains(&Mutant::ResendKeepsOldLease) {
+            hash.expires = hash.expires.max(now + ttl); // keep_alive
+        }
+        Grant::Granted(Some(hash.fence))
+    }
+
+    /// reentrant/release.lua: gives back the owner's hold `token` (exactly that one);
+    /// deletes the key when the count reaches zero. True if the hold was there.
+    pub fn reentrant_release(
+        &mut self,
+        owner: u8,
+        token: Token,
+        now: Time,
+        mutants: &[Mutant],
+    ) -> bool {
+        if self.reentrant_at(now).map(|r| r.owner) != Some(owner) {
+            return false;
+        }
+        let hash = self.reentrant.as_mut().expect("live");
+        if !hash.holds.remove(&token) {
+            return false;
+        }
+        hash.count = hash.count.saturating_sub(1);
+        if hash.count == 0 || mutants.contains(&Mutant::ReentrantFreedAtFirstRelease) {
+            self.reentrant = None; // DEL
+        }
+        true
+    }
+
+    /// renew/renew.lua for a reentrant hold ('r'): while the hash has the hold's field,
+    /// its lease restarts, never shortened (the holds share it).
+    pub fn renew_reentrant(&mut self, token: Token, now: Time, ttl: Time) -> bool {
+        match self.reentrant.as_mut().filter(|r| r.expires > now) {
+            Some(hash) if hash.holds.contains(&token) => {
+                hash.expires = hash.expires.max(now + ttl);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// renew/renew.lua for a leased entry ('e'): restarts a live entry's lease.

@@ -33,6 +33,9 @@ pub enum Kind {
         /// as `direct_grant_start` in wait.rs requires for a direct grant).
         waiter_lease: Time,
     },
+    /// The reentrant mutex: holds counted per owner, the lock freed when the owner's
+    /// last hold is given back (reentrant/).
+    Reentrant,
 }
 
 /// What a client takes.
@@ -44,6 +47,9 @@ pub enum Role {
     Reader,
     /// A semaphore permit.
     Permit,
+    /// A hold of the reentrant mutex by the owner with this id: clients of one owner are
+    /// its nested holds (taken and given back in any order, a superset of nesting).
+    Owner(u8),
 }
 
 /// A model to check: the kind, its clients and the bounds of the search.
@@ -142,6 +148,8 @@ pub struct State {
     pub hand_off_missed: bool,
     /// Ghost: a waiter took a direct grant it was told of.
     pub handed: bool,
+    /// Ghost: a release of a reentrant hold took other holds with it.
+    pub took_others: bool,
 }
 
 /// A step.
@@ -185,6 +193,9 @@ impl LockModel {
         match role {
             Role::Exclusive => server.holder(now) == Some(token),
             Role::Reader | Role::Permit => server.live_entries(now).any(|t| t == token),
+            Role::Owner(owner) => server
+                .reentrant_at(now)
+                .is_some_and(|r| r.owner == owner && r.holds.contains(&token)),
         }
     }
 
@@ -200,6 +211,9 @@ impl LockModel {
             }
             (Kind::Fair { waiter_lease }, _) => {
                 server.fair_acquire(token, now, self.ttl, waiter_lease, true, m)
+            }
+            (Kind::Reentrant, role) => {
+                server.reentrant_acquire(owner_of(role), token, now, self.ttl, m)
             }
         }
     }
@@ -228,6 +242,16 @@ impl LockModel {
                 }
                 released
             }
+            (_, Role::Owner(owner)) => {
+                let before = live_holds(server, now);
+                let released = server.reentrant_release(owner, token, now, &self.mutants);
+                if released {
+                    let mut left = before;
+                    left.remove(&token);
+                    state.took_others |= live_holds(&state.server, now) != left;
+                }
+                released
+            }
             (_, Role::Exclusive) => server.mutex_release(token, now, &self.mutants),
             (_, Role::Reader | Role::Permit) => server.entry_release(token, now, &self.mutants),
         }
@@ -246,13 +270,16 @@ impl LockModel {
         match role {
             Role::Exclusive => server.renew_string(token, now, self.ttl),
             Role::Reader | Role::Permit => server.renew_entry(token, now, self.ttl),
+            Role::Owner(_) => server.renew_reentrant(token, now, self.ttl),
         }
     }
 
     /// Runs an acquire at `now`; records a new grant in the ghost history.
     fn run_acquire(&self, state: &mut State, client: usize, token: Token) -> Grant {
         let role = self.role(client);
-        let was_held = self.held_by(&state.server, token, role, state.now);
+        // A nested hold is not a grant of the lock: the owner holds it already.
+        let was_held = self.held_by(&state.server, token, role, state.now)
+            || (state.server.reentrant_at(state.now)).is_some_and(|r| Role::Owner(r.owner) == role);
         let first = state.server.live_waiters(state.now).next();
         let grant = self.acquire(&mut state.server, token, role, state.now);
         if let Grant::Granted(fence) = grant {
@@ -308,6 +335,22 @@ fn fence_drawn(state: &mut State, fence: u64, position: usize) {
     }
 }
 
+/// The owner id of a reentrant hold.
+fn owner_of(role: Role) -> u8 {
+    match role {
+        Role::Owner(owner) => owner,
+        _ => 0,
+    }
+}
+
+/// The reentrant mutex's holds in Redis now.
+fn live_holds(server: &Server, now: Time) -> std::collections::BTreeSet<Token> {
+    server
+        .reentrant_at(now)
+        .map(|r| r.holds.clone())
+        .unwrap_or_default()
+}
+
 /// A token no client uses: a newcomer's attempt.
 const STRANGER: Token = Token {
     client: u8::MAX,
@@ -348,6 +391,7 @@ impl Model for LockModel {
             line_jumped: false,
             hand_off_missed: false,
             handed: false,
+            took_others: false,
         }]
     }
 
@@ -599,7 +643,18 @@ impl Model for LockModel {
                     Kind::Semaphore { permits } => permits,
                     _ => 0,
                 };
-                exclusive <= 1 && (exclusive == 0 || readers == 0) && count(Role::Permit) <= permits
+                // The reentrant mutex: one owner at a time (its holds are nested).
+                let mut owners = holds.iter().filter_map(|(_, r)| match r {
+                    Role::Owner(owner) => Some(*owner),
+                    _ => None,
+                });
+                let one_owner = owners
+                    .next()
+                    .map_or(true, |first| owners.all(|owner| owner == first));
+                exclusive <= 1
+                    && (exclusive == 0 || readers == 0)
+                    && count(Role::Permit) <= permits
+                    && one_owner
             }),
             Property::always("fences follow grants", |_, state: &State| {
                 !state.fence_order_broken
@@ -679,7 +734,8 @@ impl Model for LockModel {
                 "a free lock is granted to the next attempt",
                 |model: &LockModel, state: &State| {
                     let free = state.server.holder(state.now).is_none()
-                        && state.server.live_entries(state.now).next().is_none();
+                        && state.server.live_entries(state.now).next().is_none()
+                        && state.server.reentrant_at(state.now).is_none();
                     if !free {
                         return true;
                     }
@@ -692,6 +748,33 @@ impl Model for LockModel {
                     })
                 },
             ));
+        }
+        if self.kind == Kind::Reentrant {
+            properties.extend([
+                Property::always("a release gives back its hold alone", |_, state: &State| {
+                    !state.took_others
+                }),
+                Property::always(
+                    "the last hold given back frees the lock",
+                    |_, state: &State| {
+                        // The count reached zero when no hold is left: the key is gone.
+                        state
+                            .server
+                            .reentrant_at(state.now)
+                            .map_or(true, |r| !r.holds.is_empty())
+                    },
+                ),
+                Property::sometimes(
+                    "an owner holds twice at once",
+                    |model: &LockModel, state: &State| {
+                        believed(model, state)
+                            .iter()
+                            .filter(|(_, r)| matches!(r, Role::Owner(0)))
+                            .count()
+                            >= 2
+                    },
+                ),
+            ]);
         }
         properties
     }
