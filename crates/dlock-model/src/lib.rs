@@ -1,13 +1,16 @@
 //! Model checks of dlock's lock protocols with [`stateright`]: the Redis side of each
 //! modelled kind written from its Lua scripts ([`scripts`]), clients with their beliefs
-//! and a clock ([`system`]), and deliberate bugs that the checks must catch ([`mutant`]).
+//! and a clock ([`system`]), Redlock's fence settlement over three masters ([`redlock`]),
+//! and deliberate bugs that the checks must catch ([`mutant`]).
 //! The binary `dlock-model` runs them; `docs/safety.md` says what each covers.
 
 pub mod mutant;
+pub mod redlock;
 pub mod scripts;
 pub mod system;
 
 use mutant::Mutant;
+use redlock::RedlockModel;
 use system::{Kind, LockModel, Role};
 
 /// The bounds of a check: small enough for CI, large enough to reach every interleaving
@@ -79,5 +82,28 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
             Kind::Reentrant,
             &[Owner(0), Owner(0), Owner(1)],
         ),
+    ]
+}
+
+/// The Redlock models `dlock-model check` checks, with `mutants` put in: the fence
+/// settlement with counters alone (no master restarts: with counters alone a master
+/// restarted empty does break the order, which a test shows), and with the clock floor
+/// while one master restarts empty.
+pub fn redlock_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<RedlockModel> {
+    // Three masters, each asked on its own, make these the largest models per tick: the
+    // clock stops at half the others' bound, and with a restart each client has one round.
+    let model = |name, max_rounds: u8, max_restarts, clock_floor| RedlockModel {
+        name,
+        clients: 2,
+        ttl: 2,
+        max_time: (bounds.max_time / 2).max(2),
+        max_rounds: max_rounds.min(bounds.max_holds),
+        max_restarts,
+        clock_floor,
+        mutants: mutants.to_vec(),
+    };
+    vec![
+        model("redlock, counters only", 2, 0, false),
+        model("redlock, clock floor, a master restarted empty", 1, 1, true),
     ]
 }

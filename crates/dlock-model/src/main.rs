@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use dlock_model::mutant::Mutant;
-use dlock_model::{models, Bounds};
+use dlock_model::{models, redlock_models, Bounds};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 #[derive(Parser)]
@@ -74,67 +74,40 @@ fn main() -> ExitCode {
 
 /// Checks each model; prints what was explored and every property's verdict.
 fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
+    let chosen = |name: &str| only.map_or(true, |text| name.contains(text));
+    // With a bug put in, the first violation is the answer: stop there.
+    let hunting = !mutants.is_empty();
     let mut failed = false;
-    let chosen = models(bounds, mutants)
-        .into_iter()
-        .filter(|model| only.map_or(true, |text| model.name.contains(text)));
-    for model in chosen {
-        let started = Instant::now();
-        let name = model.name;
-        if !mutants.is_empty() && !mutants.iter().any(|m| m.touches(model.kind)) {
-            println!("{name}: skipped (the bug is in none of its scripts)");
+    for model in models(bounds, mutants) {
+        if !chosen(model.name) {
             continue;
         }
-        // With a bug put in, the first violation is the answer: stop there.
-        let hunting = !mutants.is_empty();
-        let mut builder = model.clone().checker();
-        if hunting {
-            builder = builder.finish_when(HasDiscoveries::AnyFailures);
+        if hunting && !mutants.iter().any(|m| m.touches(model.kind)) {
+            println!(
+                "{}: skipped (the bug is in none of its scripts)",
+                model.name
+            );
+            continue;
         }
-        let checker = builder.spawn_bfs().join();
-        println!(
-            "{name}: {} states ({} unique), depth {}, {:.1} s",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed().as_secs_f64()
-        );
-        for property in model.properties() {
-            let discovery = checker.discovery(property.name);
-            let holds = match property.expectation {
-                Expectation::Always | Expectation::Eventually => discovery.is_none(),
-                // A hunt that stopped early reached what it reached.
-                Expectation::Sometimes => discovery.is_some() || hunting,
-            };
-            let verdict = match (property.expectation, holds) {
-                (Expectation::Sometimes, true) if discovery.is_none() => "not looked for",
-                (Expectation::Sometimes, true) => "reached",
-                (Expectation::Sometimes, false) => "NEVER REACHED",
-                (_, true) => "holds",
-                (_, false) => "VIOLATED",
-            };
-            println!("  {verdict:<13} {}", property.name);
-            if !holds {
-                failed = true;
-                if let Some(path) = discovery {
-                    let steps = path.into_vec();
-                    println!(
-                        "  counterexample ({} steps from the start):",
-                        steps.len() - 1
-                    );
-                    for (number, (_, action)) in steps.iter().enumerate() {
-                        if let Some(action) = action {
-                            println!("    {:>2}. {action:?}", number + 1);
-                        }
-                    }
-                    if let Some((last, _)) = steps.last() {
-                        println!("    which leaves {last:#?}");
-                    }
-                }
-            }
-        }
+        failed |= !check_one(model.name, model, hunting);
         if hunting && failed {
-            break; // the bug is shown: the other models need not be searched
+            return ExitCode::FAILURE; // the bug is shown: the other models need not be searched
+        }
+    }
+    for model in redlock_models(bounds, mutants) {
+        if !chosen(model.name) {
+            continue;
+        }
+        if hunting && !mutants.iter().any(|m| m.in_redlock()) {
+            println!(
+                "{}: skipped (the bug is in none of its transitions)",
+                model.name
+            );
+            continue;
+        }
+        failed |= !check_one(model.name, model, hunting);
+        if hunting && failed {
+            return ExitCode::FAILURE;
         }
     }
     if failed {
@@ -142,4 +115,63 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Checks one model; prints what was explored and every property's verdict (with a
+/// counterexample for each that failed). True when every property held.
+fn check_one<M>(name: &str, model: M, hunting: bool) -> bool
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: std::fmt::Debug + std::hash::Hash + Clone + PartialEq + Send + Sync + 'static,
+    M::Action: std::fmt::Debug + Clone + PartialEq + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let mut builder = model.clone().checker();
+    if hunting {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    println!(
+        "{name}: {} states ({} unique), depth {}, {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
+    );
+    let mut all_hold = true;
+    for property in model.properties() {
+        let discovery = checker.discovery(property.name);
+        let holds = match property.expectation {
+            Expectation::Always | Expectation::Eventually => discovery.is_none(),
+            // A hunt that stopped early reached what it reached.
+            Expectation::Sometimes => discovery.is_some() || hunting,
+        };
+        let verdict = match (property.expectation, holds) {
+            (Expectation::Sometimes, true) if discovery.is_none() => "not looked for",
+            (Expectation::Sometimes, true) => "reached",
+            (Expectation::Sometimes, false) => "NEVER REACHED",
+            (_, true) => "holds",
+            (_, false) => "VIOLATED",
+        };
+        println!("  {verdict:<13} {}", property.name);
+        if !holds {
+            all_hold = false;
+            if let Some(path) = discovery {
+                let steps = path.into_vec();
+                println!(
+                    "  counterexample ({} steps from the start):",
+                    steps.len() - 1
+                );
+                for (number, (_, action)) in steps.iter().enumerate() {
+                    if let Some(action) = action {
+                        println!("    {:>2}. {action:?}", number + 1);
+                    }
+                }
+                if let Some((last, _)) = steps.last() {
+                    println!("    which leaves {last:#?}");
+                }
+            }
+        }
+    }
+    all_hold
 }

@@ -38,11 +38,20 @@ pub enum Mutant {
     /// A resent reentrant acquire (the same hold token) counts the hold again: the count
     /// never comes back to zero when every hold is given back.
     ResendCountedTwice,
+    /// Redlock's settlement takes the largest fence without raising the masters behind it
+    /// (as with `raise_fences` off, when the fence is not a master's clock).
+    SettleWithoutRaise,
+    /// Redlock's settlement takes the smallest fence a granting master drew (a minority's,
+    /// when the masters are out of step), which every granting master already holds or
+    /// exceeds, so nothing is raised.
+    SettleTakesSmallestFence,
+    /// A Redlock master restarted empty answers at once, not after a lease.
+    RestartNotDelayed,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 16] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -56,6 +65,9 @@ impl Mutant {
         Mutant::GrantIgnoresQueue,
         Mutant::ReentrantFreedAtFirstRelease,
         Mutant::ResendCountedTwice,
+        Mutant::SettleWithoutRaise,
+        Mutant::SettleTakesSmallestFence,
+        Mutant::RestartNotDelayed,
     ];
 
     /// The name on the command line.
@@ -74,6 +86,9 @@ impl Mutant {
             Mutant::GrantIgnoresQueue => "grant-ignores-queue",
             Mutant::ReentrantFreedAtFirstRelease => "reentrant-freed-at-first-release",
             Mutant::ResendCountedTwice => "resend-counted-twice",
+            Mutant::SettleWithoutRaise => "settle-without-raise",
+            Mutant::SettleTakesSmallestFence => "settle-takes-smallest-fence",
+            Mutant::RestartNotDelayed => "restart-not-delayed",
         }
     }
 
@@ -84,7 +99,9 @@ impl Mutant {
             Mutant::ReleaseWithoutOwnerCheck
             | Mutant::PurgeForgetsLiveReader
             | Mutant::PermitCountOffByOne
-            | Mutant::HandOffWithoutOwnerCheck => "mutual exclusion",
+            | Mutant::HandOffWithoutOwnerCheck
+            | Mutant::RestartNotDelayed => "mutual exclusion",
+            Mutant::SettleWithoutRaise | Mutant::SettleTakesSmallestFence => "fences follow grants",
             Mutant::FenceOutsideGrant | Mutant::FenceReused | Mutant::HandOffReusesFence => {
                 "fences follow grants"
             }
@@ -108,6 +125,9 @@ impl Mutant {
             Mutant::ReentrantFreedAtFirstRelease | Mutant::ResendCountedTwice => {
                 kind == Kind::Reentrant
             }
+            Mutant::SettleWithoutRaise
+            | Mutant::SettleTakesSmallestFence
+            | Mutant::RestartNotDelayed => false,
             Mutant::PurgeForgetsLiveReader => {
                 matches!(kind, Kind::RwLock | Kind::Semaphore { .. })
             }
@@ -118,6 +138,17 @@ impl Mutant {
             | Mutant::QueueKeepsLapsedWaiters
             | Mutant::GrantIgnoresQueue => matches!(kind, Kind::Fair { .. }),
         }
+    }
+
+    /// Whether the bug is in the Redlock model's transitions (`redlock.rs`), which no model
+    /// of one server runs.
+    pub fn in_redlock(self) -> bool {
+        matches!(
+            self,
+            Mutant::SettleWithoutRaise
+                | Mutant::SettleTakesSmallestFence
+                | Mutant::RestartNotDelayed
+        )
     }
 
     /// The mutant named `name`.

@@ -1,0 +1,499 @@
+//! Redlock's fence settlement over three masters (redlock/mutex.rs): each granting master
+//! draws a fence with its grant (mutex/acquire.lua with the fence at grant, fencing.lua's
+//! draw), the round takes the largest, and when fewer than a majority drew exactly that one
+//! and it is not a master's clock, raises the counters behind it (redlock/raise.lua, only
+//! upward, only where the hold is still the round's) so that a majority holds it before
+//! the grant counts. A master may restart empty (no persistence): its lock and its counter
+//! are gone, and it stays away for a lease (the delayed restart that Redlock needs).
+//!
+//! Clients start a round with a fresh token, ask each master in any order (interleaved
+//! with everything else), decide once every master answered, raise where needed, and
+//! release on every master. Not modelled: lost replies and resends to a master, renewal,
+//! clock drift between masters (the clock floor's assumption), and a master that stays
+//! down.
+
+use stateright::{Model, Property};
+
+use crate::mutant::Mutant;
+use crate::scripts::{Time, Token};
+
+/// Masters.
+const MASTERS: usize = 3;
+/// A majority of them.
+const QUORUM: u8 = 2;
+/// The masters' clock, in fence units per tick: more than the fences all masters can draw
+/// in a tick within the bounds. The masters' clocks agree, and every draw happens at an
+/// instant of its own (the clock reads one more for each draw within a tick): the floor's
+/// assumption, that clocks agree within the time between two grants, at its strongest.
+const CLOCK_PER_TICK: u64 = 32;
+
+/// One master's keys of the lock name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Master {
+    /// The lock key: the holder's token and when it expires.
+    pub lock: Option<(Token, Time)>,
+    /// The fencing counter (0: the key does not exist).
+    pub counter: u64,
+    /// Restarted empty: it answers nothing before this time.
+    pub away_until: Time,
+}
+
+impl Master {
+    fn holder(&self, now: Time) -> Option<Token> {
+        self.lock.filter(|&(_, e)| e > now).map(|(t, _)| t)
+    }
+
+    fn up(&self, now: Time) -> bool {
+        self.away_until <= now
+    }
+
+    /// fencing.lua `draw_fence`: max(counter + 1, the clock); with `clock` None, clocks are
+    /// far behind the counters and the counter alone counts. Returns the fence and whether
+    /// it is the clock.
+    fn draw_fence(&mut self, clock: Option<u64>) -> (u64, bool) {
+        match clock {
+            Some(clock) if self.counter == 0 || self.counter + 1 < clock => {
+                self.counter = clock;
+                (clock, true)
+            }
+            _ => {
+                self.counter += 1;
+                (self.counter, false)
+            }
+        }
+    }
+
+    /// mutex/acquire.lua with the fence at grant, telling whether it is the clock: a free
+    /// key is granted with a fence; anything else (or a master that is away) grants
+    /// nothing. (Rounds use a fresh token each, and replies are not lost here: the branch
+    /// of a resent request is not reached.)
+    fn acquire(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        clock: Option<u64>,
+    ) -> Option<(u64, bool)> {
+        if !self.up(now) || self.holder(now).is_some() {
+            return None;
+        }
+        let drawn = self.draw_fence(clock);
+        self.lock = Some((token, now + ttl));
+        Some(drawn)
+    }
+
+    /// redlock/raise.lua: raises the counter to `fence`, only upward, only while the hold
+    /// is `token`'s here. True when raised (or already that high).
+    fn raise(&mut self, token: Token, fence: u64, now: Time) -> bool {
+        if !self.up(now) || self.holder(now) != Some(token) {
+            return false;
+        }
+        self.counter = self.counter.max(fence);
+        true
+    }
+
+    /// mutex/release.lua.
+    fn release(&mut self, token: Token, now: Time) {
+        if self.up(now) && self.holder(now) == Some(token) {
+            self.lock = None;
+        }
+    }
+}
+
+/// What a Redlock client is doing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// Holds nothing.
+    Idle,
+    /// A round with `token`, started at `started`: the masters asked so far (a bit each)
+    /// and the grants, in the order they answered (master, fence, drawn from the clock).
+    Asking {
+        /// The round's token.
+        token: Token,
+        /// When the round started (its validity counts from here).
+        started: Time,
+        /// The masters asked.
+        asked: u8,
+        /// The grants.
+        granted: Vec<(u8, u64, bool)>,
+    },
+    /// A majority granted, with `fence` the largest: the masters in `behind` are still to
+    /// be raised to it; `settled` masters hold it already.
+    Raising {
+        /// The round's token.
+        token: Token,
+        /// When the round started.
+        started: Time,
+        /// The fence the round settles on.
+        fence: u64,
+        /// The granting masters still to raise (a bit each).
+        behind: u8,
+        /// Masters known to hold `fence`.
+        settled: u8,
+    },
+    /// Granted: believes it holds until `until`, with `fence`.
+    Holding {
+        /// The round's token.
+        token: Token,
+        /// The end of its validity.
+        until: Time,
+        /// Its fence.
+        fence: u64,
+    },
+}
+
+/// The whole state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// The clock (the masters' and the clients' agree).
+    pub now: Time,
+    /// The masters.
+    pub masters: Vec<Master>,
+    /// The clients.
+    pub clients: Vec<Client>,
+    /// Rounds each client started.
+    pub rounds: Vec<u8>,
+    /// Masters restarted so far.
+    pub restarts: u8,
+    /// Fences drawn in this tick, on any master (the clock's reading within the tick).
+    pub draws: u8,
+    /// Ghost: the largest fence any grant was given.
+    pub max_fence: u64,
+    /// Ghost: a grant's fence was not above every earlier grant's.
+    pub fence_order_broken: bool,
+    /// Ghost: a grant raised a counter to settle its fence.
+    pub raised: bool,
+    /// Ghost: a grant came after a master restarted.
+    pub granted_after_restart: bool,
+}
+
+/// A step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The clock moves one tick.
+    Tick,
+    /// Client `c` starts a round with a fresh token.
+    Start(usize),
+    /// Client `c`'s request reaches master `m`, and its answer comes back.
+    Ask(usize, usize),
+    /// Client `c` has every answer and decides: settle, or give back.
+    Decide(usize),
+    /// Client `c`'s raise reaches master `m`.
+    Raise(usize, usize),
+    /// Client `c` has every raise's answer: granted, or give back.
+    Settle(usize),
+    /// Client `c` releases on every master.
+    Release(usize),
+    /// Master `m` restarts empty.
+    Restart(usize),
+}
+
+/// A Redlock model to check.
+#[derive(Clone, Debug)]
+pub struct RedlockModel {
+    /// Shown in reports.
+    pub name: &'static str,
+    /// Clients.
+    pub clients: usize,
+    /// The lease, in ticks.
+    pub ttl: Time,
+    /// The clock stops here.
+    pub max_time: Time,
+    /// Rounds each client may start.
+    pub max_rounds: u8,
+    /// Masters that may restart empty.
+    pub max_restarts: u8,
+    /// Fences have the clock floor (fencing.lua); without it only the counters count.
+    pub clock_floor: bool,
+    /// Bugs put in on purpose.
+    pub mutants: Vec<Mutant>,
+}
+
+impl RedlockModel {
+    fn clock(&self, state: &State) -> Option<u64> {
+        self.clock_floor
+            .then(|| (u64::from(state.now) + 1) * CLOCK_PER_TICK + u64::from(state.draws))
+    }
+
+    /// Gives back whatever the round may hold, on every master (the `Round`'s drop).
+    fn give_back(&self, state: &mut State, token: Token) {
+        for master in &mut state.masters {
+            master.release(token, state.now);
+        }
+    }
+
+    /// The round is granted with `fence` if it is still valid.
+    fn grant(&self, state: &mut State, c: usize, token: Token, started: Time, fence: u64) {
+        if state.now >= started + self.ttl {
+            self.give_back(state, token);
+            state.clients[c] = Client::Idle;
+            return;
+        }
+        state.fence_order_broken |= fence <= state.max_fence;
+        state.max_fence = state.max_fence.max(fence);
+        state.granted_after_restart |= state.restarts > 0;
+        state.clients[c] = Client::Holding {
+            token,
+            until: started + self.ttl,
+            fence,
+        };
+    }
+}
+
+impl Model for RedlockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            masters: vec![Master::default(); MASTERS],
+            clients: vec![Client::Idle; self.clients],
+            rounds: vec![0; self.clients],
+            restarts: 0,
+            draws: 0,
+            max_fence: 0,
+            fence_order_broken: false,
+            raised: false,
+            granted_after_restart: false,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        if state.now < self.max_time {
+            actions.push(Action::Tick);
+        }
+        for (c, client) in state.clients.iter().enumerate() {
+            match client {
+                Client::Idle if state.rounds[c] < self.max_rounds => actions.push(Action::Start(c)),
+                Client::Asking { asked, .. } => {
+                    for m in 0..MASTERS {
+                        if asked & (1 << m) == 0 {
+                            actions.push(Action::Ask(c, m));
+                        }
+                    }
+                    if usize::from(*asked) == (1 << MASTERS) - 1 {
+                        actions.push(Action::Decide(c));
+                    }
+                }
+                Client::Raising { behind, .. } => {
+                    for m in 0..MASTERS {
+                        if behind & (1 << m) != 0 {
+                            actions.push(Action::Raise(c, m));
+                        }
+                    }
+                    if *behind == 0 {
+                        actions.push(Action::Settle(c));
+                    }
+                }
+                Client::Holding { .. } => actions.push(Action::Release(c)),
+                Client::Idle => {}
+            }
+        }
+        if state.restarts < self.max_restarts {
+            for m in 0..MASTERS {
+                actions.push(Action::Restart(m));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        let now = state.now;
+        match action {
+            Action::Tick => {
+                state.now += 1;
+                state.draws = 0;
+            }
+            Action::Start(c) => {
+                let token = Token {
+                    client: c as u8,
+                    attempt: state.rounds[c],
+                };
+                state.rounds[c] += 1;
+                state.clients[c] = Client::Asking {
+                    token,
+                    started: now,
+                    asked: 0,
+                    granted: Vec::new(),
+                };
+            }
+            Action::Ask(c, m) => {
+                let clock = self.clock(&state);
+                let Client::Asking {
+                    token,
+                    asked,
+                    granted,
+                    ..
+                } = &mut state.clients[c]
+                else {
+                    return None;
+                };
+                *asked |= 1 << m;
+                if let Some((fence, from_clock)) =
+                    state.masters[m].acquire(*token, now, self.ttl, clock)
+                {
+                    granted.push((m as u8, fence, from_clock));
+                    if self.clock_floor {
+                        state.draws += 1;
+                    }
+                }
+            }
+            Action::Decide(c) => {
+                let Client::Asking {
+                    token,
+                    started,
+                    granted,
+                    ..
+                } = state.clients[c].clone()
+                else {
+                    return None;
+                };
+                if granted.len() < usize::from(QUORUM) {
+                    self.give_back(&mut state, token);
+                    state.clients[c] = Client::Idle;
+                    return Some(state);
+                }
+                // mutex.rs `settle_fence`: the largest fence (the mutant: the smallest, held
+                // or exceeded by every granting master).
+                let smallest = self.mutants.contains(&Mutant::SettleTakesSmallestFence);
+                let fence = if smallest {
+                    granted.iter().map(|g| g.1).min()
+                } else {
+                    granted.iter().map(|g| g.1).max()
+                }
+                .expect("a quorum");
+                let bits = |keep: &dyn Fn(u64) -> bool| {
+                    granted
+                        .iter()
+                        .filter(|g| keep(g.1))
+                        .fold(0u8, |bits, g| bits | 1 << g.0)
+                };
+                let settled = bits(&|f| f == fence || (smallest && f > fence));
+                let from_clock = granted.iter().any(|g| g.2 && g.1 == fence);
+                if settled.count_ones() >= u32::from(QUORUM)
+                    || from_clock
+                    || self.mutants.contains(&Mutant::SettleWithoutRaise)
+                {
+                    self.grant(&mut state, c, token, started, fence);
+                } else {
+                    state.clients[c] = Client::Raising {
+                        token,
+                        started,
+                        fence,
+                        behind: bits(&|f| f < fence),
+                        settled,
+                    };
+                }
+            }
+            Action::Raise(c, m) => {
+                let Client::Raising {
+                    token,
+                    fence,
+                    behind,
+                    settled,
+                    ..
+                } = &mut state.clients[c]
+                else {
+                    return None;
+                };
+                *behind &= !(1 << m);
+                if state.masters[m].raise(*token, *fence, now) {
+                    *settled |= 1 << m;
+                    state.raised = true;
+                }
+            }
+            Action::Settle(c) => {
+                let Client::Raising {
+                    token,
+                    started,
+                    fence,
+                    settled,
+                    ..
+                } = state.clients[c]
+                else {
+                    return None;
+                };
+                if settled.count_ones() >= u32::from(QUORUM) {
+                    self.grant(&mut state, c, token, started, fence);
+                } else {
+                    self.give_back(&mut state, token);
+                    state.clients[c] = Client::Idle;
+                }
+            }
+            Action::Release(c) => {
+                let Client::Holding { token, .. } = state.clients[c] else {
+                    return None;
+                };
+                self.give_back(&mut state, token);
+                state.clients[c] = Client::Idle;
+            }
+            Action::Restart(m) => {
+                state.restarts += 1;
+                // Empty, and away for a lease (the mutant: back at once).
+                let away = if self.mutants.contains(&Mutant::RestartNotDelayed) {
+                    0
+                } else {
+                    self.ttl
+                };
+                state.masters[m] = Master {
+                    lock: None,
+                    counter: 0,
+                    away_until: now + away,
+                };
+            }
+        }
+        // Canonical forms: a lapsed lease, a return that came, a validity that ended.
+        let now = state.now;
+        for master in &mut state.masters {
+            if master.lock.is_some_and(|(_, e)| e <= now) {
+                master.lock = None;
+            }
+            if master.away_until <= now {
+                master.away_until = 0;
+            }
+        }
+        for client in &mut state.clients {
+            if let Client::Holding { until, .. } = client {
+                if *until <= now {
+                    *until = 0;
+                }
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("mutual exclusion", |_, state: &State| {
+                let now = state.now;
+                state
+                    .clients
+                    .iter()
+                    .filter(|c| matches!(c, Client::Holding { until, .. } if *until > now))
+                    .count()
+                    <= 1
+            }),
+            Property::always("fences follow grants", |_, state: &State| {
+                !state.fence_order_broken
+            }),
+            Property::sometimes(
+                "a grant raises a counter to settle",
+                |model: &RedlockModel, state: &State| {
+                    // With the clock floor every fence is the clock: none is behind.
+                    state.raised || model.clock_floor
+                },
+            ),
+            Property::sometimes(
+                "a grant follows a master's restart",
+                |model: &RedlockModel, state: &State| {
+                    state.granted_after_restart || model.max_restarts == 0
+                },
+            ),
+        ]
+    }
+
+    fn within_boundary(&self, state: &State) -> bool {
+        state.now <= self.max_time
+    }
+}
