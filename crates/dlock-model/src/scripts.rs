@@ -1,8 +1,8 @@
 //! The Redis side: what one lock name's keys hold, and each Lua script of the modelled
 //! kinds as a transition on them, written from the script line by line (the file each
-//! mirrors is named on it). `tests/conformance.rs` runs the mutex's, the fair mutex's, the
-//! reentrant mutex's and the semaphore's real scripts on a real server beside these transitions and compares
-//! replies and keys after every step (the rwlock's are not in it yet).
+//! mirrors is named on it). `tests/conformance.rs` runs the real scripts of every kind here
+//! on a real server beside these transitions and compares replies and keys after every
+//! step.
 //!
 //! Time is whole ticks. A key whose expiry is at or before `now` is gone (Redis keeps a key
 //! through its last millisecond; in ticks the model ends it a little early, the safe side),
