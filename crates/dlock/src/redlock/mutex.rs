@@ -12,13 +12,18 @@
 //! ours) on enough granting nodes that a majority holds `m` before the grant counts. Any
 //! later grant's majority meets that majority in a node where it could only be granted
 //! after our hold there ended, so after the raise: its draw there exceeds `m`, and
-//! so does its maximum. The common case (counters in step) costs no extra round trip.
+//! so does its maximum, as long as that node kept its counter. (A node restarted without
+//! persistence forgets it; then only the clock floor below keeps fences growing, which
+//! `dlock-model`'s Redlock models check both ways.) The common case (counters in step)
+//! costs no extra round trip.
 //!
 //! Fences have a clock floor (see `fencing.lua`): a node draws `max(counter + 1, its clock
 //! in µs)`. When `m` is a node's clock, no raise is needed: every later grant draws at
 //! least its node's clock at a later time, which exceeds `m` as long as the masters'
 //! clocks agree within the time between two grants (the floor's own assumption, in
 //! docs/decisions.md). So with counters behind the clocks, as they are, no grant raises.
+//! A master whose clock jumps ahead breaks that assumption: grants without it then draw
+//! fences below the ones it drew (`dlock-torture`'s `redlock-clock-jump` shows it).
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};

@@ -1,7 +1,9 @@
 -- Redlock's second round: raises this node's fencing counter to the fence a quorum's
 -- grant chose (the largest counter among the granting nodes), only upward, and only
 -- while the hold is still ours here. A later grant's quorum meets every majority, so it
--- meets a node raised here while we held it, and its own fence comes out larger.
+-- meets a node raised here while we held it, and its own fence comes out larger, as long
+-- as that node keeps its counter: after a restart without persistence only the clock
+-- floor keeps the order (fencing.lua).
 -- Bare (no prelude): the common case (the largest fence is a node's clock) never runs it.
 -- Counters and fences stay below 2^53 (fencing.lua), where Lua compares them exactly.
 -- KEYS[1] lock key; KEYS[2] fencing counter; ARGV[1] token; ARGV[2] the fence
