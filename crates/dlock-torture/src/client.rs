@@ -149,8 +149,11 @@ pub struct ClientArgs {
     pub primitive: Primitive,
     /// The lock server (or the proxy in front of it); for a Redlock, each of its masters
     /// (repeated).
-    #[arg(long, required_unless_present = "sentinel")]
+    #[arg(long, required_unless_present_any = ["sentinel", "cluster"])]
     pub redis: Vec<String>,
+    /// Or the nodes of a Redis Cluster (repeated): the seeds its slot map is learnt from.
+    #[arg(long, conflicts_with_all = ["redis", "sentinel"])]
+    pub cluster: Vec<String>,
     /// Or the sentinels that name the lock server (with --service).
     #[arg(long, requires = "service")]
     pub sentinel: Vec<String>,
@@ -307,6 +310,9 @@ impl Locker {
         }
         let builder = match (args.redis.first(), args.service.as_deref()) {
             (Some(url), _) => dlock::Client::builder(url),
+            (None, _) if !args.cluster.is_empty() => {
+                dlock::Client::cluster_builder(args.cluster.clone())
+            }
             (None, service) => {
                 dlock::Client::sentinel_builder(args.sentinel.clone(), service.unwrap_or_default())
             }

@@ -20,6 +20,11 @@ use crate::check::{self, Faults, Findings, Kill, Outage, Pause};
 use crate::client::Primitive;
 use crate::record::{self, mono_ns, Event};
 
+// The Redis Cluster failover, in a file of its own; a child module, so that it uses the
+// run's helpers (`Run`, `sleep`, `stop_or_continue`) as `fail_over` does.
+#[path = "cluster_failover.rs"]
+mod cluster_failover;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Expect {
@@ -44,6 +49,10 @@ enum Fault {
     /// through them, the replica promoted, while one client per lock still reaches the
     /// old master directly.
     Partition,
+    /// A Redis Cluster whose locks all live on one shard: that shard's replica frozen
+    /// while grants go on, its master frozen, the replica promoted (`CLUSTER FAILOVER
+    /// TAKEOVER`); see cluster_failover.rs.
+    ClusterFailover,
     /// Five Redlock masters; each round two of them killed, frozen or answering too
     /// late for a while.
     MinorityDown,
@@ -229,6 +238,26 @@ pub const SCENARIOS: &[Scenario] = &[
         expect: Expect::Safe,
         about: "the same with replica acknowledgement (`--replicas 1`): a grant the replica lacks is given back, so the promoted replica has every lock",
         fault: Fault::Failover,
+        durable: false,
+        acknowledged: true,
+        pending: None,
+        runs: None,
+    },
+    Scenario {
+        name: "cluster-failover-no-ack",
+        expect: Expect::Violation,
+        about: "Redis Cluster (3 shards, the locks on one): the shard's replica frozen while grants go on, its master frozen, the replica promoted (CLUSTER FAILOVER TAKEOVER) without the grants (negative control); fences keep growing by the clock floor",
+        fault: Fault::ClusterFailover,
+        durable: false,
+        acknowledged: false,
+        pending: None,
+        runs: None,
+    },
+    Scenario {
+        name: "cluster-failover-ack",
+        expect: Expect::Safe,
+        about: "the same with replica acknowledgement (`--replicas 1`): a grant the replica lacks is given back, so the promoted replica has every lock",
+        fault: Fault::ClusterFailover,
         durable: false,
         acknowledged: true,
         pending: None,
@@ -705,13 +734,12 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
         .tempdir()
         .expect("a temp dir for the records");
     std::fs::create_dir_all(dir.path().join("holding")).expect("the holding dir");
-    let failover = scenario.fault == Fault::Failover;
     // A holder's belief must outlast a failover (some seconds) for the promoted replica's
     // second grant to overlap it.
-    let ttl = if failover {
-        config.ttl.max(FAILOVER_TTL)
-    } else {
-        config.ttl
+    let ttl = match scenario.fault {
+        Fault::Failover => config.ttl.max(FAILOVER_TTL),
+        Fault::ClusterFailover => config.ttl.max(cluster_failover::TTL),
+        _ => config.ttl,
     };
     let config = &Config {
         ttl,
@@ -910,6 +938,11 @@ fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults
         Fault::Partition => {
             if let LockServers::Failover { group, sentinels } = servers {
                 partition(index, group, sentinels, run, faults);
+            }
+        }
+        Fault::ClusterFailover => {
+            if let LockServers::Cluster(locks) = servers {
+                cluster_failover::fail_over(locks, run, faults);
             }
         }
         Fault::MinorityDown => {
@@ -1361,6 +1394,8 @@ enum LockServers {
         group: MasterWithReplicas,
         sentinels: SentinelGroup,
     },
+    /// A Redis Cluster whose locks all live on one shard.
+    Cluster(cluster_failover::ClusterLocks),
     /// A Redlock's independent masters, each behind its own proxy.
     Redlock(IndependentMasters),
 }
@@ -1371,6 +1406,9 @@ impl LockServers {
             let group = MasterWithReplicas::start(1);
             let sentinels = SentinelGroup::start(group.master(), SERVICE, 3);
             return LockServers::Failover { group, sentinels };
+        }
+        if scenario.fault == Fault::ClusterFailover {
+            return LockServers::Cluster(cluster_failover::ClusterLocks::start());
         }
         if scenario.fault == Fault::Partition {
             // The sentinels, the replica and the sentinels' clients reach each server only
@@ -1415,6 +1453,7 @@ impl LockServers {
                 args.extend(["--service".to_string(), SERVICE.to_string()]);
                 args
             }
+            LockServers::Cluster(locks) => locks.topology(),
             LockServers::Redlock(masters) => masters
                 .urls()
                 .into_iter()
@@ -2238,6 +2277,11 @@ mod tests {
         assert!(scenario("holder-crash")
             .kinds_of(&[Primitive::Redlock])
             .is_empty());
+        // A Redis Cluster runs every kind of one deployment, on one shard; not Redlock.
+        for name in ["cluster-failover-no-ack", "cluster-failover-ack"] {
+            assert_eq!(scenario(name).kinds_of(&all), Primitive::SINGLE.to_vec());
+            assert!(scenario(name).kinds_of(&[Primitive::Redlock]).is_empty());
+        }
         // The scenarios about kinds of their own run those only.
         assert_eq!(
             scenario("rwlock-readers").kinds_of(&all),
@@ -2410,6 +2454,27 @@ mod tests {
         assert!(judged("redlock-restart-nopersist", [1, 9, 5])
             .iter()
             .any(|p| p.contains("fences went backwards")));
+    }
+
+    /// The cluster failover twins: the negative control without acknowledgement, the safe
+    /// one with it, on the same fault; both listed with what they prove.
+    #[test]
+    fn the_cluster_failover_twins_differ_only_in_acknowledgement() {
+        let (no_ack, ack) = (
+            scenario("cluster-failover-no-ack"),
+            scenario("cluster-failover-ack"),
+        );
+        assert_eq!(
+            (no_ack.expect, ack.expect),
+            (Expect::Violation, Expect::Safe)
+        );
+        assert_eq!((no_ack.acknowledged, ack.acknowledged), (false, true));
+        assert_eq!(no_ack.fault, Fault::ClusterFailover);
+        assert_eq!(ack.fault, Fault::ClusterFailover);
+        assert!(!no_ack.durable && !ack.durable);
+        assert!(no_ack.pending.is_none() && ack.pending.is_none());
+        assert!(no_ack.about.contains("negative control"));
+        assert!(ack.about.contains("--replicas 1"));
     }
 
     /// A Redlock restart run has async and blocking library clients, each of which must
