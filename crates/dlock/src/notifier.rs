@@ -20,7 +20,9 @@
 //!
 //! Pub/sub is fire-and-forget: when the subscriber connection drops, every waiter is woken,
 //! falls back to jittered polling, and the task resubscribes everything on reconnect (and
-//! wakes everyone again, since releases may have been missed meanwhile).
+//! wakes everyone again, since releases may have been missed meanwhile). A channel the
+//! server refuses (an ACL without it; a cluster slot not served during a failover) leaves
+//! its waiters polling, and is tried again with a growing pause while they wait.
 
 use crate::backend::{Backend, Heard, SubscriberSink};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -161,6 +163,11 @@ impl Channels {
     }
 
     /// Removes `channel` if nobody waits on it (it lingered long enough); true if removed.
+    /// Some waiter still listens on `channel`.
+    fn is_wanted(&self, channel: &str) -> bool {
+        (self.entries.lock().unwrap().get(channel)).is_some_and(|entry| entry.waiters > 0)
+    }
+
     fn remove_if_unwatched(&self, channel: &str) -> bool {
         let mut entries = self.entries.lock().unwrap();
         if entries.get(channel).is_some_and(|entry| entry.waiters == 0) {
@@ -450,6 +457,48 @@ impl Lingering {
     }
 }
 
+/// The channels whose subscription the server refused while waiters listen on them, each
+/// tried again after a pause that doubles up to [`RETRY_REFUSED_MAX`]: a refusal can pass
+/// (a cluster's slot not served during a failover, an ACL changed), and the waiters that
+/// poll meanwhile would otherwise stay deaf until a new waiter subscribes.
+#[derive(Default)]
+struct RetryRefused {
+    /// When each is due, and the pause that led there.
+    due: HashMap<String, (Instant, Duration)>,
+}
+
+/// The first pause before a refused subscription is tried again.
+const RETRY_REFUSED_FIRST: Duration = Duration::from_millis(250);
+/// The longest (a channel refused for good, an ACL without it, costs one `SUBSCRIBE`
+/// this often while waiters listen).
+const RETRY_REFUSED_MAX: Duration = Duration::from_secs(5);
+
+impl RetryRefused {
+    /// Schedules `channel` after `pause`, unless it is scheduled already.
+    fn add(&mut self, channel: String, pause: Duration) {
+        self.due
+            .entry(channel)
+            .or_insert_with(|| (Instant::now() + crate::options::jitter(pause), pause));
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.values().map(|(at, _)| *at).min()
+    }
+
+    /// The channels due now, with the pause after which they were.
+    fn take_due(&mut self) -> Vec<(String, Duration)> {
+        let now = Instant::now();
+        let due: Vec<(String, Duration)> = (self.due.iter())
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(channel, (_, pause))| (channel.clone(), *pause))
+            .collect();
+        for (channel, _) in &due {
+            self.due.remove(channel);
+        }
+        due
+    }
+}
+
 async fn run_subscriber(
     backend: Backend,
     connect_timeout: Duration,
@@ -470,6 +519,7 @@ async fn run_subscriber(
         let mut subscribed: HashSet<String> = HashSet::new();
         // Channels nobody waits on any more need no new subscription.
         let mut lingering = Lingering::default();
+        let mut refused = RetryRefused::default();
         let wanted: Vec<String> = {
             let mut entries = channels.entries.lock().unwrap();
             entries.retain(|_, entry| entry.waiters > 0);
@@ -482,7 +532,10 @@ async fn run_subscriber(
                     channels.set_live(&channel, true);
                     subscribed.insert(channel);
                 }
-                Subscribed::Refused => channels.set_live(&channel, false),
+                Subscribed::Refused => {
+                    channels.set_live(&channel, false);
+                    refused.add(channel, RETRY_REFUSED_FIRST);
+                }
                 Subscribed::Broken => {
                     healthy = false;
                     break;
@@ -499,7 +552,31 @@ async fn run_subscriber(
 
         while healthy {
             let next_forget = lingering.next_due();
+            let next_retry = refused.next_due();
             tokio::select! {
+                _ = tokio::time::sleep_until(next_retry.unwrap_or_else(Instant::now)), if next_retry.is_some() => {
+                    for (channel, pause) in refused.take_due() {
+                        if subscribed.contains(&channel) || !channels.is_wanted(&channel) {
+                            continue;
+                        }
+                        match subscribe(&mut sink, &channel).await {
+                            Subscribed::Yes => {
+                                subscribed.insert(channel.clone());
+                                channels.set_live(&channel, true);
+                                // Its waiters polled: they re-check now, and from here on
+                                // sleep until a release.
+                                channels.deliver(&channel, b"all");
+                            }
+                            Subscribed::Refused => {
+                                refused.add(channel, (pause * 2).min(RETRY_REFUSED_MAX));
+                            }
+                            Subscribed::Broken => {
+                                healthy = false;
+                                break;
+                            }
+                        }
+                    }
+                }
                 _ = tokio::time::sleep_until(next_forget.unwrap_or_else(Instant::now)), if next_forget.is_some() => {
                     for channel in lingering.take_due() {
                         if channels.remove_if_unwatched(&channel)
@@ -525,6 +602,8 @@ async fn run_subscriber(
                             let ok = matches!(subscribe(&mut sink, &channel).await, Subscribed::Yes);
                             if ok {
                                 subscribed.insert(channel.clone());
+                            } else {
+                                refused.add(channel.clone(), RETRY_REFUSED_FIRST);
                             }
                             channels.set_live(&channel, ok);
                         }
@@ -544,7 +623,10 @@ async fn run_subscriber(
                                     subscribed.insert(channel.clone());
                                     true
                                 }
-                                Subscribed::Refused => false,
+                                Subscribed::Refused => {
+                                    refused.add(channel.clone(), RETRY_REFUSED_FIRST);
+                                    false
+                                }
                                 Subscribed::Broken => {
                                     healthy = false;
                                     false

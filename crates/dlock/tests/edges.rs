@@ -453,6 +453,65 @@ async fn waiters_without_channel_permission_poll_without_reconnecting() {
     holder.unlock().await.unwrap();
 }
 
+/// A subscription the server refused is tried again while its waiter waits: once the user
+/// may subscribe (an ACL change here; in a cluster, a slot served again after a failover
+/// that refused the resubscription), the waiter listens again, without a new waiter
+/// coming to subscribe for it. (Before, it polled until its wait ended.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_subscription_is_tried_again_while_its_waiter_waits() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "latesub",
+        "on",
+        ">pw",
+        "~*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let url = format!("redis://latesub:pw@127.0.0.1:{}", server.port());
+    let c = Client::connect(&url).await.unwrap();
+    let m = c
+        .mutex_with(
+            "rs",
+            LockOptions::default().wait(Wait::Timeout(Duration::from_secs(60))),
+        )
+        .unwrap();
+    let holder = m.try_lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let m = m.clone();
+        async move { m.lock().await.map(|g| g.token().to_string()) }
+    });
+    // Refused: the ACL log has the channel denial.
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let log: redis::Value = server.cmd(&["ACL", "LOG"]);
+        if format!("{log:?}").contains("channel") {
+            break;
+        }
+        assert!(Instant::now() < until, "the subscription was never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _: () = server.cmd(&["ACL", "SETUSER", "latesub", "allchannels"]);
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let subscribed: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS"]);
+        if !subscribed.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the refused subscription was not tried again while its waiter waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!waiter.is_finished(), "the waiter should still be waiting");
+    holder.unlock().await.unwrap();
+    let granted = waiter.await.unwrap();
+    assert!(granted.is_ok(), "{granted:?}");
+}
+
 /// A fair-mutex waiter queues, Redis freezes, its 400 ms budget runs out and it starts
 /// giving its place back (which cannot finish while Redis is frozen); `outer` bounds the
 /// whole wait, dropping it midway through the give-back when shorter than the freeze.
