@@ -98,9 +98,9 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         if !chosen(model.name) {
             continue;
         }
-        if hunting && !mutants.iter().any(|m| m.in_redlock()) {
+        if hunting && !mutants.iter().any(|m| m.touches_redlock(&model)) {
             println!(
-                "{}: skipped (the bug is in none of its transitions)",
+                "{}: skipped (the bug acts in none of its transitions)",
                 model.name
             );
             continue;
