@@ -241,6 +241,24 @@ impl Fences {
         self.0.push((server, model));
         Ok(())
     }
+
+    /// The fencing counter at `key` against the model's (0: none): both drawn or neither,
+    /// and in the fences' order.
+    fn check_counter(
+        &mut self,
+        conn: &mut redis::Connection,
+        key: &str,
+        model: u64,
+        context: &str,
+    ) -> Result<(), String> {
+        let context = format!("{context}: counter");
+        let counter: Option<u64> = redis::cmd("GET").arg(key).query(conn).unwrap();
+        same(counter.is_some(), model > 0, &context)?;
+        match counter {
+            Some(counter) => self.check(counter, model, &context),
+            None => Ok(()),
+        }
+    }
 }
 
 fn same<T: PartialEq + std::fmt::Debug>(server: T, model: T, context: &str) -> Result<(), String> {
@@ -268,15 +286,7 @@ fn compare(
         &format!("{context}: holder"),
     )?;
     // The counter: drawn or not, and the last fence drawn, in the fences' order.
-    let counter: Option<u64> = redis::cmd("GET").arg(FENCE).query(conn).unwrap();
-    same(
-        counter.is_some(),
-        model.counter > 0,
-        &format!("{context}: counter"),
-    )?;
-    if let Some(counter) = counter {
-        fences.check(counter, model.counter, &format!("{context}: counter"))?;
-    }
+    fences.check_counter(conn, FENCE, model.counter, context)?;
     // The fence record: whose, and which fence.
     let record: Option<String> = redis::cmd("GET").arg(RECORD).query(conn).unwrap();
     let record = record.map(|r| {
@@ -295,18 +305,23 @@ fn compare(
     Ok(())
 }
 
+/// renew/renew.lua, as every kind sends it.
+fn renew_script() -> redis::Script {
+    script(&[
+        "fencing.lua",
+        "prelude.lua",
+        "entries.lua",
+        "renew/holds.lua",
+        "renew/renew.lua",
+    ])
+}
+
 fn scripts() -> Scripts {
     Scripts {
         acquire: script(&["mutex/bare.lua", "fencing.lua", "mutex/acquire.lua"]),
         release: script(&["mutex/bare.lua", "mutex/release.lua"]),
         fence: script(&["mutex/bare.lua", "fencing.lua", "mutex/fence.lua"]),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
+        renew: renew_script(),
     }
 }
 
@@ -343,21 +358,24 @@ const PERMITS: &str = "s";
 const PERMITS_INDEX: &str = "s:index";
 const PERMITS_FENCE: &str = "s:fence";
 
-/// A tick on the server for a hash of leased entries: every entry's end, its index score,
-/// '~ends' and the keys' expiry move a tick earlier (entries.lua's format), so the scripts'
-/// own `end <= now` decides what expired.
+/// A tick on the server for a hash of leased entries (the semaphore's permits, the
+/// rwlock's read holds; a writer's string is left as it is): every entry's end, its index
+/// score, '~ends' and the keys' expiry move a tick earlier (entries.lua's format), so the
+/// scripts' own `end <= now` decides what expired.
 const SHIFT_ENTRIES: &str = r#"
 local tick = tonumber(ARGV[1])
-local fields = redis.call('HGETALL', KEYS[1])
-for i = 1, #fields, 2 do
-  local name, value = fields[i], fields[i + 1]
-  if string.sub(name, 1, 2) == 'h:' then
-    local ends, data = string.match(value, '^(%d+)|(.*)$')
-    local shifted = string.format('%.0f', tonumber(ends) - tick)
-    redis.call('HSET', KEYS[1], name, shifted .. '|' .. data)
-    redis.call('ZADD', KEYS[2], shifted, string.sub(name, 3))
-  elseif name == '~ends' then
-    redis.call('HSET', KEYS[1], name, string.format('%.0f', tonumber(value) - tick))
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
+  local fields = redis.call('HGETALL', KEYS[1])
+  for i = 1, #fields, 2 do
+    local name, value = fields[i], fields[i + 1]
+    if string.sub(name, 1, 2) == 'h:' then
+      local ends, data = string.match(value, '^(%d+)|(.*)$')
+      local shifted = string.format('%.0f', tonumber(ends) - tick)
+      redis.call('HSET', KEYS[1], name, shifted .. '|' .. data)
+      redis.call('ZADD', KEYS[2], shifted, string.sub(name, 3))
+    elseif name == '~ends' then
+      redis.call('HSET', KEYS[1], name, string.format('%.0f', tonumber(value) - tick))
+    end
   end
 end
 for _, key in ipairs(KEYS) do
@@ -531,13 +549,7 @@ fn semaphore_scripts() -> SemaphoreScripts {
     SemaphoreScripts {
         acquire: with("semaphore/acquire.lua"),
         release: with("semaphore/release.lua"),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
+        renew: renew_script(),
         shift: redis::Script::new(SHIFT_ENTRIES),
     }
 }
@@ -607,13 +619,7 @@ fn fair_scripts() -> FairScripts {
         acquire: with("fair/acquire.lua"),
         release: with("fair/release.lua"),
         cancel: with("queue/cancel.lua"),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
+        renew: renew_script(),
         shift: redis::Script::new(SHIFT_QUEUE),
     }
 }
@@ -775,15 +781,7 @@ fn run_fair(
             model.holder(now).map(waiter_text),
             &format!("{context}: holder"),
         )?;
-        let counter: Option<u64> = redis::cmd("GET").arg(FAIR_FENCE).query(conn).unwrap();
-        same(
-            counter.is_some(),
-            model.counter > 0,
-            &format!("{context}: counter"),
-        )?;
-        if let Some(counter) = counter {
-            fences.check(counter, model.counter, &format!("{context}: counter"))?;
-        }
+        fences.check_counter(conn, FAIR_FENCE, model.counter, &context)?;
         same(
             live_waiters(conn),
             model.live_waiters(now).map(waiter_text).collect::<Vec<_>>(),
@@ -837,13 +835,7 @@ fn reentrant_scripts() -> ReentrantScripts {
     ReentrantScripts {
         acquire: with("reentrant/acquire.lua"),
         release: with("reentrant/release.lua"),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
+        renew: renew_script(),
     }
 }
 
@@ -1017,36 +1009,6 @@ const RW_QUEUE: &str = "w:queue";
 const RW_LEASES: &str = "w:queue-leases";
 const RW_INDEX: &str = "w:read-expiry";
 
-/// A tick on the server for the read-write lock: a hash of read holds as `SHIFT_ENTRIES`
-/// moves it (ends, index, '~ends'), and every key's expiry a tick closer.
-const SHIFT_RW: &str = r#"
-local tick = tonumber(ARGV[1])
-if redis.call('TYPE', KEYS[1]).ok == 'hash' then
-  local fields = redis.call('HGETALL', KEYS[1])
-  for i = 1, #fields, 2 do
-    local name, value = fields[i], fields[i + 1]
-    if string.sub(name, 1, 2) == 'h:' then
-      local ends, data = string.match(value, '^(%d+)|(.*)$')
-      local shifted = string.format('%.0f', tonumber(ends) - tick)
-      redis.call('HSET', KEYS[1], name, shifted .. '|' .. data)
-      redis.call('ZADD', KEYS[2], shifted, string.sub(name, 3))
-    elseif name == '~ends' then
-      redis.call('HSET', KEYS[1], name, string.format('%.0f', tonumber(value) - tick))
-    end
-  end
-end
-for _, key in ipairs(KEYS) do
-  local pttl = redis.call('PTTL', key)
-  if pttl > 0 then
-    if pttl <= tick then
-      redis.call('DEL', key)
-    else
-      redis.call('PEXPIRE', key, pttl - tick)
-    end
-  end
-end
-"#;
-
 struct RwScripts {
     read_acquire: redis::Script,
     read_release: redis::Script,
@@ -1072,14 +1034,8 @@ fn rw_scripts() -> RwScripts {
         read_release: with("rwlock/read_release.lua"),
         write_acquire: with("rwlock/write_acquire.lua"),
         write_release: with("rwlock/write_release.lua"),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
-        shift: redis::Script::new(SHIFT_RW),
+        renew: renew_script(),
+        shift: redis::Script::new(SHIFT_ENTRIES),
     }
 }
 
@@ -1250,15 +1206,7 @@ fn run_rw(
             model.holder(now).map(token_text),
             &format!("{context}: writer"),
         )?;
-        let counter: Option<u64> = redis::cmd("GET").arg(RW_FENCE).query(conn).unwrap();
-        same(
-            counter.is_some(),
-            model.counter > 0,
-            &format!("{context}: counter"),
-        )?;
-        if let Some(counter) = counter {
-            fences.check(counter, model.counter, &format!("{context}: counter"))?;
-        }
+        fences.check_counter(conn, RW_FENCE, model.counter, &context)?;
     }
     Ok(purged_for_write)
 }
@@ -1504,15 +1452,7 @@ fn run_redlock_master(
             model.holder(now).map(token_text),
             &format!("{context}: holder"),
         )?;
-        let counter: Option<u64> = redis::cmd("GET").arg(MASTER_FENCE).query(conn).unwrap();
-        same(
-            counter.is_some(),
-            model.counter > 0,
-            &format!("{context}: counter"),
-        )?;
-        if let Some(counter) = counter {
-            fences.check(counter, model.counter, &format!("{context}: counter"))?;
-        }
+        fences.check_counter(conn, MASTER_FENCE, model.counter, &context)?;
     }
     Ok(())
 }
