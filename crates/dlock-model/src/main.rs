@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use dlock_model::mutant::Mutant;
-use dlock_model::{models, redlock_models, Bounds};
-use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use dlock_model::{models, redlock_models, Bounds, Verdict};
+use stateright::{Checker, HasDiscoveries, Model};
 
 /// Prints a line of output. A closed pipe (a reader that stopped: `| head`) ends the
 /// program quietly with exit 0, as dlock-cli does; any other write error exits 74.
@@ -170,19 +170,9 @@ where
     let mut all_hold = true;
     for property in model.properties() {
         let discovery = checker.discovery(property.name);
-        let holds = match property.expectation {
-            Expectation::Always | Expectation::Eventually => discovery.is_none(),
-            // A hunt that stopped early reached what it reached.
-            Expectation::Sometimes => discovery.is_some() || hunting,
-        };
-        let verdict = match (property.expectation, holds) {
-            (Expectation::Sometimes, true) if discovery.is_none() => "not looked for",
-            (Expectation::Sometimes, true) => "reached",
-            (Expectation::Sometimes, false) => "NEVER REACHED",
-            (_, true) => "holds",
-            (_, false) => "VIOLATED",
-        };
-        say!("  {verdict:<13} {}", property.name);
+        let verdict = Verdict::of(&property.expectation, discovery.is_some(), hunting);
+        let holds = verdict.passed();
+        say!("  {:<13} {}", verdict.label(), property.name);
         if !holds {
             all_hold = false;
             if let Some(path) = discovery {

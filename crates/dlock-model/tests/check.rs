@@ -2,7 +2,7 @@
 //! fail. (Smaller bounds than `dlock-model check` uses, for a debug build.)
 
 use dlock_model::mutant::Mutant;
-use dlock_model::{models, redlock_models, Bounds};
+use dlock_model::{models, redlock_models, Bounds, Verdict};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 const BOUNDS: Bounds = Bounds {
@@ -26,11 +26,7 @@ where
     let mut failed = Vec::new();
     for property in model.properties() {
         let found = checker.discovery(property.name).is_some();
-        let holds = match property.expectation {
-            Expectation::Sometimes => found || hunting,
-            Expectation::Always | Expectation::Eventually => !found,
-        };
-        if !holds {
+        if !Verdict::of(&property.expectation, found, hunting).passed() {
             failed.push((format!("{name}: {}", property.name), property.expectation));
         }
     }
