@@ -11,7 +11,53 @@ pub mod system;
 
 use mutant::Mutant;
 use redlock::RedlockModel;
+use stateright::Expectation;
 use system::{Kind, LockModel, Role};
+
+/// What a check says of one property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// An `always` (or `eventually`) with no counterexample.
+    Holds,
+    /// An `always` (or `eventually`) with a counterexample.
+    Violated,
+    /// A `sometimes` whose example was found.
+    Reached,
+    /// A `sometimes` not found by a hunt for a bug, which stops at the first violation.
+    NotLookedFor,
+    /// A `sometimes` never found in a whole search.
+    NeverReached,
+}
+
+impl Verdict {
+    /// The verdict on a property with `expectation`, `discovered` (a counterexample or an
+    /// example found) in a search that was `hunting` a bug or not.
+    pub fn of(expectation: &Expectation, discovered: bool, hunting: bool) -> Verdict {
+        match (expectation, discovered) {
+            (Expectation::Sometimes, true) => Verdict::Reached,
+            (Expectation::Sometimes, false) if hunting => Verdict::NotLookedFor,
+            (Expectation::Sometimes, false) => Verdict::NeverReached,
+            (_, false) => Verdict::Holds,
+            (_, true) => Verdict::Violated,
+        }
+    }
+
+    /// Whether the check passes on this property.
+    pub fn passed(self) -> bool {
+        !matches!(self, Verdict::Violated | Verdict::NeverReached)
+    }
+
+    /// As `dlock-model check` prints it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Holds => "holds",
+            Verdict::Violated => "VIOLATED",
+            Verdict::Reached => "reached",
+            Verdict::NotLookedFor => "not looked for",
+            Verdict::NeverReached => "NEVER REACHED",
+        }
+    }
+}
 
 /// The bounds of a check: small enough for CI, large enough to reach every interleaving
 /// of two or three holds' lifetimes.

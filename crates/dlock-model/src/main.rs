@@ -1,17 +1,46 @@
 //! `dlock-model check [--mutant NAME]`: model-checks dlock's lock protocols; exits 0 when
 //! every property holds, 1 with a counterexample trace when one does not.
 //! `dlock-model mutants`: the names of the deliberate protocol bugs, one a line.
+//! A reader that stops reading (`| head`) ends the program quietly with exit 0, as
+//! dlock-cli does; any other failure to write the output exits 74.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use dlock_model::mutant::Mutant;
-use dlock_model::{models, redlock_models, Bounds};
-use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use dlock_model::{models, redlock_models, Bounds, Verdict};
+use stateright::{Checker, HasDiscoveries, Model};
+
+/// Prints a line of output. A closed pipe (a reader that stopped: `| head`) ends the
+/// program quietly with exit 0, as dlock-cli does; any other write error exits 74.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        say(format_args!($($arg)*))
+    };
+}
+
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(err) => {
+            eprintln!("dlock-model: cannot write the output: {err}");
+            std::process::exit(74);
+        }
+    }
+}
 
 #[derive(Parser)]
-#[command(version, about = "Model checks of dlock's lock protocols")]
+#[command(
+    version,
+    about = "Model checks of dlock's lock protocols",
+    after_help = "Exit status: 0 every property holds (or the reader of the output stopped \
+                  reading), 1 a property failed, 64 a usage error, 74 the output could not \
+                  be written."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,7 +71,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Mutants => {
             for mutant in Mutant::ALL {
-                println!("{}", mutant.name());
+                say!("{}", mutant.name());
             }
             ExitCode::SUCCESS
         }
@@ -83,7 +112,7 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
             continue;
         }
         if hunting && !mutants.iter().any(|m| m.touches(model.kind)) {
-            println!(
+            say!(
                 "{}: skipped (the bug is in none of its scripts)",
                 model.name
             );
@@ -98,9 +127,9 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         if !chosen(model.name) {
             continue;
         }
-        if hunting && !mutants.iter().any(|m| m.in_redlock()) {
-            println!(
-                "{}: skipped (the bug is in none of its transitions)",
+        if hunting && !mutants.iter().any(|m| m.touches_redlock(&model)) {
+            say!(
+                "{}: skipped (the bug acts in none of its transitions)",
                 model.name
             );
             continue;
@@ -131,7 +160,7 @@ where
         builder = builder.finish_when(HasDiscoveries::AnyFailures);
     }
     let checker = builder.spawn_bfs().join();
-    println!(
+    say!(
         "{name}: {} states ({} unique), depth {}, {:.1} s",
         checker.state_count(),
         checker.unique_state_count(),
@@ -141,34 +170,24 @@ where
     let mut all_hold = true;
     for property in model.properties() {
         let discovery = checker.discovery(property.name);
-        let holds = match property.expectation {
-            Expectation::Always | Expectation::Eventually => discovery.is_none(),
-            // A hunt that stopped early reached what it reached.
-            Expectation::Sometimes => discovery.is_some() || hunting,
-        };
-        let verdict = match (property.expectation, holds) {
-            (Expectation::Sometimes, true) if discovery.is_none() => "not looked for",
-            (Expectation::Sometimes, true) => "reached",
-            (Expectation::Sometimes, false) => "NEVER REACHED",
-            (_, true) => "holds",
-            (_, false) => "VIOLATED",
-        };
-        println!("  {verdict:<13} {}", property.name);
+        let verdict = Verdict::of(&property.expectation, discovery.is_some(), hunting);
+        let holds = verdict.passed();
+        say!("  {:<13} {}", verdict.label(), property.name);
         if !holds {
             all_hold = false;
             if let Some(path) = discovery {
                 let steps = path.into_vec();
-                println!(
+                say!(
                     "  counterexample ({} steps from the start):",
                     steps.len() - 1
                 );
                 for (number, (_, action)) in steps.iter().enumerate() {
                     if let Some(action) = action {
-                        println!("    {:>2}. {action:?}", number + 1);
+                        say!("    {:>2}. {action:?}", number + 1);
                     }
                 }
                 if let Some((last, _)) = steps.last() {
-                    println!("    which leaves {last:#?}");
+                    say!("    which leaves {last:#?}");
                 }
             }
         }

@@ -10,7 +10,9 @@
 //! compared in order, the reentrant mutex's (acquire, new or resent, release of one
 //! hold, renewal), its hash's owner, count and holds compared, and the read-write lock's
 //! (read and write acquire and resend, release, renewal; no writer queue, no re-entry),
-//! its live read holds and writer compared.
+//! its live read holds and writer compared; and one Redlock master's (acquire with the
+//! fence drawn at grant and its origin told, raise, release, restart empty) beside
+//! `redlock.rs`'s `Master`.
 //!
 //! Time is not waited for: a tick shortens every key's real TTL by a tick (and, for the
 //! semaphore, moves every permit's stored end a tick earlier, for the fair mutex every
@@ -19,6 +21,7 @@
 //! transition that kept or restarted a lease differently from the script shows.
 
 use dlock_model::mutant::Mutant;
+use dlock_model::redlock::Master;
 use dlock_model::scripts::{Grant, Server, Token};
 use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
@@ -196,23 +199,29 @@ fn run(
                 now += 1;
                 model.expire(now);
                 // A tick passes on the server too: every lease a tick shorter.
-                for key in [LOCK, RECORD] {
-                    let pttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
-                    if pttl > 0 && pttl as u64 <= TICK_MS + SLACK_MS {
-                        let _: () = redis::cmd("DEL").arg(key).query(conn).unwrap();
-                    } else if pttl > 0 {
-                        let _: () = redis::cmd("PEXPIRE")
-                            .arg(key)
-                            .arg(pttl as u64 - TICK_MS)
-                            .query(conn)
-                            .unwrap();
-                    }
-                }
+                tick_keys(conn, &[LOCK, RECORD]);
             }
         }
         compare(&model, now, conn, &mut fences, &context)?;
     }
     Ok(())
+}
+
+/// A tick on the server for `keys`: each key's expiry comes a tick closer; a key with at
+/// most a tick (and the run's slack) left is deleted, as Redis would expire it within it.
+fn tick_keys(conn: &mut redis::Connection, keys: &[&str]) {
+    for &key in keys {
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+        if pttl > 0 && pttl as u64 <= TICK_MS + SLACK_MS {
+            let _: () = redis::cmd("DEL").arg(key).query(conn).unwrap();
+        } else if pttl > 0 {
+            let _: () = redis::cmd("PEXPIRE")
+                .arg(key)
+                .arg(pttl as u64 - TICK_MS)
+                .query(conn)
+                .unwrap();
+        }
+    }
 }
 
 /// The fences seen, the server's beside the model's: the server's are the clock floor (µs),
@@ -231,6 +240,24 @@ impl Fences {
         }
         self.0.push((server, model));
         Ok(())
+    }
+
+    /// The fencing counter at `key` against the model's (0: none): both drawn or neither,
+    /// and in the fences' order.
+    fn check_counter(
+        &mut self,
+        conn: &mut redis::Connection,
+        key: &str,
+        model: u64,
+        context: &str,
+    ) -> Result<(), String> {
+        let context = format!("{context}: counter");
+        let counter: Option<u64> = redis::cmd("GET").arg(key).query(conn).unwrap();
+        same(counter.is_some(), model > 0, &context)?;
+        match counter {
+            Some(counter) => self.check(counter, model, &context),
+            None => Ok(()),
+        }
     }
 }
 
@@ -259,15 +286,7 @@ fn compare(
         &format!("{context}: holder"),
     )?;
     // The counter: drawn or not, and the last fence drawn, in the fences' order.
-    let counter: Option<u64> = redis::cmd("GET").arg(FENCE).query(conn).unwrap();
-    same(
-        counter.is_some(),
-        model.counter > 0,
-        &format!("{context}: counter"),
-    )?;
-    if let Some(counter) = counter {
-        fences.check(counter, model.counter, &format!("{context}: counter"))?;
-    }
+    fences.check_counter(conn, FENCE, model.counter, context)?;
     // The fence record: whose, and which fence.
     let record: Option<String> = redis::cmd("GET").arg(RECORD).query(conn).unwrap();
     let record = record.map(|r| {
@@ -286,18 +305,23 @@ fn compare(
     Ok(())
 }
 
+/// renew/renew.lua, as every kind sends it.
+fn renew_script() -> redis::Script {
+    script(&[
+        "fencing.lua",
+        "prelude.lua",
+        "entries.lua",
+        "renew/holds.lua",
+        "renew/renew.lua",
+    ])
+}
+
 fn scripts() -> Scripts {
     Scripts {
         acquire: script(&["mutex/bare.lua", "fencing.lua", "mutex/acquire.lua"]),
         release: script(&["mutex/bare.lua", "mutex/release.lua"]),
         fence: script(&["mutex/bare.lua", "fencing.lua", "mutex/fence.lua"]),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
+        renew: renew_script(),
     }
 }
 
@@ -334,21 +358,24 @@ const PERMITS: &str = "s";
 const PERMITS_INDEX: &str = "s:index";
 const PERMITS_FENCE: &str = "s:fence";
 
-/// A tick on the server for a hash of leased entries: every entry's end, its index score,
-/// '~ends' and the keys' expiry move a tick earlier (entries.lua's format), so the scripts'
-/// own `end <= now` decides what expired.
+/// A tick on the server for a hash of leased entries (the semaphore's permits, the
+/// rwlock's read holds; a writer's string is left as it is): every entry's end, its index
+/// score, '~ends' and the keys' expiry move a tick earlier (entries.lua's format), so the
+/// scripts' own `end <= now` decides what expired.
 const SHIFT_ENTRIES: &str = r#"
 local tick = tonumber(ARGV[1])
-local fields = redis.call('HGETALL', KEYS[1])
-for i = 1, #fields, 2 do
-  local name, value = fields[i], fields[i + 1]
-  if string.sub(name, 1, 2) == 'h:' then
-    local ends, data = string.match(value, '^(%d+)|(.*)$')
-    local shifted = string.format('%.0f', tonumber(ends) - tick)
-    redis.call('HSET', KEYS[1], name, shifted .. '|' .. data)
-    redis.call('ZADD', KEYS[2], shifted, string.sub(name, 3))
-  elseif name == '~ends' then
-    redis.call('HSET', KEYS[1], name, string.format('%.0f', tonumber(value) - tick))
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
+  local fields = redis.call('HGETALL', KEYS[1])
+  for i = 1, #fields, 2 do
+    local name, value = fields[i], fields[i + 1]
+    if string.sub(name, 1, 2) == 'h:' then
+      local ends, data = string.match(value, '^(%d+)|(.*)$')
+      local shifted = string.format('%.0f', tonumber(ends) - tick)
+      redis.call('HSET', KEYS[1], name, shifted .. '|' .. data)
+      redis.call('ZADD', KEYS[2], shifted, string.sub(name, 3))
+    elseif name == '~ends' then
+      redis.call('HSET', KEYS[1], name, string.format('%.0f', tonumber(value) - tick))
+    end
   end
 end
 for _, key in ipairs(KEYS) do
@@ -370,21 +397,26 @@ struct SemaphoreScripts {
     shift: redis::Script,
 }
 
-/// The tokens whose permits are live on the server now (by its clock and their ends).
-fn live_permits(conn: &mut redis::Connection) -> Vec<String> {
+/// The entries of the hash at `key` (entries.lua's `h:<token>` = `<end>|...`), by the
+/// server's clock and their ends: the live ones' tokens, sorted, and how many ended.
+fn entries_at(conn: &mut redis::Connection, key: &str) -> (Vec<String>, usize) {
     let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
     let now_ms = seconds * 1000 + micros / 1000;
-    let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(PERMITS).query(conn).unwrap();
-    let mut live: Vec<String> = fields
-        .into_iter()
-        .filter_map(|(name, value)| {
-            let token = name.strip_prefix("h:")?;
-            let end: u64 = value.split('|').next()?.parse().ok()?;
-            (end > now_ms).then(|| token.to_string())
-        })
-        .collect();
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(key).query(conn).unwrap();
+    let (mut live, mut ended) = (Vec::new(), 0);
+    for (name, value) in fields {
+        let Some(token) = name.strip_prefix("h:") else {
+            continue;
+        };
+        let end: u64 = value.split('|').next().unwrap().parse().unwrap();
+        if end > now_ms {
+            live.push(token.to_string());
+        } else {
+            ended += 1;
+        }
+    }
     live.sort();
-    live
+    (live, ended)
 }
 
 fn run_semaphore(
@@ -496,7 +528,7 @@ fn run_semaphore(
         let mut modelled: Vec<String> = model.live_entries(now).map(token_text).collect();
         modelled.sort();
         same(
-            live_permits(conn),
+            entries_at(conn, PERMITS).0,
             modelled,
             &format!("{context}: live permits"),
         )?;
@@ -517,13 +549,7 @@ fn semaphore_scripts() -> SemaphoreScripts {
     SemaphoreScripts {
         acquire: with("semaphore/acquire.lua"),
         release: with("semaphore/release.lua"),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
+        renew: renew_script(),
         shift: redis::Script::new(SHIFT_ENTRIES),
     }
 }
@@ -593,13 +619,7 @@ fn fair_scripts() -> FairScripts {
         acquire: with("fair/acquire.lua"),
         release: with("fair/release.lua"),
         cancel: with("queue/cancel.lua"),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
+        renew: renew_script(),
         shift: redis::Script::new(SHIFT_QUEUE),
     }
 }
@@ -761,15 +781,7 @@ fn run_fair(
             model.holder(now).map(waiter_text),
             &format!("{context}: holder"),
         )?;
-        let counter: Option<u64> = redis::cmd("GET").arg(FAIR_FENCE).query(conn).unwrap();
-        same(
-            counter.is_some(),
-            model.counter > 0,
-            &format!("{context}: counter"),
-        )?;
-        if let Some(counter) = counter {
-            fences.check(counter, model.counter, &format!("{context}: counter"))?;
-        }
+        fences.check_counter(conn, FAIR_FENCE, model.counter, &context)?;
         same(
             live_waiters(conn),
             model.live_waiters(now).map(waiter_text).collect::<Vec<_>>(),
@@ -823,19 +835,13 @@ fn reentrant_scripts() -> ReentrantScripts {
     ReentrantScripts {
         acquire: with("reentrant/acquire.lua"),
         release: with("reentrant/release.lua"),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
+        renew: renew_script(),
     }
 }
 
 /// One random run of the reentrant mutex: two owners (one with two clients, its nested
 /// holds) acquire and resend, give back holds, renew; the clock ticks. Returns how many
-/// acquires re-entered a held lock.
+/// acquires re-entered a held lock (a new hold token of the owner, not a resend).
 fn run_reentrant(
     seed: u64,
     scripts: &ReentrantScripts,
@@ -873,7 +879,11 @@ fn run_reentrant(
                 } else {
                     latest
                 };
-                let owned = model.reentrant_at(now).map(|r| r.owner) == Some(owner);
+                // A real re-entry: another hold token of the owner that holds (not the
+                // holder resending its own).
+                let reentry = model
+                    .reentrant_at(now)
+                    .is_some_and(|r| r.owner == owner && !r.holds.contains(&token));
                 let expected = model.reentrant_acquire(owner, token, now, TTL, mutants);
                 let reply: Vec<i64> = scripts
                     .acquire
@@ -886,7 +896,7 @@ fn run_reentrant(
                     .unwrap();
                 match (reply.as_slice(), expected) {
                     ([1, fence, _], Grant::Granted(Some(modelled))) => {
-                        nested += usize::from(owned);
+                        nested += usize::from(reentry);
                         fences.check(*fence as u64, modelled, &context)?
                     }
                     ([0, _], Grant::Busy) => {}
@@ -922,16 +932,7 @@ fn run_reentrant(
             _ => {
                 now += 1;
                 model.expire(now);
-                let pttl: i64 = redis::cmd("PTTL").arg(REENTRANT).query(conn).unwrap();
-                if pttl > 0 && pttl as u64 <= TICK_MS + SLACK_MS {
-                    let _: () = redis::cmd("DEL").arg(REENTRANT).query(conn).unwrap();
-                } else if pttl > 0 {
-                    let _: () = redis::cmd("PEXPIRE")
-                        .arg(REENTRANT)
-                        .arg(pttl as u64 - TICK_MS)
-                        .query(conn)
-                        .unwrap();
-                }
+                tick_keys(conn, &[REENTRANT]);
             }
         }
         // The hash against the model's: owner, count, the holds, the fence.
@@ -987,7 +988,8 @@ fn the_reentrant_scripts_do_what_the_model_says() {
             Err(divergence) => panic!("{divergence}"),
         }
     }
-    // The runs reach what they are for: an owner's acquire re-entering its held lock.
+    // The runs reach what they are for: an owner's acquire re-entering its held lock with
+    // another hold token (a holder resending its own is no re-entry).
     assert!(nested >= 100, "only {nested} re-entries in 200 runs");
     // The negative control: bugs in the model's reentrant mutex are told apart.
     for mutant in [
@@ -1006,36 +1008,6 @@ const RW_FENCE: &str = "w:fence";
 const RW_QUEUE: &str = "w:queue";
 const RW_LEASES: &str = "w:queue-leases";
 const RW_INDEX: &str = "w:read-expiry";
-
-/// A tick on the server for the read-write lock: a hash of read holds as `SHIFT_ENTRIES`
-/// moves it (ends, index, '~ends'), and every key's expiry a tick closer.
-const SHIFT_RW: &str = r#"
-local tick = tonumber(ARGV[1])
-if redis.call('TYPE', KEYS[1]).ok == 'hash' then
-  local fields = redis.call('HGETALL', KEYS[1])
-  for i = 1, #fields, 2 do
-    local name, value = fields[i], fields[i + 1]
-    if string.sub(name, 1, 2) == 'h:' then
-      local ends, data = string.match(value, '^(%d+)|(.*)$')
-      local shifted = string.format('%.0f', tonumber(ends) - tick)
-      redis.call('HSET', KEYS[1], name, shifted .. '|' .. data)
-      redis.call('ZADD', KEYS[2], shifted, string.sub(name, 3))
-    elseif name == '~ends' then
-      redis.call('HSET', KEYS[1], name, string.format('%.0f', tonumber(value) - tick))
-    end
-  end
-end
-for _, key in ipairs(KEYS) do
-  local pttl = redis.call('PTTL', key)
-  if pttl > 0 then
-    if pttl <= tick then
-      redis.call('DEL', key)
-    else
-      redis.call('PEXPIRE', key, pttl - tick)
-    end
-  end
-end
-"#;
 
 struct RwScripts {
     read_acquire: redis::Script,
@@ -1062,45 +1034,34 @@ fn rw_scripts() -> RwScripts {
         read_release: with("rwlock/read_release.lua"),
         write_acquire: with("rwlock/write_acquire.lua"),
         write_release: with("rwlock/write_release.lua"),
-        renew: script(&[
-            "fencing.lua",
-            "prelude.lua",
-            "entries.lua",
-            "renew/holds.lua",
-            "renew/renew.lua",
-        ]),
-        shift: redis::Script::new(SHIFT_RW),
+        renew: renew_script(),
+        shift: redis::Script::new(SHIFT_ENTRIES),
     }
 }
 
-/// The read holds live on the server now (by its clock and their ends), and the writer.
-fn rw_holds(conn: &mut redis::Connection) -> (Vec<String>, Option<String>) {
+/// The read holds on the server now (live, and how many ended), and the writer.
+fn rw_holds(conn: &mut redis::Connection) -> (Vec<String>, usize, Option<String>) {
     let kind: String = redis::cmd("TYPE").arg(RW).query(conn).unwrap();
     match kind.as_str() {
-        "string" => (Vec::new(), redis::cmd("GET").arg(RW).query(conn).unwrap()),
+        "string" => (
+            Vec::new(),
+            0,
+            redis::cmd("GET").arg(RW).query(conn).unwrap(),
+        ),
         "hash" => {
-            let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
-            let now_ms = seconds * 1000 + micros / 1000;
-            let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(RW).query(conn).unwrap();
-            let mut live: Vec<String> = fields
-                .into_iter()
-                .filter_map(|(name, value)| {
-                    let token = name.strip_prefix("h:")?;
-                    let end: u64 = value.split('|').next()?.parse().ok()?;
-                    (end > now_ms).then(|| token.to_string())
-                })
-                .collect();
-            live.sort();
-            (live, None)
+            let (live, ended) = entries_at(conn, RW);
+            (live, ended, None)
         }
-        _ => (Vec::new(), None),
+        _ => (Vec::new(), 0, None),
     }
 }
 
 /// One random run of the read-write lock without its writer queue (writers make single
 /// attempts, which leave no trace in it): three clients take read holds (each hold its own
 /// owner, so none re-enters) or the write lock, resend, release, renew; the clock ticks.
-/// Returns how many writes were granted after read holds had been.
+/// Returns how many write attempts found ended read holds in the key, which the script
+/// purges before it decides (a write is never granted over ended holds alone here: the
+/// hash expires with its latest lease, so only live ones keep it, and they make it busy).
 fn run_rw(
     seed: u64,
     scripts: &RwScripts,
@@ -1116,7 +1077,7 @@ fn run_rw(
     let mut writes = [false; 3];
     let mut fences = Fences::default();
     let lease_ms = u64::from(TTL) * TICK_MS;
-    let (mut read_before, mut write_after_read) = (false, 0);
+    let mut purged_for_write = 0;
     for step in 0..40 {
         let client = rng.random_range(0..3u8);
         let c = client as usize;
@@ -1139,6 +1100,9 @@ fn run_rw(
                     (latest, writes[c])
                 };
                 let text = token_text(token);
+                // Ended read holds the write finds in the key, which its script must
+                // purge before it decides.
+                let finds_ended = write && rw_holds(conn).1 > 0;
                 let (expected, reply): (Grant, Vec<i64>) = if write {
                     let expected = model.write_acquire(token, now, TTL, mutants);
                     let reply = with_keys(&scripts.write_acquire)
@@ -1160,12 +1124,9 @@ fn run_rw(
                         .unwrap();
                     (expected, reply)
                 };
+                purged_for_write += usize::from(finds_ended);
                 match (reply.as_slice(), expected) {
                     ([1, fence, ..], Grant::Granted(Some(modelled))) => {
-                        if write && read_before {
-                            write_after_read += 1;
-                        }
-                        read_before |= !write;
                         fences.check(*fence as u64, modelled, &context)?
                     }
                     ([0, ..], Grant::Busy) => {}
@@ -1236,7 +1197,7 @@ fn run_rw(
                     .unwrap();
             }
         }
-        let (reads, writer) = rw_holds(conn);
+        let (reads, _, writer) = rw_holds(conn);
         let mut modelled: Vec<String> = model.live_entries(now).map(token_text).collect();
         modelled.sort();
         same(reads, modelled, &format!("{context}: read holds"))?;
@@ -1245,17 +1206,9 @@ fn run_rw(
             model.holder(now).map(token_text),
             &format!("{context}: writer"),
         )?;
-        let counter: Option<u64> = redis::cmd("GET").arg(RW_FENCE).query(conn).unwrap();
-        same(
-            counter.is_some(),
-            model.counter > 0,
-            &format!("{context}: counter"),
-        )?;
-        if let Some(counter) = counter {
-            fences.check(counter, model.counter, &format!("{context}: counter"))?;
-        }
+        fences.check_counter(conn, RW_FENCE, model.counter, &context)?;
     }
-    Ok(write_after_read)
+    Ok(purged_for_write)
 }
 
 /// A read-write lock script with its keys.
@@ -1283,15 +1236,19 @@ fn the_rwlock_scripts_do_what_the_model_says() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let scripts = rw_scripts();
-    let mut turns = 0;
+    let mut purges = 0;
     for seed in 0..200 {
         match run_rw(seed, &scripts, &mut conn, &[]) {
-            Ok(count) => turns += count,
+            Ok(count) => purges += count,
             Err(divergence) => panic!("{divergence}"),
         }
     }
-    // The runs reach what they are for: writers granted after readers held.
-    assert!(turns >= 100, "only {turns} writes after reads in 200 runs");
+    // The runs reach what they are for: write attempts that find ended read holds, which
+    // the script purges first (34 in these runs: a hold must end while another lives).
+    assert!(
+        purges >= 25,
+        "only {purges} writes found ended read holds in 200 runs"
+    );
     // The negative control: bugs in the model's rwlock are told apart.
     for mutant in [
         Mutant::PurgeForgetsLiveReader,
@@ -1300,5 +1257,250 @@ fn the_rwlock_scripts_do_what_the_model_says() {
     ] {
         let caught = (0..200).find_map(|seed| run_rw(seed, &scripts, &mut conn, &[mutant]).err());
         assert!(caught.is_some(), "{mutant:?} went unnoticed in 200 runs");
+    }
+}
+
+const MASTER: &str = "k";
+const MASTER_FENCE: &str = "k:fence";
+
+/// A test-local bug in the model's master, for the Redlock run's negative control.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum MasterBug {
+    /// A raise sets the counter to the fence, lower or not.
+    RaiseLowers,
+    /// A raise does not check that the hold is the round's.
+    RaiseWithoutOwnerCheck,
+}
+
+/// `Master::raise`, or the bug in its place.
+fn raise_in_model(
+    master: &mut Master,
+    bug: Option<MasterBug>,
+    token: Token,
+    fence: u64,
+    now: u8,
+) -> bool {
+    match bug {
+        None => master.raise(token, fence, now),
+        Some(MasterBug::RaiseLowers) if master.holder(now) == Some(token) => {
+            master.counter = fence;
+            true
+        }
+        Some(MasterBug::RaiseLowers) => false,
+        Some(MasterBug::RaiseWithoutOwnerCheck) => {
+            master.counter = master.counter.max(fence);
+            true
+        }
+    }
+}
+
+/// How far a raise may put a counter ahead of the clocks: far more than the server's clock
+/// (µs) and the model's (`MODEL_CLOCK_STEP` a step) move in a run.
+const AHEAD: u64 = 1_000_000_000;
+/// The model's clock moves this much each step: more than a raise "just above" adds, as
+/// the server's clock moves more than that (µs) between two steps' scripts.
+const MODEL_CLOCK_STEP: u64 = 1_000;
+
+/// What one Redlock run reached.
+#[derive(Default, Debug)]
+struct RedlockReached {
+    clock_fences: usize,
+    counter_fences: usize,
+    raised: usize,
+    refused_not_held: usize,
+    not_lowered: usize,
+    restarts: usize,
+}
+
+/// One random run of one Redlock master: clients acquire with a fresh token each (as
+/// Redlock's rounds do, with the fence drawn at grant and its origin told: ARGV[3] and
+/// ARGV[4] '1', as redlock/mutex.rs's `acquire_on` sends them), raise the counter
+/// (redlock/raise.lua) to a fence a settlement could choose — another master's larger
+/// fence, just above this counter or far ahead of the clocks, or a stale one at or below
+/// it (which must not lower it) — with their latest token (which may no longer hold:
+/// refused), release, the clock ticks, and the master restarts empty (FLUSHALL). After
+/// every step the replies (with whether the fence is the clock), the holder and the
+/// counter must agree with the model's `Master`.
+///
+/// The clocks differ: the server's is `TIME` in µs, the model's moves `MODEL_CLOCK_STEP` a
+/// step. Both only grow, by more between two steps than a raise "just above" adds, and a
+/// raise "ahead" puts a counter beyond where either clock gets in the run; so the counter
+/// and the clock decide each draw alike on both sides, and fences compare exactly in
+/// order and equality (`Fences`), the clock flag as it is.
+fn run_redlock_master(
+    seed: u64,
+    scripts: &Scripts,
+    raise: &redis::Script,
+    conn: &mut redis::Connection,
+    bug: Option<MasterBug>,
+    reached: &mut RedlockReached,
+) -> Result<(), String> {
+    let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut model = Master::default();
+    let mut now: u8 = 0;
+    let mut attempts = [0u8; 2];
+    let mut fences = Fences::default();
+    let lease_ms = u64::from(TTL) * TICK_MS;
+    for step in 0..40u64 {
+        let client = rng.random_range(0..2u8);
+        let latest = Token {
+            client,
+            attempt: attempts[client as usize].saturating_sub(1),
+        };
+        let choice = rng.random_range(0..16);
+        let context = format!("seed {seed}, step {step}: choice {choice}, client {client}");
+        match choice {
+            0..=3 => {
+                let token = Token {
+                    client,
+                    attempt: attempts[client as usize],
+                };
+                attempts[client as usize] += 1;
+                let clock = 1_000_000 + step * MODEL_CLOCK_STEP;
+                let expected = model.acquire(token, now, TTL, Some(clock));
+                let reply: Vec<i64> = scripts
+                    .acquire
+                    .key(MASTER)
+                    .key(MASTER_FENCE)
+                    .arg(token_text(token))
+                    .arg(lease_ms)
+                    .arg("1")
+                    .arg("1")
+                    .invoke(conn)
+                    .unwrap();
+                match (reply.as_slice(), expected) {
+                    ([1, fence, from_clock], Some((modelled, modelled_clock))) => {
+                        same(
+                            *from_clock == 1,
+                            modelled_clock,
+                            &format!("{context}: clock"),
+                        )?;
+                        fences.check(*fence as u64, modelled, &context)?;
+                        if modelled_clock {
+                            reached.clock_fences += 1;
+                        } else {
+                            reached.counter_fences += 1;
+                        }
+                    }
+                    ([0, _], None) => {}
+                    (other, _) => {
+                        return Err(format!("{context}: {other:?}, the model says {expected:?}"))
+                    }
+                }
+            }
+            4..=8 => {
+                // The fence, from each side's own counter alike.
+                let kind = rng.random_range(0..6);
+                let target = |counter: u64| match kind {
+                    0 => counter.saturating_sub(1),
+                    1 => counter,
+                    2 => counter + 2,
+                    _ => counter + AHEAD,
+                };
+                let counter: Option<u64> = redis::cmd("GET").arg(MASTER_FENCE).query(conn).unwrap();
+                let (fence, modelled_fence) = (target(counter.unwrap_or(0)), target(model.counter));
+                // Mostly the holder's round (whichever client holds), else the client's
+                // latest, which may hold nothing here any more.
+                let token = match model.holder(now) {
+                    Some(holder) if rng.random_bool(0.7) => holder,
+                    _ => latest,
+                };
+                let held = model.holder(now) == Some(token);
+                let before = model.counter;
+                let expected = raise_in_model(&mut model, bug, token, modelled_fence, now);
+                let raised: i64 = raise
+                    .key(MASTER)
+                    .key(MASTER_FENCE)
+                    .arg(token_text(token))
+                    .arg(fence)
+                    .invoke(conn)
+                    .unwrap();
+                same(raised, i64::from(expected), &context)?;
+                match (held, kind) {
+                    (false, _) => reached.refused_not_held += 1,
+                    (true, 0) if before > 0 => reached.not_lowered += 1,
+                    (true, 2 | 3) => reached.raised += 1,
+                    _ => {}
+                }
+            }
+            9 | 10 => {
+                let expected = model.release(latest, now);
+                let released: i64 = scripts
+                    .release
+                    .key(MASTER)
+                    .arg(token_text(latest))
+                    .arg("k:released")
+                    .invoke(conn)
+                    .unwrap();
+                same(released == 1, expected, &context)?;
+            }
+            // Rarely: a restart ends what the counter reached.
+            11 if rng.random_bool(0.25) => {
+                let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
+                model = Master::restarted(0);
+                reached.restarts += 1;
+            }
+            _ => {
+                now += 1;
+                tick_keys(conn, &[MASTER]);
+            }
+        }
+        let holder: Option<String> = redis::cmd("GET").arg(MASTER).query(conn).unwrap();
+        same(
+            holder,
+            model.holder(now).map(token_text),
+            &format!("{context}: holder"),
+        )?;
+        fences.check_counter(conn, MASTER_FENCE, model.counter, &context)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_redlock_master_does_what_the_model_says() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let scripts = scripts();
+    let raise = script(&["mutex/bare.lua", "fencing.lua", "redlock/raise.lua"]);
+    let mut reached = RedlockReached::default();
+    for seed in 0..200 {
+        if let Err(divergence) =
+            run_redlock_master(seed, &scripts, &raise, &mut conn, None, &mut reached)
+        {
+            panic!("{divergence}");
+        }
+    }
+    // The runs reach what they are for: fences from the clock and from the counter, raises
+    // that raise, refused for a hold that is not the round's, stale ones that must not
+    // lower, and restarts.
+    let RedlockReached {
+        clock_fences,
+        counter_fences,
+        raised,
+        refused_not_held,
+        not_lowered,
+        restarts,
+    } = &reached;
+    for (what, count) in [
+        ("clock fences", clock_fences),
+        ("counter fences", counter_fences),
+        ("raises", raised),
+        ("raises refused (not held)", refused_not_held),
+        ("stale raises (not lowered)", not_lowered),
+        ("restarts", restarts),
+    ] {
+        assert!(
+            *count >= 100,
+            "only {count} {what} in 200 runs: {reached:?}"
+        );
+    }
+    // The negative control: a master with a bug in its raise is told apart.
+    for bug in [MasterBug::RaiseLowers, MasterBug::RaiseWithoutOwnerCheck] {
+        let mut ignored = RedlockReached::default();
+        let caught = (0..200).find_map(|seed| {
+            run_redlock_master(seed, &scripts, &raise, &mut conn, Some(bug), &mut ignored).err()
+        });
+        assert!(caught.is_some(), "{bug:?} went unnoticed in 200 runs");
     }
 }
