@@ -103,7 +103,7 @@ fn main() -> ExitCode {
 
 /// Checks each model; prints what was explored and every property's verdict.
 fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
-    let chosen = |name: &str| only.map_or(true, |text| name.contains(text));
+    let chosen = |name: &str| only.is_none_or(|text| name.contains(text));
     // With a bug put in, the first violation is the answer: stop there.
     let hunting = !mutants.is_empty();
     let mut failed = false;

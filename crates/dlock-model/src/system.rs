@@ -650,7 +650,7 @@ impl Model for LockModel {
                 });
                 let one_owner = owners
                     .next()
-                    .map_or(true, |first| owners.all(|owner| owner == first));
+                    .is_none_or(|first| owners.all(|owner| owner == first));
                 exclusive <= 1
                     && (exclusive == 0 || readers == 0)
                     && count(Role::Permit) <= permits
@@ -761,7 +761,7 @@ impl Model for LockModel {
                         state
                             .server
                             .reentrant_at(state.now)
-                            .map_or(true, |r| !r.holds.is_empty())
+                            .is_none_or(|r| !r.holds.is_empty())
                     },
                 ),
                 Property::sometimes(

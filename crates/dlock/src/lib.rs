@@ -142,7 +142,7 @@ pub fn humane(duration: std::time::Duration) -> String {
     }
     if ms < 60_000 {
         let tenths = (ms + 50) / 100;
-        return if tenths % 10 == 0 {
+        return if tenths.is_multiple_of(10) {
             format!("{}s", tenths / 10)
         } else {
             format!("{}.{}s", tenths / 10, tenths % 10)

@@ -108,7 +108,7 @@ impl Client {
             .iter()
             .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
             .collect();
-        if reply.len() < 4 || (reply.len() - 4) % 4 != 0 {
+        if reply.len() < 4 || !(reply.len() - 4).is_multiple_of(4) {
             return Err(Error::unexpected_reply(reply));
         }
         let kind = match reply[0].as_str() {

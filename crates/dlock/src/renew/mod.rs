@@ -127,7 +127,7 @@ impl Shared {
     /// own. Called with the `entries` lock held.
     fn due_at(&self, due: Instant) {
         let mut wake_at = self.wake_at.lock().unwrap();
-        if wake_at.map_or(true, |at| due < at) {
+        if wake_at.is_none_or(|at| due < at) {
             *wake_at = Some(due);
             let _ = self.wake.send(());
         }
@@ -385,7 +385,7 @@ async fn round(target: &dyn RenewTarget, shared: &Shared) {
                 return false;
             }
             // A capped lease is left to run out; its lost signal fires at the deadline.
-            !entry.spec.hold_until.is_some_and(|cap| now >= cap)
+            entry.spec.hold_until.is_none_or(|cap| now < cap)
         });
         entries
             .iter()
