@@ -8,7 +8,12 @@ source scripts/ensure-redis.sh
 # redlock-clock-jump moves one master's wall clock with libfaketime (Debian's package),
 # which cannot wrap Debian's redis-server (built with jemalloc: it never starts), so its
 # masters are Valkey (scripts/ensure-valkey.sh); every other scenario runs on Redis.
-if [ -z "${DLOCK_TORTURE_FAKETIME:-}" ]; then
+# (Not for what only prints: --help, --list, --version.)
+informational=false
+for arg in "$@"; do
+  case $arg in -h|--help|--list|-V|--version) informational=true ;; esac
+done
+if [ "$informational" = false ] && [ -z "${DLOCK_TORTURE_FAKETIME:-}" ]; then
   faketime_lib() { dpkg -L libfaketime 2>/dev/null | grep '/libfaketime\.so\.1$' | head -1; }
   if [ -z "$(faketime_lib)" ]; then
     echo "libfaketime is missing (redlock-clock-jump needs it): installing the Debian package libfaketime..." >&2
@@ -18,7 +23,7 @@ if [ -z "${DLOCK_TORTURE_FAKETIME:-}" ]; then
   DLOCK_TORTURE_FAKETIME=$(faketime_lib)
   export DLOCK_TORTURE_FAKETIME
 fi
-if [ -z "${DLOCK_TORTURE_VALKEY:-}" ]; then
+if [ "$informational" = false ] && [ -z "${DLOCK_TORTURE_VALKEY:-}" ]; then
   # In a subshell: REDIS_SERVER stays what it was for the other scenarios.
   DLOCK_TORTURE_VALKEY=$(unset REDIS_SERVER REDIS_CLI; source scripts/ensure-valkey.sh >&2; echo "$REDIS_SERVER")
   export DLOCK_TORTURE_VALKEY

@@ -25,18 +25,39 @@ pub enum Verdict {
     Reached,
     /// A `sometimes` not found by a hunt for a bug, which stops at the first violation.
     NotLookedFor,
+    /// An `always` without a counterexample in a hunt that stopped at another property's
+    /// violation: the search did not finish, so it is not known to hold.
+    NotFinished,
     /// A `sometimes` never found in a whole search.
     NeverReached,
 }
 
 impl Verdict {
+    /// Whether a hunt for a bug stopped early: some `always` or `eventually` property was
+    /// violated (the search stops at the first).
+    pub fn stopped<M: stateright::Model>(
+        model: &M,
+        discovered: impl Fn(&'static str) -> bool,
+    ) -> bool {
+        model.properties().iter().any(|property| {
+            !matches!(property.expectation, Expectation::Sometimes) && discovered(property.name)
+        })
+    }
+
     /// The verdict on a property with `expectation`, `discovered` (a counterexample or an
     /// example found) in a search that was `hunting` a bug or not.
-    pub fn of(expectation: &Expectation, discovered: bool, hunting: bool) -> Verdict {
+    /// `stopped` says a hunt stopped early, at some property's violation.
+    pub fn of(
+        expectation: &Expectation,
+        discovered: bool,
+        hunting: bool,
+        stopped: bool,
+    ) -> Verdict {
         match (expectation, discovered) {
             (Expectation::Sometimes, true) => Verdict::Reached,
             (Expectation::Sometimes, false) if hunting => Verdict::NotLookedFor,
             (Expectation::Sometimes, false) => Verdict::NeverReached,
+            (_, false) if hunting && stopped => Verdict::NotFinished,
             (_, false) => Verdict::Holds,
             (_, true) => Verdict::Violated,
         }
@@ -54,6 +75,7 @@ impl Verdict {
             Verdict::Violated => "VIOLATED",
             Verdict::Reached => "reached",
             Verdict::NotLookedFor => "not looked for",
+            Verdict::NotFinished => "not finished",
             Verdict::NeverReached => "NEVER REACHED",
         }
     }

