@@ -139,7 +139,7 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         if !chosen(model.name) {
             continue;
         }
-        if hunting && !mutants.iter().any(|m| m.touches(model.kind)) {
+        if hunting && !mutants.iter().any(|m| model.kind.touched_by(*m)) {
             say!(
                 "{}: skipped (the bug is in none of its scripts)",
                 model.name
@@ -156,7 +156,7 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         if !chosen(model.name) {
             continue;
         }
-        if hunting && !mutants.iter().any(|m| m.touches_redlock(&model)) {
+        if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
             say!(
                 "{}: skipped (the bug acts in none of its transitions)",
                 model.name

@@ -1,9 +1,6 @@
 //! Deliberate protocol bugs: each must make `dlock-model check --mutant NAME` find a
 //! counterexample, which shows the checks can catch what they are for.
 
-use crate::redlock::RedlockModel;
-use crate::system::Kind;
-
 /// A bug put into a script's transition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mutant {
@@ -111,45 +108,6 @@ impl Mutant {
             Mutant::GrantIgnoresQueue => "grants follow the line",
             Mutant::ReentrantFreedAtFirstRelease => "a release gives back its hold alone",
             Mutant::ResendCountedTwice => "the last hold given back frees the lock",
-        }
-    }
-
-    /// Whether the bug is in a script `kind` runs: a model of another kind checks the same
-    /// with it as without it, and need not be searched for it.
-    pub fn touches(self, kind: Kind) -> bool {
-        match self {
-            Mutant::ResendKeepsOldLease | Mutant::FenceReused => true,
-            Mutant::ReleaseWithoutOwnerCheck => {
-                !matches!(kind, Kind::Fair { .. } | Kind::Reentrant)
-            }
-            Mutant::FenceOutsideGrant => kind == Kind::Mutex { eager: false },
-            Mutant::ReentrantFreedAtFirstRelease | Mutant::ResendCountedTwice => {
-                kind == Kind::Reentrant
-            }
-            Mutant::SettleWithoutRaise
-            | Mutant::SettleTakesSmallestFence
-            | Mutant::RestartNotDelayed => false,
-            Mutant::PurgeForgetsLiveReader => {
-                matches!(kind, Kind::RwLock | Kind::Semaphore { .. })
-            }
-            Mutant::PermitCountOffByOne => matches!(kind, Kind::Semaphore { .. }),
-            Mutant::HandOffWithoutOwnerCheck
-            | Mutant::ReleaseSkipsHandOff
-            | Mutant::HandOffReusesFence
-            | Mutant::QueueKeepsLapsedWaiters
-            | Mutant::GrantIgnoresQueue => matches!(kind, Kind::Fair { .. }),
-        }
-    }
-
-    /// Whether the bug acts in the Redlock model `model` (`redlock.rs`, which no model of
-    /// one server runs): a model it does not act in checks the same with it as without it
-    /// (`tests/check.rs` shows it), and need not be searched for it. The settlement acts in
-    /// every Redlock model, a restart's delay only where a master restarts.
-    pub fn touches_redlock(self, model: &RedlockModel) -> bool {
-        match self {
-            Mutant::SettleWithoutRaise | Mutant::SettleTakesSmallestFence => true,
-            Mutant::RestartNotDelayed => model.max_restarts > 0,
-            _ => false,
         }
     }
 

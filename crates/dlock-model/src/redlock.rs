@@ -231,6 +231,20 @@ pub struct RedlockModel {
 }
 
 impl RedlockModel {
+    /// Whether `mutant`'s bug acts in this Redlock model (`redlock.rs`, which no model of
+    /// one server runs): a model it does not act in checks the same with it as without it
+    /// (`tests/check.rs` shows it), and need not be searched for it. The settlement acts in
+    /// every Redlock model, a restart's delay only where a master restarts.
+    pub fn touched_by(&self, mutant: Mutant) -> bool {
+        match mutant {
+            Mutant::SettleWithoutRaise | Mutant::SettleTakesSmallestFence => true,
+            Mutant::RestartNotDelayed => self.max_restarts > 0,
+            _ => false,
+        }
+    }
+}
+
+impl RedlockModel {
     fn clock(&self, state: &State) -> Option<u64> {
         self.clock_floor
             .then(|| (u64::from(state.now) + 1) * CLOCK_PER_TICK + u64::from(state.draws))

@@ -38,6 +38,36 @@ pub enum Kind {
     Reentrant,
 }
 
+impl Kind {
+    /// Whether `mutant`'s bug is in a script this kind runs: a model of another kind checks the same
+    /// with it as without it, and need not be searched for it.
+    pub fn touched_by(self, mutant: Mutant) -> bool {
+        let kind = self;
+        match mutant {
+            Mutant::ResendKeepsOldLease | Mutant::FenceReused => true,
+            Mutant::ReleaseWithoutOwnerCheck => {
+                !matches!(kind, Kind::Fair { .. } | Kind::Reentrant)
+            }
+            Mutant::FenceOutsideGrant => kind == Kind::Mutex { eager: false },
+            Mutant::ReentrantFreedAtFirstRelease | Mutant::ResendCountedTwice => {
+                kind == Kind::Reentrant
+            }
+            Mutant::SettleWithoutRaise
+            | Mutant::SettleTakesSmallestFence
+            | Mutant::RestartNotDelayed => false,
+            Mutant::PurgeForgetsLiveReader => {
+                matches!(kind, Kind::RwLock | Kind::Semaphore { .. })
+            }
+            Mutant::PermitCountOffByOne => matches!(kind, Kind::Semaphore { .. }),
+            Mutant::HandOffWithoutOwnerCheck
+            | Mutant::ReleaseSkipsHandOff
+            | Mutant::HandOffReusesFence
+            | Mutant::QueueKeepsLapsedWaiters
+            | Mutant::GrantIgnoresQueue => matches!(kind, Kind::Fair { .. }),
+        }
+    }
+}
+
 /// What a client takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {

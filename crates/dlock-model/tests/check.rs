@@ -40,13 +40,13 @@ fn failures(mutants: &[Mutant]) -> Vec<(String, Expectation)> {
     let mut failed = Vec::new();
     for model in models(BOUNDS, mutants) {
         // A model none of whose scripts has the bug checks as it does without it.
-        if hunting && !mutants.iter().any(|m| m.touches(model.kind)) {
+        if hunting && !mutants.iter().any(|m| model.kind.touched_by(*m)) {
             continue;
         }
         failed.extend(failures_of(model.name, model, hunting));
     }
     for model in redlock_models(BOUNDS, mutants) {
-        if hunting && !mutants.iter().any(|m| m.touches_redlock(&model)) {
+        if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
             continue;
         }
         failed.extend(failures_of(model.name, model, hunting));
@@ -75,7 +75,7 @@ fn every_mutant_breaks_the_property_it_targets() {
     }
 }
 
-/// `Mutant::touches` and `Mutant::touches_redlock` are what let the checks skip a model
+/// `Kind::touched_by` and `RedlockModel::touched_by` are what let the checks skip a model
 /// for a bug: each bug leaves every model it does not touch exactly as it is (same
 /// states, same verdicts), so the bugs of the fair mutex's queue and hand-off are caught
 /// by its model alone, and a restart's bug is not searched for where no master restarts.
@@ -108,7 +108,7 @@ fn a_bug_changes_only_the_models_it_touches() {
     for mutant in Mutant::ALL {
         let mut touched = 0;
         for (model, clean) in models(small, &[mutant]).into_iter().zip(&clean) {
-            if mutant.touches(model.kind) {
+            if model.kind.touched_by(mutant) {
                 touched += 1;
                 continue;
             }
@@ -119,7 +119,7 @@ fn a_bug_changes_only_the_models_it_touches() {
             .into_iter()
             .zip(&clean_redlock)
         {
-            if mutant.touches_redlock(&model) {
+            if model.touched_by(mutant) {
                 touched += 1;
                 continue;
             }
