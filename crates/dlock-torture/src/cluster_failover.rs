@@ -11,8 +11,8 @@ use std::time::Duration;
 use dlock_testkit::{key_slot, RedisCluster, RedisServer};
 use redis::Value;
 
-use super::{interrupted, sleep, stop_or_continue, Run};
-use crate::check::{Faults, Outage, Pause};
+use super::{freeze_holders, interrupted, sleep, stop_or_continue, Run};
+use crate::check::{Faults, Outage};
 use crate::client::Primitive;
 use crate::record::mono_ns;
 
@@ -194,22 +194,8 @@ pub(super) fn fail_over(locks: &ClusterLocks, run: &Run, faults: &mut Faults) {
         // After the replica's freeze: it must lack the hold.
         wait_for_library_holder(run);
     }
-    let holders: Vec<Vec<u32>> = run
-        .config
-        .primitives
-        .iter()
-        .flat_map(|&primitive| run.holders(primitive))
-        .map(|(_, pids)| pids)
-        .collect();
     let from = mono_ns();
-    for pids in &holders {
-        stop_or_continue(pids, libc::SIGSTOP);
-        faults.pauses.push(Pause {
-            pids: pids.clone(),
-            from,
-            renewals_failing_from: unacknowledged_from,
-        });
-    }
+    let holders = freeze_holders(run, faults, unacknowledged_from);
     locks.node(master).pause();
     let master_from = mono_ns();
     locks.node(replica).resume();

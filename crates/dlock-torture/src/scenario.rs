@@ -1587,22 +1587,7 @@ fn fail_over(
         .arg("replica")
         .query(&mut conn);
     sleep(ttl / 2);
-    let holders: Vec<Vec<u32>> = run
-        .config
-        .primitives
-        .iter()
-        .flat_map(|&primitive| run.holders(primitive))
-        .map(|(_, pids)| pids)
-        .collect();
-    let from = mono_ns();
-    for pids in &holders {
-        stop_or_continue(pids, libc::SIGSTOP);
-        faults.pauses.push(Pause {
-            pids: pids.clone(),
-            from,
-            renewals_failing_from: unacknowledged_from,
-        });
-    }
+    let holders = freeze_holders(run, faults, unacknowledged_from);
     server(group, master_port).kill9();
     server(group, replica_port).resume();
     // Forced at once rather than after the sentinels' own detection (which now takes two
@@ -1650,6 +1635,33 @@ fn fail_over(
             break;
         }
     }
+}
+
+/// Freezes every holder of every lock (SIGSTOP; a `dlock run` wrapper with its command's
+/// group), as holders in a long pause would be, and returns them to be thawed. The pauses
+/// go to the checker with when renewals began to fail, if before.
+fn freeze_holders(
+    run: &Run,
+    faults: &mut Faults,
+    renewals_failing_from: Option<u64>,
+) -> Vec<Vec<u32>> {
+    let holders: Vec<Vec<u32>> = run
+        .config
+        .primitives
+        .iter()
+        .flat_map(|&primitive| run.holders(primitive))
+        .map(|(_, pids)| pids)
+        .collect();
+    let from = mono_ns();
+    for pids in &holders {
+        stop_or_continue(pids, libc::SIGSTOP);
+        faults.pauses.push(Pause {
+            pids: pids.clone(),
+            from,
+            renewals_failing_from,
+        });
+    }
+    holders
 }
 
 /// How long a partition round waits, at most, for one of its cut-off clients to hold a
