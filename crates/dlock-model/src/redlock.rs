@@ -8,9 +8,11 @@
 //!
 //! Clients start a round with a fresh token, ask each master in any order (interleaved
 //! with everything else), decide once every master answered, raise where needed, and
-//! release on every master. Not modelled: lost replies and resends to a master, renewal,
-//! clock drift between masters (the clock floor's assumption), and a master that stays
-//! down.
+//! release on every master. A master's clock may jump forward by more than a lease (the
+//! known Redlock weakness, `redlock-clock-jump` in docs/safety.md): every hold it keeps
+//! ends at once, and its clock reads ahead of every other master's from then on. Not
+//! modelled: lost replies and resends to a master, renewal, clock drift between masters
+//! (but for the jump), and a master that stays down.
 
 use stateright::{Model, Property};
 
@@ -43,6 +45,11 @@ pub struct Master {
     pub counter: u64,
     /// Restarted empty: it answers nothing before this time.
     pub away_until: Time,
+    /// How far its clock is ahead of the others', in ticks (0 but after a jump). Times
+    /// here are kept on the common clock: a jump ends the holds it keeps (`jumped`), and
+    /// after it a lease set here ends a lease after it was set, as by any clock; what the
+    /// offset changes is the clock floor's reading.
+    pub ahead: Time,
 }
 
 impl Master {
@@ -117,7 +124,17 @@ impl Master {
             lock: None,
             counter: 0,
             away_until: back,
+            ahead: 0,
         }
+    }
+
+    /// Its clock jumps `by` ticks forward, more than a lease: the hold it keeps ends at
+    /// once (every lease here ends at most a lease from now), and its clock reads `by`
+    /// ahead from then on. The counter stays; a restart's delay is the operator's, counted
+    /// in real time, and stays too.
+    pub fn jumped(&mut self, by: Time) {
+        self.lock = None;
+        self.ahead += by;
     }
 }
 
@@ -137,6 +154,9 @@ pub enum Client {
         asked: u8,
         /// The grants.
         granted: Vec<(u8, u64, bool)>,
+        /// Ghost, in the models of a jumped clock (0 elsewhere): the largest fence granted
+        /// before the round started.
+        after: u64,
     },
     /// A majority granted, with `fence` the largest: the masters in `behind` are still to
     /// be raised to it; `settled` masters hold it already.
@@ -151,6 +171,8 @@ pub enum Client {
         behind: u8,
         /// Masters known to hold `fence`.
         settled: u8,
+        /// Ghost: as in `Asking`.
+        after: u64,
     },
     /// Granted: believes it holds until `until`, with `fence`.
     Holding {
@@ -176,12 +198,20 @@ pub struct State {
     pub rounds: Vec<u8>,
     /// Masters restarted so far.
     pub restarts: u8,
+    /// Masters' clock jumps so far.
+    pub jumps: u8,
     /// Fences drawn in this tick, on any master (the clock's reading within the tick).
     pub draws: u8,
     /// Ghost: the largest fence any grant was given.
     pub max_fence: u64,
     /// Ghost: a grant's fence was not above every earlier grant's.
     pub fence_order_broken: bool,
+    /// Ghost, in the models of a jumped clock: a grant's fence was not above every fence
+    /// granted before its round started.
+    pub round_order_broken: bool,
+    /// Ghost, in the models of a jumped clock: a grant's fence was below a fence granted
+    /// before its round started (a fence went back).
+    pub fence_went_back: bool,
     /// Ghost: a grant raised a counter to settle its fence.
     pub raised: bool,
     /// Ghost: a grant came after a master restarted.
@@ -207,6 +237,8 @@ pub enum Action {
     Release(usize),
     /// Master `m` restarts empty.
     Restart(usize),
+    /// Master `m`'s clock jumps forward by more than a lease.
+    Jump(usize),
 }
 
 /// A Redlock model to check.
@@ -224,6 +256,9 @@ pub struct RedlockModel {
     pub max_rounds: u8,
     /// Masters that may restart empty.
     pub max_restarts: u8,
+    /// Clock jumps forward, by more than a lease, of master 0 (the masters are alike:
+    /// which one jumps changes only names).
+    pub max_jumps: u8,
     /// Fences have the clock floor (fencing.lua); without it only the counters count.
     pub clock_floor: bool,
     /// Bugs put in on purpose.
@@ -245,9 +280,19 @@ impl RedlockModel {
 }
 
 impl RedlockModel {
-    fn clock(&self, state: &State) -> Option<u64> {
-        self.clock_floor
-            .then(|| (u64::from(state.now) + 1) * CLOCK_PER_TICK + u64::from(state.draws))
+    /// Master `m`'s clock, as the clock floor reads it (None: no floor).
+    fn clock(&self, state: &State, m: usize) -> Option<u64> {
+        self.clock_floor.then(|| {
+            let ticks = u64::from(state.now) + u64::from(state.masters[m].ahead) + 1;
+            ticks * CLOCK_PER_TICK + u64::from(state.draws)
+        })
+    }
+
+    /// How far a jump moves a master's clock, in ticks: more than a lease, and beyond
+    /// where any other master's clock gets in the run (the clock stops at `max_time`), so
+    /// that the jumped master's floor draws are above every other's for the rest of it.
+    pub fn jump_ticks(&self) -> Time {
+        self.max_time.max(self.ttl) + 1
     }
 
     /// Gives back whatever the round may hold, on every master (the `Round`'s drop).
@@ -258,13 +303,22 @@ impl RedlockModel {
     }
 
     /// The round is granted with `fence` if it is still valid.
-    fn grant(&self, state: &mut State, c: usize, token: Token, started: Time, fence: u64) {
+    /// `after`: the largest fence granted before the round started (ghost).
+    fn grant(
+        &self,
+        state: &mut State,
+        c: usize,
+        (token, started, after): (Token, Time, u64),
+        fence: u64,
+    ) {
         if state.now >= started + self.ttl {
             self.give_back(state, token);
             state.clients[c] = Client::Idle;
             return;
         }
         state.fence_order_broken |= fence <= state.max_fence;
+        state.round_order_broken |= fence <= after;
+        state.fence_went_back |= fence < after;
         state.max_fence = state.max_fence.max(fence);
         state.granted_after_restart |= state.restarts > 0;
         state.clients[c] = Client::Holding {
@@ -273,6 +327,16 @@ impl RedlockModel {
             fence,
         };
     }
+}
+
+/// The clients that believe they hold (their validity not ended).
+fn believing(state: &State) -> usize {
+    let now = state.now;
+    state
+        .clients
+        .iter()
+        .filter(|c| matches!(c, Client::Holding { until, .. } if *until > now))
+        .count()
 }
 
 impl Model for RedlockModel {
@@ -286,9 +350,12 @@ impl Model for RedlockModel {
             clients: vec![Client::Idle; self.clients],
             rounds: vec![0; self.clients],
             restarts: 0,
+            jumps: 0,
             draws: 0,
             max_fence: 0,
             fence_order_broken: false,
+            round_order_broken: false,
+            fence_went_back: false,
             raised: false,
             granted_after_restart: false,
         }]
@@ -330,6 +397,12 @@ impl Model for RedlockModel {
                 actions.push(Action::Restart(m));
             }
         }
+        // Without the floor no clock is read: a jump that ends no hold changes nothing but
+        // the count of jumps, and is left out (the runs with a later jump are still here).
+        let ends_a_hold = state.masters[0].lock.is_some();
+        if state.jumps < self.max_jumps && (self.clock_floor || ends_a_hold) {
+            actions.push(Action::Jump(0));
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -346,15 +419,22 @@ impl Model for RedlockModel {
                     attempt: state.rounds[c],
                 };
                 state.rounds[c] += 1;
+                // Only where a clock jumps: elsewhere it would only split states.
+                let after = if self.max_jumps > 0 {
+                    state.max_fence
+                } else {
+                    0
+                };
                 state.clients[c] = Client::Asking {
                     token,
                     started: now,
                     asked: 0,
                     granted: Vec::new(),
+                    after,
                 };
             }
             Action::Ask(c, m) => {
-                let clock = self.clock(&state);
+                let clock = self.clock(&state, m);
                 let Client::Asking {
                     token,
                     asked,
@@ -379,6 +459,7 @@ impl Model for RedlockModel {
                     token,
                     started,
                     granted,
+                    after,
                     ..
                 } = state.clients[c].clone()
                 else {
@@ -410,7 +491,7 @@ impl Model for RedlockModel {
                     || from_clock
                     || self.mutants.contains(&Mutant::SettleWithoutRaise)
                 {
-                    self.grant(&mut state, c, token, started, fence);
+                    self.grant(&mut state, c, (token, started, after), fence);
                 } else {
                     state.clients[c] = Client::Raising {
                         token,
@@ -418,6 +499,7 @@ impl Model for RedlockModel {
                         fence,
                         behind: bits(&|f| f < fence),
                         settled,
+                        after,
                     };
                 }
             }
@@ -444,13 +526,14 @@ impl Model for RedlockModel {
                     started,
                     fence,
                     settled,
+                    after,
                     ..
                 } = state.clients[c]
                 else {
                     return None;
                 };
                 if settled.count_ones() >= u32::from(QUORUM) {
-                    self.grant(&mut state, c, token, started, fence);
+                    self.grant(&mut state, c, (token, started, after), fence);
                 } else {
                     self.give_back(&mut state, token);
                     state.clients[c] = Client::Idle;
@@ -471,7 +554,14 @@ impl Model for RedlockModel {
                 } else {
                     self.ttl
                 };
+                // Its clock is the machine's: a restart keeps it where it is.
+                let ahead = state.masters[m].ahead;
                 state.masters[m] = Master::restarted(now + away);
+                state.masters[m].ahead = ahead;
+            }
+            Action::Jump(m) => {
+                state.jumps += 1;
+                state.masters[m].jumped(self.jump_ticks());
             }
         }
         // Canonical forms: a lapsed lease, a return that came, a validity that ended.
@@ -495,20 +585,34 @@ impl Model for RedlockModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let mut properties = vec![
-            Property::always("mutual exclusion", |_, state: &State| {
-                let now = state.now;
-                state
-                    .clients
-                    .iter()
-                    .filter(|c| matches!(c, Client::Holding { until, .. } if *until > now))
-                    .count()
-                    <= 1
-            }),
-            Property::always("fences follow grants", |_, state: &State| {
-                !state.fence_order_broken
-            }),
-        ];
+        let jumps = self.max_jumps > 0;
+        let mut properties = Vec::new();
+        // A clock that jumps ends a hold early on its master: mutual exclusion is broken
+        // by design there (the lease *is* the masters' clocks), so it is checked only
+        // where no clock jumps, and the jump's models show the double grant instead.
+        if !jumps {
+            properties.push(Property::always("mutual exclusion", |_, state: &State| {
+                believing(state) <= 1
+            }));
+        }
+        if !jumps {
+            properties.push(Property::always(
+                "fences follow grants",
+                |_, state: &State| !state.fence_order_broken,
+            ));
+        }
+        // With counters alone, the jump's two rounds of a double grant may decide in either
+        // order (a round that drew before the jump may decide after the contender's grant,
+        // with the smaller fence): "fences follow grants", which orders grants as they are
+        // decided, is broken there by the double grant itself. What the raise keeps is the
+        // order of rounds that do not overlap: a round started after a grant meets, on a
+        // master that kept it, the counter that grant left on a majority.
+        if jumps && !self.clock_floor {
+            properties.push(Property::always(
+                "fences follow grants of earlier rounds",
+                |_, state: &State| !state.round_order_broken,
+            ));
+        }
         // Each example only where it can happen, so that "reached" is never claimed for a
         // model that cannot reach it. A raise can happen with the clock floor too: a
         // master that grants twice within one instant (a release between) draws counter +
@@ -522,6 +626,18 @@ impl Model for RedlockModel {
             properties.push(Property::sometimes(
                 "a grant follows a master's restart",
                 |_, state: &State| state.granted_after_restart,
+            ));
+        }
+        if jumps {
+            properties.push(Property::sometimes(
+                "two clients believe they hold at once (the jump's double grant)",
+                |_, state: &State| believing(state) >= 2,
+            ));
+        }
+        if jumps && self.clock_floor {
+            properties.push(Property::sometimes(
+                "a grant's fence is below an earlier grant's (the floor's assumption broken)",
+                |_, state: &State| state.fence_went_back,
             ));
         }
         properties
