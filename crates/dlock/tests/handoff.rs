@@ -90,6 +90,24 @@ async fn until_queued(server: &RedisServer, name: &str, waiters: i64) {
     }
 }
 
+/// The wake channels of `name` once at least one is subscribed. A waiter subscribes after
+/// the attempt that queued it, so a queue place alone does not mean a channel yet.
+async fn wake_channels(server: &RedisServer, name: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let channels: Vec<String> =
+            server.cmd(&["PUBSUB", "CHANNELS", &format!("{{{name}}}:wake:*")]);
+        if !channels.is_empty() {
+            return channels;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: no waiter ever subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Waits until the one waiter of `name` queued, subscribed to its channel and re-checked
 /// the lock (two attempts since the stats were reset): it sleeps until told.
 async fn until_sleeping(server: &RedisServer, name: &str) {
@@ -653,8 +671,7 @@ async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word(
             }));
             until_queued(&server, &name, n).await;
         }
-        let channels: Vec<String> =
-            server.cmd(&["PUBSUB", "CHANNELS", &format!("{{{name}}}:wake:*")]);
+        let channels = wake_channels(&server, &name).await;
         assert_eq!(channels.len(), 1, "{kind:?}: one channel: {channels:?}");
         for turn in 0..3 {
             held.unlock().await.unwrap();
@@ -691,15 +708,20 @@ async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word(
         until_queued(&server, name, n).await;
     }
     let last: Vec<String> = server.cmd(&["ZRANGE", &format!("{{{name}}}:queue"), "1", "1"]);
-    let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS", &format!("{{{name}}}:wake:*")]);
+    let channels = wake_channels(&server, name).await;
     holder.unlock().await.unwrap();
     let second = waiters.remove(0).await.unwrap();
-    let _: i64 = server.cmd(&["PUBLISH", &channels[0], &format!("granted 7 {}", last[0])]);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        waiters[0].is_finished(),
-        "the check cannot see a waiter that believes it holds"
-    );
+    // Sent again until heard: the last waiter registers its inbox just after the attempt
+    // that queued it, which may be a moment after its queue place shows.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !waiters[0].is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the check cannot see a waiter that believes it holds"
+        );
+        let _: i64 = server.cmd(&["PUBLISH", &channels[0], &format!("granted 7 {}", last[0])]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     drop(second);
 }
 
