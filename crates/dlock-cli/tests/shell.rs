@@ -1147,8 +1147,10 @@ fn when_renewals_fail_the_command_is_killed_before_the_lease_can_pass_on() {
         .args([
             "run",
             "job",
+            // Long enough that the margin below (the slack and drift allowance, about
+            // 480 ms) covers a test process scheduled late on a loaded machine.
             "--ttl",
-            "4s",
+            "8s",
             "--kill-after",
             "300ms",
             "--",
@@ -1172,9 +1174,9 @@ fn when_renewals_fail_the_command_is_killed_before_the_lease_can_pass_on() {
         std::thread::sleep(Duration::from_millis(5));
     }
     server.resume();
-    // The lease (4 s from the last renewal: its 6 % of slack and drift allowance must
-    // exceed how late this test looks after seeing the command die) has not run out: nobody else could have been
-    // granted while the command still ran.
+    // The lease (8 s from the last renewal: its 6 % of slack and drift allowance must
+    // exceed how late this test looks after seeing the command die) has not run out:
+    // nobody else could have been granted while the command still ran.
     let pttl: i64 = server.cmd(&["PTTL", "job"]);
     // Gone is fine only when `dlock run` released it after the server came back (it
     // gives the lock back as it exits): then no key expired.
