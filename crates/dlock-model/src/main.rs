@@ -5,6 +5,7 @@
 //! A reader that stops reading (`| head`) ends the program quietly with exit 0, as
 //! dlock-cli does; any other failure to write the output exits 74.
 
+use std::ops::ControlFlow;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -133,42 +134,28 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         return ExitCode::from(64);
     }
     // With a bug put in, the first violation is the answer: stop there.
-    let hunting = !mutants.is_empty();
-    let (mut failed, mut searched) = (false, 0);
+    let mut run = Run {
+        hunting: !mutants.is_empty(),
+        failed: false,
+        searched: 0,
+    };
     for model in models(bounds, mutants) {
-        if !chosen(model.name) {
-            continue;
-        }
-        if hunting && !mutants.iter().any(|m| model.kind.touched_by(*m)) {
-            say!(
-                "{}: skipped (the bug is in none of its scripts)",
-                model.name
-            );
-            continue;
-        }
-        searched += 1;
-        failed |= !check_one(model.name, model, hunting);
-        if hunting && failed {
-            return ExitCode::FAILURE; // the bug is shown: the other models need not be searched
-        }
-    }
-    for model in redlock_models(bounds, mutants) {
-        if !chosen(model.name) {
-            continue;
-        }
-        if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
-            say!(
-                "{}: skipped (the bug acts in none of its transitions)",
-                model.name
-            );
-            continue;
-        }
-        searched += 1;
-        failed |= !check_one(model.name, model, hunting);
-        if hunting && failed {
+        let acts = mutants.iter().any(|m| model.kind.touched_by(*m));
+        if chosen(model.name) && run.model(model.name, model, acts).is_break() {
             return ExitCode::FAILURE;
         }
     }
+    for model in redlock_models(bounds, mutants) {
+        let acts = mutants.iter().any(|m| model.touched_by(*m));
+        if chosen(model.name) && run.model(model.name, model, acts).is_break() {
+            return ExitCode::FAILURE;
+        }
+    }
+    let Run {
+        hunting,
+        failed,
+        searched,
+    } = run;
     if failed {
         return ExitCode::FAILURE;
     }
@@ -188,6 +175,36 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         return ExitCode::from(3);
     }
     ExitCode::SUCCESS
+}
+
+/// The models checked so far in one `check`.
+struct Run {
+    /// A bug is put in: the first violation is the answer.
+    hunting: bool,
+    failed: bool,
+    searched: usize,
+}
+
+impl Run {
+    /// Checks one chosen model, unless a bug is put in that acts in none of its
+    /// transitions. Breaks once a hunted bug is shown: the other models need not be searched.
+    fn model<M>(&mut self, name: &str, model: M, bug_acts_in_it: bool) -> ControlFlow<()>
+    where
+        M: Model + Clone + Send + Sync + 'static,
+        M::State: std::fmt::Debug + std::hash::Hash + Clone + PartialEq + Send + Sync + 'static,
+        M::Action: std::fmt::Debug + Clone + PartialEq + Send + Sync + 'static,
+    {
+        if self.hunting && !bug_acts_in_it {
+            say!("{name}: skipped (the bug acts in none of its transitions)");
+            return ControlFlow::Continue(());
+        }
+        self.searched += 1;
+        self.failed |= !check_one(name, model, self.hunting);
+        if self.hunting && self.failed {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// Checks one model; prints what was explored and every property's verdict (with a
