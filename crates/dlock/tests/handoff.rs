@@ -91,9 +91,10 @@ async fn until_queued(server: &RedisServer, name: &str, waiters: i64) {
 }
 
 /// The wake channels of `name` once at least one is subscribed. A waiter subscribes after
-/// the attempt that queued it, so a queue place alone does not mean a channel yet.
+/// the attempt that queued it, so a queue place alone does not mean a channel yet. (Well
+/// within the 5 s lease of `options()`, which a holder must not outlive unnoticed.)
 async fn wake_channels(server: &RedisServer, name: &str) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         let channels: Vec<String> =
             server.cmd(&["PUBSUB", "CHANNELS", &format!("{{{name}}}:wake:*")]);
@@ -681,6 +682,13 @@ async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word(
                 .unwrap();
             // Give a misdelivered word the time to reach the others.
             tokio::time::sleep(Duration::from_millis(100)).await;
+            if turn == 0 {
+                // Every waiter has settled by now (the first count may have been read
+                // before the last ones subscribed): still one channel.
+                let channels: Vec<String> =
+                    server.cmd(&["PUBSUB", "CHANNELS", &format!("{{{name}}}:wake:*")]);
+                assert_eq!(channels.len(), 1, "{kind:?}: one channel: {channels:?}");
+            }
             let done = waiters[turn + 1..]
                 .iter()
                 .filter(|w| w.is_finished())
@@ -698,7 +706,7 @@ async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word(
     // Negative control: a word for the last waiter, forged while the second holds, makes
     // it believe it holds too, and the check above sees that.
     let name = "shared-forged";
-    let holder = take(&client, Queued::Fair, name, options()).await;
+    let first = take(&client, Queued::Fair, name, options()).await;
     let mut waiters = Vec::new();
     for n in 1..=2 {
         waiters.push(tokio::spawn({
@@ -709,11 +717,12 @@ async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word(
     }
     let last: Vec<String> = server.cmd(&["ZRANGE", &format!("{{{name}}}:queue"), "1", "1"]);
     let channels = wake_channels(&server, name).await;
-    holder.unlock().await.unwrap();
+    first.unlock().await.unwrap();
     let second = waiters.remove(0).await.unwrap();
     // Sent again until heard: the last waiter registers its inbox just after the attempt
-    // that queued it, which may be a moment after its queue place shows.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // that queued it, which may be a moment after its queue place shows. Only the forged
+    // word can end its wait this soon: it was told to wait out the second's 5 s lease.
+    let deadline = Instant::now() + Duration::from_secs(2);
     while !waiters[0].is_finished() {
         assert!(
             Instant::now() < deadline,
@@ -722,6 +731,13 @@ async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word(
         let _: i64 = server.cmd(&["PUBLISH", &channels[0], &format!("granted 7 {}", last[0])]);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let believed = waiters.remove(0).await.unwrap();
+    assert_eq!(
+        holder(&server, Queued::Fair, name).as_deref(),
+        Some(second.token()),
+        "the second still holds: the last waiter's hold is the forged one"
+    );
+    assert_ne!(believed.token(), second.token());
     drop(second);
 }
 
