@@ -950,7 +950,7 @@ fn demo_and_bench_work_wherever_cargo_builds_and_never_adopt_a_foreign_server() 
             .args(args)
             .env("CARGO_TARGET_DIR", &target)
             // What the scripts do is tested here, not how fast the binary is: unoptimised,
-            // their release build takes a third of the time (92 s against 238 s on 2
+            // their release build takes less than half the time (92 s against 238 s on 2
             // busy cores), and this test is the suite's longest.
             .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
             .env_remove("DLOCK_REDIS")
@@ -1172,7 +1172,8 @@ fn when_renewals_fail_the_command_is_killed_before_the_lease_can_pass_on() {
     let paused = Instant::now();
     while alive(pid) {
         assert!(
-            paused.elapsed() < Duration::from_secs(10),
+            // The stop comes about 7.5 s after the pause (the 8 s lease, less its margins).
+            paused.elapsed() < Duration::from_secs(20),
             "the command was never stopped"
         );
         std::thread::sleep(Duration::from_millis(5));
