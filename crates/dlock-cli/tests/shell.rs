@@ -342,11 +342,18 @@ fn a_signal_while_waiting_gives_the_queue_place_back() {
 fn acquire_without_a_reader_for_the_token_leaves_nothing_held() {
     let server = RedisServer::start();
     let bin = env!("CARGO_BIN_EXE_dlock");
-    // The reader closes its end before dlock prints: the write fails.
+    // The reader closes its end before dlock prints: the write fails. dlock starts only
+    // once the reader has closed it, however late the reader's subshell runs.
+    let dir = tempfile::tempdir().unwrap();
+    let closed = dir.path().join("closed");
+    let closed = closed.display();
     let status = Command::new("bash")
         .args([
             "-c",
-            &format!("{bin} acquire job | (exec 0<&-; sleep 1); exit ${{PIPESTATUS[0]}}"),
+            &format!(
+                "(until [ -e {closed} ]; do sleep 0.01; done; exec {bin} acquire job) \
+                 | (exec 0<&-; touch {closed}; sleep 1); exit ${{PIPESTATUS[0]}}"
+            ),
         ])
         .env("DLOCK_REDIS", server.url())
         .stderr(Stdio::piped())
