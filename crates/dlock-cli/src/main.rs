@@ -1203,7 +1203,7 @@ async fn acquire(
         hold = hold::take(locks, kind, name, lease.options(replication)?) => hold?,
         signal = signals.next() => {
             eprintln!("dlock: interrupted while waiting for {name:?}; nothing is held\n  hint: run it again, or wait less with --wait DUR");
-            signals.exit_on_next();
+            signals.exit_on_next(signal);
             die_by(signal, false);
             return Ok(128 + signal);
         }

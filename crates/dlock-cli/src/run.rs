@@ -112,7 +112,7 @@ pub async fn run(
             // Dropping the wait gives back what it may hold; the client's shutdown
             // (before exit) waits for that, unless a second signal says not to wait.
             eprintln!("dlock: interrupted while waiting for {:?}; nothing is held\n  hint: run it again, or wait less with --wait DUR", args.name);
-            signals.exit_on_next();
+            signals.exit_on_next(signal);
             crate::die_by(signal, false);
             return Ok(128 + signal);
         }
@@ -389,6 +389,13 @@ async fn stop(child: &mut tokio::process::Child, group: &mut Group, kill_at: Ins
     group.finish();
 }
 
+/// How soon after a stopping signal the same signal again is the same stop. GNU `timeout`
+/// sends its SIGTERM to the command and then to the command's process group, so `timeout 5
+/// dlock run ...` gets two at once; only a signal after this (or another signal) means
+/// "stop now" and cuts the clean-up short. Clean-up that hangs (Redis unreachable) takes
+/// seconds to notice, far longer than this.
+const SAME_STOP: Duration = Duration::from_millis(500);
+
 /// The signals dlock passes on to the command instead of dying from them.
 pub struct Forwarded {
     interrupt: Signal,
@@ -408,12 +415,19 @@ impl Forwarded {
     }
 
     /// From now on, a further signal ends dlock at once (128+N), without waiting for
-    /// clean-up still in progress.
-    pub fn exit_on_next(self) {
+    /// clean-up still in progress; but not `first` again within [`SAME_STOP`] of now: that
+    /// is the same stop delivered twice, not someone insisting.
+    pub fn exit_on_next(self, first: i32) {
         let mut signals = self;
+        let first_at = tokio::time::Instant::now();
         tokio::spawn(async move {
-            let signal = signals.next().await;
-            std::process::exit(128 + signal);
+            loop {
+                let signal = signals.next().await;
+                if signal == first && first_at.elapsed() < SAME_STOP {
+                    continue;
+                }
+                std::process::exit(128 + signal);
+            }
         });
     }
 

@@ -338,6 +338,73 @@ fn a_signal_while_waiting_gives_the_queue_place_back() {
     );
 }
 
+/// `timeout` sends its SIGTERM twice at once (to dlock, then to its process group): that
+/// is one stop, and the clean-up still gives the queue place back, however long it takes
+/// (here Redis is paused through both signals, and the give-back needs two round trips: its
+/// script is not cached). A SIGTERM well after the first is someone insisting: dlock ends
+/// at once, with Redis still paused, long before the clean-up's bound (three response
+/// timeouts, 9 s) would end it, and the place is left to lapse.
+#[test]
+fn a_signal_repeated_at_once_is_one_stop_and_a_later_one_cuts_the_clean_up_short() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let server = RedisServer::start();
+    let holder = output(dlock(&server).args(["acquire", "job", "--fair", "--ttl", "60s"]));
+    assert_eq!(holder.status.code(), Some(0));
+    let queued = |server: &RedisServer| -> i64 { server.cmd(&["ZCARD", "{job}:queue"]) };
+    for (gap, repeat) in [
+        (Duration::from_millis(50), "the same stop"),
+        (Duration::from_millis(1_500), "insisting"),
+    ] {
+        let mut waiter = dlock(&server)
+            .args(["run", "job", "--fair", "--", "true"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while queued(&server) < 1 {
+            assert!(
+                Instant::now() < deadline,
+                "{repeat}: the waiter never queued"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+        server.pause();
+        let pid = waiter.id() as libc::pid_t;
+        // SAFETY: signals a child this test started and has not reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        std::thread::sleep(gap);
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let signalled = Instant::now();
+        let status = if repeat == "the same stop" {
+            std::thread::sleep(Duration::from_millis(300));
+            server.resume();
+            waiter.wait().unwrap()
+        } else {
+            let status = loop {
+                if let Some(status) = waiter.try_wait().unwrap() {
+                    break status;
+                }
+                if signalled.elapsed() > Duration::from_secs(4) {
+                    server.resume();
+                    panic!("{repeat}: dlock went on with its clean-up");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            server.resume();
+            status
+        };
+        assert!(
+            status.code() == Some(143) || status.signal() == Some(libc::SIGTERM),
+            "{repeat}: {status:?}"
+        );
+        let left = if repeat == "the same stop" { 0 } else { 1 };
+        assert_eq!(queued(&server), left, "{repeat}: the queue place");
+    }
+}
+
 #[test]
 fn acquire_without_a_reader_for_the_token_leaves_nothing_held() {
     let server = RedisServer::start();
