@@ -114,6 +114,10 @@ fn run_reports_a_signal_death_as_128_plus_the_signal() {
 #[test]
 fn run_forwards_sigterm_to_the_child() {
     let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    // The child writes its pid once its trap is set: a SIGTERM before that would kill it
+    // without running the trap.
     let mut child = dlock(&server)
         .args([
             "run",
@@ -121,17 +125,15 @@ fn run_forwards_sigterm_to_the_child() {
             "--",
             "sh",
             "-c",
-            "trap 'exit 42' TERM; while :; do sleep 0.05; done",
+            &format!(
+                "trap 'exit 42' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+                pid_file.display()
+            ),
         ])
         .spawn()
         .unwrap();
-    // Wait until the lock is held (the child is then running).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.cmd::<Option<String>>(&["GET", "job"]).is_none() {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for_pid(&pid_file);
+    assert!(server.cmd::<Option<String>>(&["GET", "job"]).is_some());
     // SAFETY: signalling the dlock process this test spawned.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     assert_eq!(

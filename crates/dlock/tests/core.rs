@@ -761,9 +761,18 @@ async fn a_lost_forced_release_reply_evicts_nobody_else() {
         let mutex = mutex.clone();
         async move { mutex.lock().await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await; // the waiter is subscribed
-                                                          // The reply is lost with its connection, and the reconnection's replies are slow:
-                                                          // the woken waiter takes the lock before the resend runs.
+    // The waiter is subscribed (it subscribes after its first busy attempt), so the release
+    // wakes it at once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server
+        .cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "*forced*"])
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The reply is lost with its connection, and the reconnection's replies are slow: the
+    // woken waiter takes the lock before the resend runs.
     proxy.delay_replies(Duration::from_millis(400));
     proxy.drop_next_replies(1);
     let fence = operator.force_release("forced").await.unwrap();
