@@ -1564,8 +1564,17 @@ fn fail_over(
         ports[0]
     };
     // The replica frozen and its link cut by the master: a frozen replica alone would
-    // still find everything the master sent meanwhile in its socket's buffer. Then a
-    // half a lease of grants and renewals the replica never sees.
+    // still find everything the master sent meanwhile in its socket's buffer. Then grants
+    // and renewals the replica never sees: without acknowledgement a whole lease, so that
+    // every lease it has has ended by its promotion and the waiters are granted the locks
+    // at once (after half a lease it would still have the lease of whoever held a lock
+    // as it was frozen, renewed up to then: the waiters would find the lock held there
+    // until about when the frozen holders' beliefs end, and whether one of them overlaps
+    // would be a race, which CI once lost in both rounds). With acknowledgement half a
+    // lease: the promoted replica still has the leases of the holders frozen across the
+    // failover, as of their last acknowledged renewal, and their beliefs must end before
+    // those leases do (after a whole lease every belief would have ended before it).
+    // The same as the cluster failover (`cluster_failover::fail_over`).
     // The sentinels must not count the frozen replica out (after a second, by default):
     // they would refuse to promote it until it answers their pings again, and the
     // failover that follows the freeze would come seconds late.
@@ -1586,7 +1595,7 @@ fn fail_over(
         .arg("TYPE")
         .arg("replica")
         .query(&mut conn);
-    sleep(ttl / 2);
+    sleep(if run.acknowledged { ttl / 2 } else { ttl });
     let holders = freeze_holders(run, faults, unacknowledged_from);
     server(group, master_port).kill9();
     server(group, replica_port).resume();
