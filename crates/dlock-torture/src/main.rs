@@ -47,7 +47,7 @@ EXIT CODES:
 struct Cli {
     #[command(subcommand)]
     role: Option<Role>,
-    /// A small configuration of every scenario: 2 fault rounds each (about 9 minutes in
+    /// A small configuration of every scenario: 2 fault rounds each (about 10 minutes in
     /// all on 2 busy cores, most of it the failover scenarios' 6 s leases and the
     /// partition scenarios' partitions of 7 s or more)
     #[arg(long)]
