@@ -1567,7 +1567,8 @@ fn fail_over(
     // still find everything the master sent meanwhile in its socket's buffer. Then grants
     // and renewals the replica never sees: without acknowledgement a whole lease, so that
     // every lease it has has ended by its promotion and the waiters are granted the locks
-    // at once (after half a lease it would still have the lease of whoever held a lock
+    // at once (but for a queued kind's stale place at the head of its queue; after half a
+    // lease it would still have the lease of whoever held a lock
     // as it was frozen, renewed up to then: the waiters would find the lock held there
     // until about when the frozen holders' beliefs end, and whether one of them overlaps
     // would be a race, which CI once lost in both rounds). With acknowledgement half a
