@@ -672,6 +672,64 @@ async fn fences_strictly_increase_across_quorums_and_only_the_maximum_would_go_b
     );
 }
 
+/// Grants `rounds` holds on A and B while C votes against (C holds another token), and
+/// counts the grants whose fence `m` was then held by fewer than a majority of counters.
+/// Fences are the masters' clocks here (fresh counters), so A and B draw different ones:
+/// only the raise puts `m` on both. Without it, a later majority that leaves out the node
+/// that drew `m` draws from clocks that may run behind (a clock offset of a few ms, which
+/// NTP allows; `redlock-clock-offset` in dlock-torture shows the regression itself, since
+/// one machine's masters share a clock).
+async fn grants_fenced_by_a_minority(
+    masters: &IndependentMasters,
+    redlock: &Redlock,
+    name: &str,
+    rounds: usize,
+) -> usize {
+    let mutex = redlock.mutex(name).unwrap();
+    let fence_key = format!("{{{name}}}:fence");
+    let _: () = masters.server(2).cmd(&["SET", mutex.key(), "someone-else"]);
+    let mut minority = 0;
+    for _ in 0..rounds {
+        let guard = mutex.try_lock().await.unwrap();
+        let fence = guard.drawn_fence().expect("drawn with the grant");
+        let holding = (0..masters.len())
+            .filter(|&i| {
+                let counter: Option<u64> = masters.server(i).cmd(&["GET", &fence_key]);
+                counter.is_some_and(|c| c >= fence)
+            })
+            .count();
+        if holding < 2 {
+            minority += 1;
+        }
+        guard.unlock().await.unwrap();
+    }
+    minority
+}
+
+/// A fence that is one master's clock is raised like any other (issue 32: with C's clock
+/// 10 ms ahead, a grant fenced by C's clock and a later majority without C drew a smaller
+/// fence, because the raise was skipped for clock fences).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_drawn_from_a_masters_clock_is_raised_on_a_majority() {
+    let masters = IndependentMasters::start(3);
+    let raised = redlock(&masters).await;
+    assert_eq!(
+        grants_fenced_by_a_minority(&masters, &raised, "clocked", 20).await,
+        0,
+        "a grant's fence was held by fewer than a majority of counters"
+    );
+    // Negative control: without the raise, the largest clock sits on one master alone.
+    let maximum_only = Client::redlock_builder(masters.urls())
+        .without_fence_raise()
+        .connect()
+        .await
+        .unwrap();
+    assert!(
+        grants_fenced_by_a_minority(&masters, &maximum_only, "unraised", 20).await > 0,
+        "without the raise, some grant's fence must sit on one master alone"
+    );
+}
+
 /// Three masters; the holder's grant lands on A and B while C votes against; B is then
 /// kill -9ed and restarted, C frees up, and a second client asks. Returns whether the
 /// second client was granted while the first still held its lock.

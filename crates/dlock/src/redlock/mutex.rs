@@ -14,16 +14,17 @@
 //! after our hold there ended, so after the raise: its draw there exceeds `m`, and
 //! so does its maximum, as long as that node kept its counter. (A node restarted without
 //! persistence forgets it; then only the clock floor below keeps fences growing, which
-//! `dlock-model`'s Redlock models check both ways.) The common case (counters in step)
-//! costs no extra round trip.
+//! `dlock-model`'s Redlock models check both ways.) Counters in step on a majority cost no
+//! extra round trip.
 //!
 //! Fences have a clock floor (see `fencing.lua`): a node draws `max(counter + 1, its clock
-//! in µs)`. When `m` is a node's clock, no raise is needed: every later grant draws at
-//! least its node's clock at a later time, which exceeds `m` as long as the masters'
-//! clocks agree within the time between two grants (the floor's own assumption, in
-//! docs/decisions.md). So with counters behind the clocks, as they are, no grant raises.
-//! A master whose clock jumps ahead breaks that assumption: grants without it then draw
-//! fences below the ones it drew (`dlock-torture`'s `redlock-clock-jump` shows it).
+//! in µs)`. The floor does not replace the raise: a grant whose largest fence is one
+//! node's clock still raises the others, because a later majority without that node draws
+//! from clocks that may run behind it (by any offset NTP allows) and would come out
+//! smaller. Only the counters, kept by a majority, make fences monotonic across quorums
+//! without any assumption about the masters' clocks; the floor matters only when a
+//! majority forgets its counters (a restart without persistence). `dlock-torture`'s
+//! `redlock-clock-offset` and `dlock-model`'s offset clock show both.
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -134,8 +135,6 @@ enum Outcome {
 struct Tally {
     /// (node, counter) of every node that granted.
     granted: Vec<(usize, u64)>,
-    /// The largest fence that a node drew from its clock (the floor), if any.
-    clock_fence: Option<u64>,
     busy: Vec<Option<Duration>>,
     failures: Vec<(usize, Error)>,
     /// Nodes that answered without granting (held by another, another kind): nothing
@@ -267,12 +266,7 @@ impl RawRedlock {
                 },
                 |(index, vote): Vote<Vec<i64>>| {
                     match vote.and_then(|reply| read_acquire(&reply)) {
-                        Ok(NodeReply::Granted { fence, clock }) => {
-                            tally.granted.push((index, fence));
-                            if clock {
-                                tally.clock_fence = tally.clock_fence.max(Some(fence));
-                            }
-                        }
+                        Ok(NodeReply::Granted { fence }) => tally.granted.push((index, fence)),
                         Ok(NodeReply::Busy(remaining)) => {
                             tally.busy.push(remaining);
                             tally.refused.push(index);
@@ -315,7 +309,7 @@ impl RawRedlock {
         claim.refused = std::mem::take(&mut tally.refused);
         if tally.granted.len() >= quorum {
             let fence = self
-                .settle_fence(token, &tally.granted, tally.clock_fence)
+                .settle_fence(token, &tally.granted)
                 .await;
             let valid = Instant::now() < lease::valid_until(sent, ttl);
             match fence {
@@ -384,20 +378,12 @@ impl RawRedlock {
     }
 
     /// The grant's fence: the largest counter of the granting nodes, raised on enough of
-    /// them that a majority holds it, unless it is a node's clock (see the module docs).
-    /// `None` when that majority cannot be made.
-    async fn settle_fence(
-        &self,
-        token: &str,
-        granted: &[(usize, u64)],
-        clock_fence: Option<u64>,
-    ) -> Option<u64> {
+    /// them that a majority holds it, also when it is a node's clock (see the module
+    /// docs). `None` when that majority cannot be made.
+    async fn settle_fence(&self, token: &str, granted: &[(usize, u64)]) -> Option<u64> {
         let fence = granted.iter().map(|&(_, fence)| fence).max()?;
         let in_step = granted.iter().filter(|&&(_, f)| f == fence).count();
-        if in_step >= self.quorum()
-            || clock_fence == Some(fence)
-            || !self.redlock.inner.raise_fences
-        {
+        if in_step >= self.quorum() || !self.redlock.inner.raise_fences {
             return Some(fence);
         }
         let behind: Vec<usize> = granted
@@ -481,10 +467,10 @@ impl Drop for Round<'_> {
 }
 
 enum NodeReply {
-    /// Granted with `fence`; `clock`: the fence is the node's clock (the floor).
+    /// Granted with `fence` (the script also tells whether it is the node's clock: since
+    /// a clock fence is raised like any other, nothing here needs that any more).
     Granted {
         fence: u64,
-        clock: bool,
     },
     Busy(Option<Duration>),
     /// The lock key (`"string"`) or the counter (`"counter"`) holds another kind.
@@ -493,9 +479,8 @@ enum NodeReply {
 
 fn read_acquire(reply: &[i64]) -> Result<NodeReply> {
     match reply {
-        [1, fence, clock] if *fence > 0 => Ok(NodeReply::Granted {
+        [1, fence, _clock] if *fence > 0 => Ok(NodeReply::Granted {
             fence: *fence as u64,
-            clock: *clock == 1,
         }),
         [0, pttl] => Ok(NodeReply::Busy(
             (*pttl >= 0).then(|| Duration::from_millis(*pttl as u64)),
