@@ -2,9 +2,18 @@
 //!
 //! A lock named `N` (after the optional client prefix `P`) lives in the key `PN` itself, so
 //! other Redis lock clients using the same name see the same key. Every companion key of
-//! the lock (the fencing counter, queues, ...) is built with [`LockKeys::companion`], which
-//! keeps it in the same Redis Cluster hash slot as the lock key, so one script may touch
-//! them all.
+//! the lock (the fencing counter, queues, guarded data, channels, ...) is built with
+//! [`LockKeys::companion`], which keeps it in the same Redis Cluster hash slot as the lock
+//! key, so one script may touch them all.
+//!
+//! Companions of two distinct lock keys never meet, whatever braces and colons the names
+//! hold. A key `K` without a hash tag has the companions `{K}:suffix` (whole-key hashing:
+//! the braces hash exactly `K`). A key with a tag `T` (`A{T}B`) has `{T}/len/K:suffix`,
+//! where `len` is `K`'s length in bytes: the tag keeps the slot, and the length says where
+//! `K` ends, so `{acct}` (`{acct}/6/{acct}:fence`) and `acct` (`{acct}:fence`), or `{t}`
+//! with guarded data `fence` (`{t}/3/{t}:data:fence`) and `{t}:data` (`{t}/8/{t}:data:fence`),
+//! stay apart. The first byte after the tag (`:` or `/`) tells the two forms apart, and a
+//! name whose key would read as a companion is refused ([`check_name`]).
 
 use crate::error::{Error, Result};
 
@@ -44,7 +53,7 @@ impl LockKeys {
         }
         if is_companion(&key) {
             return Err(Error::InvalidArgument(format!(
-                "lock key {key:?} is the name of a key dlock keeps beside another lock (its fence, queue or data); choose a name that does not end in :fence, :queue…, :leader, :expiry or contain :data: or :applied: after a hash tag"
+                "lock key {key:?} reads as a key dlock keeps beside another lock (its fence, queue, data or records), so the two locks would share it; choose a name that does not start with a hash tag followed by :fence, :queue…, :leader, :expiry, :data:… or :applied:… (or by /<length>/)"
             )));
         }
         let mut keys = LockKeys {
@@ -65,35 +74,81 @@ impl LockKeys {
     }
 }
 
-/// True for the keys dlock keeps beside a lock key: `{K}:fence`, the queues, the expiry
-/// index, the data of guarded writes `{K}:data:…` and their records `{K}:applied:…`.
-/// Such a key is never a lock of its own (a name that would be one is refused), so
-/// `find_locks` skips it.
+/// True for the keys dlock keeps beside a lock key (see the module docs): `{K}:suffix`
+/// for a key `K` without a tag, `{T}/len/K:…` for a key with the tag `T`, where `suffix`
+/// is one of the fixed companions (fence, queues, expiry index, leader, …) or starts with
+/// `data:` or `applied:` (guarded writes). Also the tagged form that dlock wrote before
+/// companions carried the key's length (`K:suffix` for a tagged `K`): such a key is no
+/// lock, and `find_locks` skips it, whichever version left it. Such a key is never a lock
+/// of its own: a name whose key would be one is refused.
 pub(crate) fn is_companion(key: &str) -> bool {
-    // The base is a lock key whose companions keep its slot: one with a hash tag
-    // (an untagged key's companions are `{key}:…`, which has one).
-    let in_a_slot = has_hash_tag;
-    let beside = ["data", "applied"].iter().any(|infix| {
-        key.match_indices(&format!(":{infix}:"))
-            .any(|(at, _)| in_a_slot(&key[..at]))
+    is_untagged_companion(key) || is_tagged_companion(key) || is_legacy_tagged_companion(key)
+}
+
+/// The fixed suffixes of companion keys, and the families of guarded writes.
+const COMPANIONS: [&str; 8] = [
+    "fence",
+    "fenced",
+    "forced",
+    "leader",
+    "queue",
+    "queue-leases",
+    // Written by dlock before waiters' tokens named their ttl; expires by itself.
+    "queue-ttls",
+    EXPIRY_INDEX,
+];
+const COMPANION_FAMILIES: [&str; 2] = ["data:", "applied:"];
+
+fn is_companion_suffix(suffix: &str) -> bool {
+    COMPANIONS.contains(&suffix)
+        || COMPANION_FAMILIES
+            .iter()
+            .any(|family| suffix.len() > family.len() && suffix.starts_with(family))
+}
+
+/// `{K}:suffix`: a companion of the untagged key `K`.
+fn is_untagged_companion(key: &str) -> bool {
+    key.strip_prefix('{')
+        .and_then(|rest| rest.split_once('}'))
+        .is_some_and(|(base, after)| {
+            !base.is_empty()
+                && after
+                    .strip_prefix(':')
+                    .is_some_and(is_companion_suffix)
+        })
+}
+
+/// `{T}/len/K:…`: a companion of the key `K`, whose tag is `T`.
+fn is_tagged_companion(key: &str) -> bool {
+    let Some((tag, after)) = key.strip_prefix('{').and_then(|rest| rest.split_once('}')) else {
+        return false;
+    };
+    let Some((len, rest)) = after.strip_prefix('/').and_then(|a| a.split_once('/')) else {
+        return false;
+    };
+    let Ok(len) = len.parse::<usize>() else {
+        return false;
+    };
+    !tag.is_empty()
+        && rest.len() > len
+        && rest.is_char_boundary(len)
+        && rest[len..].starts_with(':')
+        && hash_tag(&rest[..len]) == Some(tag)
+}
+
+/// `K:suffix` for a tagged `K`: the companions of tagged keys before they carried the
+/// key's length.
+fn is_legacy_tagged_companion(key: &str) -> bool {
+    let tagged = |base: &str| hash_tag(base).is_some();
+    let family = COMPANION_FAMILIES.iter().any(|family| {
+        key.match_indices(&format!(":{family}"))
+            .any(|(at, _)| tagged(&key[..at]))
     });
-    beside
-        || [
-            "fence",
-            "fenced",
-            "forced",
-            "leader",
-            "queue",
-            "queue-leases",
-            // Written by dlock before waiters' tokens named their ttl; expires by itself.
-            "queue-ttls",
-            EXPIRY_INDEX,
-        ]
-        .iter()
-        .any(|suffix| {
+    family
+        || COMPANIONS.iter().any(|suffix| {
             key.strip_suffix(suffix)
                 .and_then(|base| base.strip_suffix(':'))
-                .is_some_and(in_a_slot)
+                .is_some_and(tagged)
         })
 }
 
@@ -107,26 +162,26 @@ pub(crate) fn expiry_index_of(key: &str) -> String {
 }
 
 fn companion_of(key: &str, suffix: &str) -> String {
-    if has_hash_tag(key) {
-        // The existing tag already decides the slot; any suffix keeps it.
-        format!("{key}:{suffix}")
-    } else {
+    match hash_tag(key) {
         // Whole-key hashing: wrapping the key in braces hashes exactly the same bytes.
-        // Keys without a tag and with a '}' cannot be wrapped; validate_name forbids them.
-        format!("{{{key}}}:{suffix}")
+        // Keys without a tag and with a '}' cannot be wrapped; `LockKeys::new` refuses them.
+        None => format!("{{{key}}}:{suffix}"),
+        // The tag keeps the slot; the length makes the key inside unambiguous.
+        Some(tag) => format!("{{{tag}}}/{}/{key}:{suffix}", key.len()),
     }
+}
+
+/// The part of `key` Redis Cluster hashes when it has a hash tag: the bytes between the
+/// first `{` and the first `}` after it, when not empty.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let len = key[open + 1..].find('}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
 }
 
 /// True when Redis Cluster would hash only part of `key` (a non-empty `{...}` section).
 fn has_hash_tag(key: &str) -> bool {
-    let bytes = key.as_bytes();
-    match bytes.iter().position(|&b| b == b'{') {
-        Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
-            Some(len) => len > 0,
-            None => false,
-        },
-        None => false,
-    }
+    hash_tag(key).is_some()
 }
 
 fn validate_name(name: &str) -> Result<()> {
@@ -188,19 +243,71 @@ mod tests {
             "{t}:queue",
             "{t}:data:x",
             "{t}-job:applied:tok",
+            "{t}/3/{t}:fence",
+            "{t}/6/a{t}:b:data:x",
         ] {
             assert!(LockKeys::new("", name).is_err(), "{name}");
         }
         assert!(LockKeys::new("{app}:", "x:data:y").is_err());
-        for name in ["t:fence", "data:x", "{t}:database", "{t}:reports"] {
+        for name in [
+            "t:fence",
+            "data:x",
+            "{t}:database",
+            "{t}:reports",
+            "{t}:data",
+            "{t}/x/{t}:job",
+            "{t}/9/{t}:job",
+        ] {
             assert!(LockKeys::new("", name).is_ok(), "{name}");
         }
         let keys = LockKeys::new("", "{t}").unwrap();
         assert!(is_companion(&keys.companion("data:x")));
-        // A tag anywhere: job{x}'s companions are job{x}:fence, job{x}:data:…
+        // A tag anywhere: job{x}'s companions are {x}/6/job{x}:fence, …:data:…
         let keys = LockKeys::new("", "job{x}").unwrap();
+        assert_eq!(keys.fence, "{x}/6/job{x}:fence");
         assert!(is_companion(&keys.companion("data:a")) && is_companion(&keys.fence));
         assert!(LockKeys::new("", "job{x}:data:a").is_err());
+    }
+
+    /// Every companion of every look-alike key (issue 32: `acct` and `{acct}` shared their
+    /// fence, queue, data and channels; `{t}`'s guarded key `fence` was `{t}:data`'s fence)
+    /// is distinct from every other lock's key and companions, and reads as a companion.
+    #[test]
+    fn look_alike_names_share_no_key_or_channel() {
+        let names = [
+            "acct", "{acct}", "{acct}:x", "acct}", "{acct}}", "{t}", "{t}:data", "t",
+            "{t}:data:x", "a{t}", "a{t}:b", "{t}:b", "a:b", "a", "{a:b}", "{a}:b", "x{", "{x",
+            "é{ü}", "{t}:fenced", "{t}/3/",
+        ];
+        let prefixes = ["", "app:", "{app}:", "{app}/4/"];
+        let suffixes = [
+            "fence", "fenced", "forced", "leader", "queue", "queue-leases", "expiry",
+            "released", "wake:c1", "data:fence", "data:x", "data:x:fence", "applied:tok",
+        ];
+        let mut owner: std::collections::HashMap<String, String> = Default::default();
+        for prefix in prefixes {
+            for name in names {
+                let Ok(keys) = LockKeys::new(prefix, name) else {
+                    continue;
+                };
+                let lock = keys.key.clone();
+                let mut mine = vec![keys.key.clone(), expiry_index_of(&keys.key)];
+                for suffix in suffixes {
+                    let companion = keys.companion(suffix);
+                    assert_eq!(slot(&companion), slot(&lock), "{companion}");
+                    if !suffix.starts_with("wake:") && suffix != "released" {
+                        assert!(is_companion(&companion), "{companion} of {lock}");
+                    }
+                    mine.push(companion);
+                }
+                for key in mine {
+                    if let Some(other) = owner.insert(key.clone(), lock.clone()) {
+                        assert_eq!(other, lock, "{key} is shared by {other} and {lock}");
+                    }
+                }
+            }
+        }
+        assert!(owner.len() > 500);
     }
 
     #[test]
@@ -236,6 +343,11 @@ mod tests {
         assert_eq!(keys.key, "nightly");
         assert_eq!(keys.fence, "{nightly}:fence");
         assert_eq!(keys.channel, "{nightly}:released");
+        // A tagged key's companions name the key with its length.
+        let keys = LockKeys::new("", "{acct}").unwrap();
+        assert_eq!(keys.fence, "{acct}/6/{acct}:fence");
+        let keys = LockKeys::new("app:", "{t}:job").unwrap();
+        assert_eq!(keys.companion("queue"), "{t}/11/app:{t}:job:queue");
     }
 
     #[test]
