@@ -111,10 +111,7 @@ fn is_untagged_companion(key: &str) -> bool {
     key.strip_prefix('{')
         .and_then(|rest| rest.split_once('}'))
         .is_some_and(|(base, after)| {
-            !base.is_empty()
-                && after
-                    .strip_prefix(':')
-                    .is_some_and(is_companion_suffix)
+            !base.is_empty() && after.strip_prefix(':').is_some_and(is_companion_suffix)
         })
 }
 
@@ -275,14 +272,43 @@ mod tests {
     #[test]
     fn look_alike_names_share_no_key_or_channel() {
         let names = [
-            "acct", "{acct}", "{acct}:x", "acct}", "{acct}}", "{t}", "{t}:data", "t",
-            "{t}:data:x", "a{t}", "a{t}:b", "{t}:b", "a:b", "a", "{a:b}", "{a}:b", "x{", "{x",
-            "é{ü}", "{t}:fenced", "{t}/3/",
+            "acct",
+            "{acct}",
+            "{acct}:x",
+            "acct}",
+            "{acct}}",
+            "{t}",
+            "{t}:data",
+            "t",
+            "{t}:data:x",
+            "a{t}",
+            "a{t}:b",
+            "{t}:b",
+            "a:b",
+            "a",
+            "{a:b}",
+            "{a}:b",
+            "x{",
+            "{x",
+            "é{ü}",
+            "{t}:fenced",
+            "{t}/3/",
         ];
         let prefixes = ["", "app:", "{app}:", "{app}/4/"];
         let suffixes = [
-            "fence", "fenced", "forced", "leader", "queue", "queue-leases", "expiry",
-            "released", "wake:c1", "data:fence", "data:x", "data:x:fence", "applied:tok",
+            "fence",
+            "fenced",
+            "forced",
+            "leader",
+            "queue",
+            "queue-leases",
+            "expiry",
+            "released",
+            "wake:c1",
+            "data:fence",
+            "data:x",
+            "data:x:fence",
+            "applied:tok",
         ];
         let mut owner: std::collections::HashMap<String, String> = Default::default();
         for prefix in prefixes {

@@ -418,3 +418,54 @@ async fn the_wrong_kind_of_deployment_is_named_at_connect() {
         .await
         .unwrap();
 }
+
+/// Look-alike names on a cluster (issue 32): `acct` and `{acct}` hash to one slot, and
+/// their companions (queues, expiry index, guarded data and records) stay in it without
+/// meeting: both are held at once by every kind, and each holder's guarded data is its
+/// own. A companion outside the slot would fail the scripts with CROSSSLOT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn look_alike_names_are_separate_locks_in_one_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = cluster_client(&cluster).await;
+    assert_eq!(key_slot("acct"), key_slot("{acct}"));
+    let options = LockOptions::default().ttl(Duration::from_secs(20));
+    for kind in [
+        Kind::Mutex,
+        Kind::Fair,
+        Kind::Reentrant,
+        Kind::Read,
+        Kind::Write,
+        Kind::Permit,
+    ] {
+        let (plain, tagged) = (format!("acct-{kind:?}"), format!("{{acct-{kind:?}}}"));
+        let mut holds = Vec::new();
+        for name in [&plain, &tagged] {
+            // Both permits of the helper's semaphore: a shared index would refuse the
+            // second lock's first permit.
+            let count = if kind == Kind::Permit { 2 } else { 1 };
+            for _ in 0..count {
+                let held = take(&client, kind, name, options, true)
+                    .await
+                    .unwrap_or_else(|err| panic!("{kind:?} {name}: {err}"));
+                held.apply(&dlock::Guarded::new().set("balance", name.as_str()))
+                    .await
+                    .unwrap();
+                holds.push((name.clone(), held));
+            }
+        }
+        for (name, held) in &holds {
+            let read = held
+                .apply(&dlock::Guarded::new().get("balance"))
+                .await
+                .unwrap();
+            assert_eq!(
+                read,
+                vec![redis::Value::BulkString(name.clone().into_bytes())],
+                "{kind:?}: {name}'s guarded data was another lock's"
+            );
+        }
+        for (_, held) in holds {
+            held.unlock().await.unwrap();
+        }
+    }
+}

@@ -162,7 +162,14 @@ async fn untouched(
     let election = client.election_with(filled, still()).unwrap();
     let leadership = election.campaign("a").await.unwrap();
     leadership.apply(&writes("100")).await.unwrap();
-    compare(server, client, &format!("election {filled:?}"), other, false).await?;
+    compare(
+        server,
+        client,
+        &format!("election {filled:?}"),
+        other,
+        false,
+    )
+    .await?;
     leadership.resign().await.unwrap();
     Ok(())
 }
@@ -190,7 +197,9 @@ async fn compare(
                 "{filled}: key {} changed by a cycle on {other:?}: {:?} -> {:?}",
                 String::from_utf8_lossy(key),
                 String::from_utf8_lossy(value),
-                after.get(key).map(|v| String::from_utf8_lossy(v).to_string())
+                after
+                    .get(key)
+                    .map(|v| String::from_utf8_lossy(v).to_string())
             ));
         }
     }
