@@ -53,7 +53,7 @@ impl LockKeys {
         }
         if is_companion(&key) {
             return Err(Error::InvalidArgument(format!(
-                "lock key {key:?} reads as a key dlock keeps beside another lock (its fence, queue, data or records), so the two locks would share it; choose a name that does not start with a hash tag followed by :fence, :queue…, :leader, :expiry, :data:… or :applied:… (or by /<length>/)"
+                "lock key {key:?} reads as a key dlock keeps beside another lock (its fence, queue, data or records), so the two locks would share it; after a hash tag, choose a name that does not end in :fence, :queue…, :leader or :expiry, contain :data: or :applied:, or go on with /<length>/"
             )));
         }
         let mut keys = LockKeys {
