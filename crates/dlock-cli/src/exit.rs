@@ -89,6 +89,11 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
             REDIS_REFUSED,
             "the reason is the server's own: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
         ),
+        // A listing of keys holds nothing: no lock was taken or changed by it.
+        Error::UnexpectedReply { command, .. } if command == "SCAN" => (
+            REDIS_REFUSED,
+            "the key listing (SCAN) came back in a shape Redis never sends: something between dlock and Redis answers for it (a proxy, or not Redis at all); no lock was read, taken or changed: check what --redis points at",
+        ),
         Error::UnexpectedReply { .. } => (
             REDIS_REFUSED,
             "something between dlock and Redis answers for it (a proxy, or a script of another tool under the same SHA); treat the lock as lost and check what --redis points at",

@@ -744,6 +744,20 @@ fn init_logging(cli: &Cli) {
 
 /// Prints an error with what to do about it, and returns its exit code.
 fn report(err: &dlock::Error, cli: &Cli) -> i32 {
+    let (code, hint) = diagnose(err, cli);
+    let busy = matches!(
+        err,
+        dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
+    );
+    if busy && cli.quiet {
+        return code;
+    }
+    eprintln!("dlock: {err}\n  hint: {hint}");
+    code
+}
+
+/// The exit code of an error and the hint printed with it, for the command `cli` runs.
+fn diagnose(err: &dlock::Error, cli: &Cli) -> (i32, &'static str) {
     let (mut code, mut hint) = exit::classify(err);
     let by_token = matches!(
         cli.command,
@@ -754,6 +768,13 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
     }
     if by_token && matches!(err, dlock::Error::WrongType { .. }) {
         hint = "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)";
+    }
+    // A command that only reads holds nothing that could be lost.
+    let reads_only = matches!(cli.command, Command::Inspect(_) | Command::Leader(_));
+    if reads_only
+        && matches!(err, dlock::Error::UnexpectedReply { command, .. } if command != "SCAN")
+    {
+        hint = "something between dlock and Redis answers for it (a proxy, or a script of another tool under the same SHA); this command only reads, so no lock was taken or changed: check what --redis points at";
     }
     // The flags that name the deployment, where the hint names --redis.
     match (cli.topology, err) {
@@ -786,20 +807,15 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
         }
         _ => {}
     }
-    let busy = matches!(
+    if matches!(
         err,
         dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
-    );
-    if busy {
+    ) {
         if let Some(conflict) = conflict_exit_code(cli) {
             code = conflict as i32;
         }
-        if cli.quiet {
-            return code;
-        }
     }
-    eprintln!("dlock: {err}\n  hint: {hint}");
-    code
+    (code, hint)
 }
 
 fn conflict_exit_code(cli: &Cli) -> Option<u8> {
@@ -1287,6 +1303,45 @@ mod tests {
 
     fn split(values: &[&str]) -> Vec<String> {
         super::split_urls(&values.iter().map(|v| v.to_string()).collect::<Vec<_>>())
+    }
+
+    /// A listing that comes back unreadable, or a reply no dlock script sends to a command
+    /// that only reads, is exit 76 and says nothing was taken or changed, never "treat the
+    /// lock as lost" (which is for a hold).
+    #[test]
+    fn an_unexpected_reply_to_a_read_says_nothing_was_held() {
+        let scan = dlock::Error::UnexpectedReply {
+            command: "SCAN".into(),
+            reply: "invalid UTF-8".into(),
+        };
+        let script = dlock::Error::UnexpectedReply {
+            command: "a dlock script".into(),
+            reply: "[7]".into(),
+        };
+        for argv in [
+            &["dlock", "inspect", "--match", "odd:*", "--prometheus"][..],
+            &["dlock", "inspect", "job"],
+            &["dlock", "leader", "job"],
+        ] {
+            let Ok(cli) = super::parse_from(argv) else {
+                panic!("{argv:?} parses");
+            };
+            for err in [&scan, &script] {
+                let (code, hint) = super::diagnose(err, &cli);
+                assert_eq!(code, 76, "{argv:?} {err}");
+                assert!(
+                    !hint.contains("lost") && hint.contains("no lock was"),
+                    "{argv:?} {err}: {hint}"
+                );
+            }
+        }
+        // A hold's unexpected reply still says to treat the lock as lost.
+        let Ok(cli) = super::parse_from(["dlock", "acquire", "job"]) else {
+            panic!("acquire parses");
+        };
+        assert!(super::diagnose(&script, &cli)
+            .1
+            .contains("treat the lock as lost"));
     }
 
     #[test]

@@ -947,3 +947,51 @@ fn completions_and_man_pages_are_generated_without_redis() {
     assert_eq!(out.status.code(), Some(74));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the manual pages"));
 }
+
+/// A key that is not UTF-8 among dlock's locks is no lock's (dlock writes none such): the
+/// scan of `inspect --match` skips it, and `-v` says how many it skipped. Before, one such
+/// key made `inspect --match`, `--json` and `--prometheus` exit 76 and list nothing.
+#[test]
+fn a_key_that_is_not_utf8_is_skipped_by_inspect_match() {
+    let server = RedisServer::start();
+    assert_eq!(code(dlock(&server).args(["acquire", "odd:job"])), 0);
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "odd:pool", "--permits", "2"])),
+        0
+    );
+    let _: () = redis::cmd("SET")
+        .arg(&b"odd:bin\xff"[..])
+        .arg("x")
+        .query(&mut server.connection())
+        .unwrap();
+    for view in [&[][..], &["--json"], &["--prometheus"]] {
+        let out = output(
+            dlock(&server)
+                .args(["inspect", "--match", "odd:*"])
+                .args(view)
+                .env_remove("RUST_LOG"),
+        );
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(0), "{view:?}: {stderr}");
+        assert!(
+            stdout.contains("odd:job") && stdout.contains("odd:pool"),
+            "{view:?}: {stdout}"
+        );
+        assert!(!stdout.contains("odd:bin"), "{view:?}: {stdout}");
+        assert!(
+            !stderr.contains("skipped"),
+            "{view:?}: said without -v: {stderr}"
+        );
+    }
+    let out = output(
+        dlock(&server)
+            .args(["-v", "inspect", "--match", "odd:*"])
+            .env_remove("RUST_LOG"),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("skipped 1 key"), "{stderr}");
+}
