@@ -78,11 +78,13 @@ OUTPUT:
     A name held by `dlock run` or a mutex that never proclaimed shows nobody leading.
 
 EXIT CODES:
-    0    printed (also when nobody leads); with --watch, its reader went away
+    0    printed (also when nobody leads); with --watch, its reader went away after
+         reading some
     64   invalid arguments (also: several --redis masters)
     65   NAME is held by another kind of lock: no election leads there
     69   Redis unreachable (--watch keeps watching through a restart or failover)
-    74   standard output is closed, or could not be written
+    74   standard output is closed, its reader left before reading anything, or it
+         could not be written
     76   Redis refused the request (wrong credentials, ACL, ...)";
 
 /// Prints the leader, once or at each change.
@@ -112,7 +114,7 @@ pub async fn leader(client: &dlock::Client, args: &LeaderArgs) -> dlock::Result<
                 // the next change to write (and without asking Redis anything).
                 _ = reader_gone.tick() => {
                     if stdout_hung_up() {
-                        return Ok(exit::OK);
+                        return Ok(exit::after_reader_left());
                     }
                 }
             }

@@ -13,8 +13,8 @@ pub const WRONG_TYPE: i32 = 65;
 /// too few replicas acknowledged a lock in time with --replicas (nothing is left held)
 /// (EX_UNAVAILABLE).
 pub const UNAVAILABLE: i32 = 69;
-/// `acquire` could not print the token (stdout closed or failing); nothing is left held
-/// (EX_IOERR).
+/// A command could not print its result: stdout closed, a pipe whose reader left before
+/// reading anything, a write error (EX_IOERR). `acquire` leaves nothing held.
 pub const IO_ERROR: i32 = 74;
 /// The lock was lost while the command ran (EX_SOFTWARE).
 pub const LOST: i32 = 70;
@@ -46,8 +46,12 @@ EXIT CODES:
          replicas acknowledged a grant or extend within --replica-timeout, and
          the lock was given back (nothing is held)
     70   the lock was lost while the command ran (`run`; `elect`: the leadership)
-    74   `acquire` could not print the token (stdout closed); nothing was left held;
-         `guarded`: stdout closed (nothing applied) or the reply unwritable (applied)
+    74   the result could not be printed: stdout closed, a pipe whose reader left
+         before reading anything, or a write error (a full disk); for every command
+         that prints one (acquire, release --force, leader, guarded, inspect, bench,
+         completions, man, --help, --version). `acquire`: nothing was left held;
+         `guarded`, `release --force`: stdout closed, nothing done; the output
+         unwritable, done. A reader that leaves after reading some (`| head`) is 0
     75   not acquired within the wait budget (busy); -E N changes it
     76   Redis refused the request (wrong credentials, ACL, out of memory,
          read-only replica, script error; for guarded, the command on the
@@ -89,6 +93,11 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
             REDIS_REFUSED,
             "the reason is the server's own: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
         ),
+        // A listing of keys holds nothing: no lock was taken or changed by it.
+        Error::UnexpectedReply { command, .. } if command == "SCAN" => (
+            REDIS_REFUSED,
+            "the key listing (SCAN) came back in a shape Redis never sends: something between dlock and Redis answers for it (a proxy, or not Redis at all); no lock was read, taken or changed: check what --redis points at",
+        ),
         Error::UnexpectedReply { .. } => (
             REDIS_REFUSED,
             "something between dlock and Redis answers for it (a proxy, or a script of another tool under the same SHA); treat the lock as lost and check what --redis points at",
@@ -106,8 +115,8 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
     }
 }
 
-/// Prints a command's whole output: a reader that went away (`| head`) is no failure
-/// (exit 0, quietly); any other write error (a closed stdout, a full disk) exits 74.
+/// Prints a command's whole output (see [`write_out`]): returns the exit code, 0 when it
+/// was written (or its reader read some and left), 74 when it could not be.
 pub fn emit(text: &str) -> i32 {
     match write_out(text) {
         Ok(()) => OK,
@@ -115,20 +124,111 @@ pub fn emit(text: &str) -> i32 {
     }
 }
 
-/// Writes `text` to stdout. `Err(code)` when output must stop: the reader is gone
-/// (`Err(OK)`: a `| head` that read enough is success) or writing failed (74, said).
+/// Writes `text` to stdout, the one way every subcommand prints its result. `Err(code)`
+/// when output must stop: the reader left after reading some (`Err(OK)`: a `| head` that
+/// read enough is success), or the result could not be delivered (74, said on stderr):
+/// stdout closed, a pipe whose reader left before reading anything, a write error (a full
+/// disk).
 pub fn write_out(text: &str) -> Result<(), i32> {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    match try_write(text) {
         Ok(()) => Ok(()),
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Err(OK),
-        Err(err) => {
-            eprintln!("dlock: cannot write the output: {err}\n  hint: check where stdout goes (a full disk, a closed descriptor)");
+        Err(Unwritten::ReaderLeft) => Err(OK),
+        Err(Unwritten::Failed(why)) => {
+            eprintln!("dlock: cannot write the output: {why}\n  hint: give dlock a standard output it can write (a file or a pipe; >/dev/null to drop it); check where stdout goes (a full disk, a closed descriptor)");
             Err(IO_ERROR)
         }
+    }
+}
+
+/// Why [`try_write`] could not write.
+#[derive(Debug)]
+pub enum Unwritten {
+    /// The reader (a pipe's) went away after output was delivered to it: `| head`.
+    ReaderLeft,
+    /// Nothing more could be delivered: why, in words.
+    Failed(String),
+}
+
+/// Whether any byte of output was delivered to stdout yet: a reader that leaves after that
+/// read what it wanted (`| head -1`); one that leaves before got nothing.
+static DELIVERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes `text` to stdout, saying nothing: what [`write_out`] does, for a caller with its
+/// own words (and clean-up) for a failure. Written unbuffered, straight to descriptor 1, so
+/// that what was delivered is known.
+pub fn try_write(text: &str) -> Result<(), Unwritten> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd as _;
+    use std::sync::atomic::Ordering;
+    if !stdout_is_open() {
+        return Err(Unwritten::Failed("standard output is closed".into()));
+    }
+    // Holding std's lock serialises with anything else printing; its buffer goes first.
+    let mut stdout = std::io::stdout().lock();
+    let flushed = stdout.flush();
+    // SAFETY: descriptor 1 stays open for the process's life; ManuallyDrop never closes it.
+    let mut fd = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
+    let mut rest = text.as_bytes();
+    let mut failure = flushed.err();
+    while failure.is_none() && !rest.is_empty() {
+        match fd.write(rest) {
+            Ok(0) => failure = Some(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                DELIVERED.store(true, Ordering::SeqCst);
+                rest = &rest[n..];
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => failure = Some(err),
+        }
+    }
+    match failure {
+        None => Ok(()),
+        Some(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Err(reader_gone()),
+        Some(err) => Err(Unwritten::Failed(err.to_string())),
+    }
+}
+
+/// What a reader that went away means: the end of output when it read some, a failure when
+/// it got nothing.
+fn reader_gone() -> Unwritten {
+    if DELIVERED.load(std::sync::atomic::Ordering::SeqCst) {
+        Unwritten::ReaderLeft
+    } else {
+        Unwritten::Failed(
+            "the reader of standard output went away before reading anything (broken pipe)".into(),
+        )
+    }
+}
+
+/// For a command that noticed its reader went away before writing (a watch between two
+/// lines): its exit code, as [`write_out`] would have ended, said when it is 74.
+pub fn after_reader_left() -> i32 {
+    match reader_gone() {
+        Unwritten::ReaderLeft => OK,
+        Unwritten::Failed(why) => {
+            eprintln!("dlock: cannot write the output: {why}\n  hint: give dlock a standard output it can write (a file or a pipe; >/dev/null to drop it)");
+            IO_ERROR
+        }
+    }
+}
+
+/// False when file descriptor 1 was closed (`>&-`). Rust's runtime reopens a closed
+/// standard descriptor on /dev/null, read-write, before `main`; a shell's `>/dev/null`
+/// opens it write-only. So a read-write /dev/null on fd 1 means "closed" (writes to it
+/// would vanish without an error).
+pub fn stdout_is_open() -> bool {
+    // SAFETY: fcntl and fstat only query; the stat buffers are plain data.
+    unsafe {
+        let flags = libc::fcntl(1, libc::F_GETFL);
+        if flags == -1 {
+            return false;
+        }
+        let (mut ours, mut null): (libc::stat, libc::stat) =
+            (std::mem::zeroed(), std::mem::zeroed());
+        let is_null = libc::fstat(1, &mut ours) == 0
+            && libc::stat(c"/dev/null".as_ptr(), &mut null) == 0
+            && (ours.st_mode & libc::S_IFMT) == libc::S_IFCHR
+            && ours.st_rdev == null.st_rdev;
+        !(is_null && flags & libc::O_ACCMODE == libc::O_RDWR)
     }
 }

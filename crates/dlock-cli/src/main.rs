@@ -11,7 +11,6 @@ mod prometheus;
 mod run;
 mod tree;
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -635,6 +634,10 @@ fn main() -> ExitCode {
             } else {
                 exit::OK
             };
+            if code == exit::OK {
+                // --help, help, --version: the text is the result, as any command's is.
+                return ExitCode::from(print_help(&error) as u8);
+            }
             let _ = error.print();
             if code == exit::USAGE {
                 // clap's "For more information, try '--help'" has no hint line of ours.
@@ -707,6 +710,22 @@ fn main() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
+/// Prints clap's `--help` or `--version` text (with clap's colours): exit 0, or 74 when
+/// standard output is closed or cannot be written, as for any result.
+fn print_help(text: &clap::Error) -> i32 {
+    if !exit::stdout_is_open() {
+        eprintln!("dlock: cannot write the output: standard output is closed\n  hint: give dlock a standard output (a file or a pipe)");
+        return exit::IO_ERROR;
+    }
+    match text.print() {
+        Ok(()) => exit::OK,
+        Err(err) => {
+            eprintln!("dlock: cannot write the output: {err}\n  hint: check where stdout goes (a full disk, a closed descriptor)");
+            exit::IO_ERROR
+        }
+    }
+}
+
 /// The signal dlock should die of once it has cleaned up (0: none).
 static DIE_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
@@ -744,6 +763,20 @@ fn init_logging(cli: &Cli) {
 
 /// Prints an error with what to do about it, and returns its exit code.
 fn report(err: &dlock::Error, cli: &Cli) -> i32 {
+    let (code, hint) = diagnose(err, cli);
+    let busy = matches!(
+        err,
+        dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
+    );
+    if busy && cli.quiet {
+        return code;
+    }
+    eprintln!("dlock: {err}\n  hint: {hint}");
+    code
+}
+
+/// The exit code of an error and the hint printed with it, for the command `cli` runs.
+fn diagnose(err: &dlock::Error, cli: &Cli) -> (i32, &'static str) {
     let (mut code, mut hint) = exit::classify(err);
     let by_token = matches!(
         cli.command,
@@ -754,6 +787,13 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
     }
     if by_token && matches!(err, dlock::Error::WrongType { .. }) {
         hint = "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)";
+    }
+    // A command that only reads holds nothing that could be lost.
+    let reads_only = matches!(cli.command, Command::Inspect(_) | Command::Leader(_));
+    if reads_only
+        && matches!(err, dlock::Error::UnexpectedReply { command, .. } if command != "SCAN")
+    {
+        hint = "something between dlock and Redis answers for it (a proxy, or a script of another tool under the same SHA); this command only reads, so no lock was taken or changed: check what --redis points at";
     }
     // The flags that name the deployment, where the hint names --redis.
     match (cli.topology, err) {
@@ -786,20 +826,15 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
         }
         _ => {}
     }
-    let busy = matches!(
+    if matches!(
         err,
         dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
-    );
-    if busy {
+    ) {
         if let Some(conflict) = conflict_exit_code(cli) {
             code = conflict as i32;
         }
-        if cli.quiet {
-            return code;
-        }
     }
-    eprintln!("dlock: {err}\n  hint: {hint}");
-    code
+    (code, hint)
 }
 
 fn conflict_exit_code(cli: &Cli) -> Option<u8> {
@@ -1011,6 +1046,11 @@ fn needs_stdout(command: &Command) -> Option<(&'static str, &'static str)> {
         Command::Leader(args) if args.watch => {
             Some(("the leader", "give dlock leader --watch a standard output"))
         }
+        // The operator's override prints the new fence for the fenced storage.
+        Command::Release { force: true, .. } => Some((
+            "the new fencing token, so nothing was released",
+            "give dlock release --force a standard output to print the new fencing token to",
+        )),
         // What it shows is all it does.
         Command::Inspect(_) => Some((
             "the locks",
@@ -1022,7 +1062,7 @@ fn needs_stdout(command: &Command) -> Option<(&'static str, &'static str)> {
 
 async fn execute(cli: &Cli) -> dlock::Result<i32> {
     if let Some((what, hint)) = needs_stdout(&cli.command) {
-        if !stdout_is_open() {
+        if !exit::stdout_is_open() {
             eprintln!("dlock: standard output is closed: nowhere to print {what}\n  hint: {hint}");
             return Ok(exit::IO_ERROR);
         }
@@ -1159,7 +1199,7 @@ async fn dispatch(
             match client.force_release(name).await? {
                 Some(fence) => {
                     eprintln!("dlock: released {name:?} by force; new fencing token {fence}");
-                    println!("{fence}");
+                    return Ok(exit::emit(&format!("{fence}\n")));
                 }
                 None => eprintln!("dlock: {name:?} was not held; nothing to release"),
             }
@@ -1223,9 +1263,11 @@ async fn acquire(
     } else {
         format!("{token} {fence}")
     };
-    let mut stdout = std::io::stdout().lock();
-    let printed = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
-    if let Err(err) = printed {
+    if let Err(unwritten) = exit::try_write(&format!("{line}\n")) {
+        let err = match unwritten {
+            exit::Unwritten::Failed(why) => why,
+            exit::Unwritten::ReaderLeft => "its reader went away".to_string(),
+        };
         // The caller never got the token: give the lock back rather than strand it.
         match guard.unlock().await {
             Ok(()) => eprintln!("dlock: cannot print the token ({err}); the lock was released again\n  hint: read dlock acquire's output, e.g. read TOKEN FENCE < <(dlock acquire NAME)"),
@@ -1235,26 +1277,6 @@ async fn acquire(
     }
     drop(guard.into_token());
     Ok(exit::OK)
-}
-
-/// False when file descriptor 1 was closed (`>&-`). Rust's runtime reopens a closed
-/// standard descriptor on /dev/null, read-write, before `main`; a shell's `>/dev/null`
-/// opens it write-only. So a read-write /dev/null on fd 1 means "closed".
-fn stdout_is_open() -> bool {
-    // SAFETY: fcntl and fstat only query; the stat buffers are plain data.
-    unsafe {
-        let flags = libc::fcntl(1, libc::F_GETFL);
-        if flags == -1 {
-            return false;
-        }
-        let (mut ours, mut null): (libc::stat, libc::stat) =
-            (std::mem::zeroed(), std::mem::zeroed());
-        let is_null = libc::fstat(1, &mut ours) == 0
-            && libc::stat(c"/dev/null".as_ptr(), &mut null) == 0
-            && (ours.st_mode & libc::S_IFMT) == libc::S_IFCHR
-            && ours.st_rdev == null.st_rdev;
-        !(is_null && flags & libc::O_ACCMODE == libc::O_RDWR)
-    }
 }
 
 /// `dlock man`: dlock(1) on stdout, or with `out_dir` every page (dlock.1 and one per
@@ -1287,6 +1309,45 @@ mod tests {
 
     fn split(values: &[&str]) -> Vec<String> {
         super::split_urls(&values.iter().map(|v| v.to_string()).collect::<Vec<_>>())
+    }
+
+    /// A listing that comes back unreadable, or a reply no dlock script sends to a command
+    /// that only reads, is exit 76 and says nothing was taken or changed, never "treat the
+    /// lock as lost" (which is for a hold).
+    #[test]
+    fn an_unexpected_reply_to_a_read_says_nothing_was_held() {
+        let scan = dlock::Error::UnexpectedReply {
+            command: "SCAN".into(),
+            reply: "invalid UTF-8".into(),
+        };
+        let script = dlock::Error::UnexpectedReply {
+            command: "a dlock script".into(),
+            reply: "[7]".into(),
+        };
+        for argv in [
+            &["dlock", "inspect", "--match", "odd:*", "--prometheus"][..],
+            &["dlock", "inspect", "job"],
+            &["dlock", "leader", "job"],
+        ] {
+            let Ok(cli) = super::parse_from(argv) else {
+                panic!("{argv:?} parses");
+            };
+            for err in [&scan, &script] {
+                let (code, hint) = super::diagnose(err, &cli);
+                assert_eq!(code, 76, "{argv:?} {err}");
+                assert!(
+                    !hint.contains("lost") && hint.contains("no lock was"),
+                    "{argv:?} {err}: {hint}"
+                );
+            }
+        }
+        // A hold's unexpected reply still says to treat the lock as lost.
+        let Ok(cli) = super::parse_from(["dlock", "acquire", "job"]) else {
+            panic!("acquire parses");
+        };
+        assert!(super::diagnose(&script, &cli)
+            .1
+            .contains("treat the lock as lost"));
     }
 
     #[test]

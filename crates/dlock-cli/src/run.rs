@@ -65,10 +65,15 @@ HOW IT WORKS:
     keeps the lock: dlock goes on renewing, and exits with CMD's code when CMD is
     continued and ends. Ctrl-Z in a terminal suspends dlock with CMD (job control); on fg
     CMD goes on if the lease is still valid, and is killed (exit 70) if it ended. If dlock
-    itself is stopped or frozen past the lease, its watchdog (a process of its own) kills
-    CMD's group before the lease can pass on, so CMD never runs a step without the lock,
-    whoever continues it; dlock exits 70 when it is continued. Only a freeze of everything
-    at once (dlock, its watchdog and CMD) leaves CMD a moment after the thaw.
+    itself is stopped or frozen past the lease (by pid, by its group, or by name:
+    killall -STOP dlock, pkill -STOP -f dlock), its watchdog kills CMD's group before the
+    lease can pass on, so CMD never runs a step without the lock, whoever continues it;
+    dlock exits 70 when it is continued. The watchdog is a process in a group of its own
+    named lock-watchdog: neither its name nor its command line says dlock. A stop of dlock
+    and its watchdog together cannot be caught: both pids, by executable path
+    (killall -STOP /usr/bin/dlock), or a freeze of everything at once. CMD then runs on
+    without the lock while they are stopped (or, frozen with them, for a moment after the
+    thaw): only fences (DLOCK_FENCE) and guarded writes protect data then.
 
     With several --redis URLs (Redlock), the lock is granted when a majority of the
     masters grant it within its lease, and every renewal needs a majority too: a renewal

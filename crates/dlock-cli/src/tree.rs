@@ -4,16 +4,21 @@
 //! process it started (that stayed in the group), and a signal dlock forwards reaches each
 //! of them exactly once: the terminal's Ctrl-C goes to dlock's group (or, when dlock runs
 //! in the foreground of a terminal, the command's group gets the terminal instead), never
-//! to both. A small watchdog process (dlock itself, re-executed as `__watch-group`, in a
-//! process group of its own) holds the read end of a pipe whose write end only dlock has:
-//! when dlock dies, even by SIGKILL, the pipe closes and the watchdog gives the terminal
-//! back and kills the whole group. The watchdog starts before the command, and the
+//! to both. A small watchdog process (dlock itself, re-executed as `__watch-group` under a
+//! name of its own, [`WATCHDOG_NAME`], in a process group of its own) holds the read end
+//! of a pipe whose write end only dlock has: when dlock dies, even by SIGKILL, the pipe
+//! closes and the watchdog gives the terminal back and kills the whole group. The watchdog starts before the command, and the
 //! command's process itself, between its fork and its exec, writes its group's id into
 //! that pipe: so the watchdog knows the group before the command can start anything, and
 //! a dlock killed at any instant leaves no process of the command's behind. Through the same pipe dlock tells it, after every
 //! renewal, by when the command must be gone if no renewal follows: if dlock itself is
 //! stopped (SIGSTOP, a debugger, a freezer) past that, the watchdog kills the command's
 //! group, so whatever continues the command later, it cannot run a step without the lock.
+//! Neither its name nor its command line says dlock, and its group is not dlock's: a stop
+//! of dlock by name (`killall -STOP dlock`, `pkill -STOP -f dlock`) or by its group leaves
+//! the watchdog to act. Only a stop that reaches both at once (by executable path,
+//! `killall -STOP /usr/bin/dlock`; both pids; a freezer of the whole tree) cannot be
+//! caught.
 //!
 //! Job control: when dlock runs in the foreground of a terminal it hands the terminal to
 //! the command's group (so the command can read it and Ctrl-C reaches it once). When the
@@ -147,6 +152,12 @@ pub fn spawn(
     Ok((child, group))
 }
 
+/// The watchdog's process name (its comm, `ps -o comm`, and its argv[0], so also
+/// `/proc/PID/cmdline`): one of its own, without "dlock" in it, so that a stop or kill of
+/// dlock by name never reaches the watchdog, which must stay free to kill the command's
+/// group once dlock misses its deadline. At most 15 bytes (the kernel's comm length).
+pub const WATCHDOG_NAME: &str = "lock-watchdog";
+
 /// Starts the watchdog of a group the command will tell it (see [`spawn`]); `terminal`:
 /// dlock's own group, to which it gives the terminal back.
 fn start_watchdog(
@@ -160,7 +171,16 @@ fn start_watchdog(
     }
     // SAFETY: both descriptors were just created and are owned here alone.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut command = std::process::Command::new(std::env::current_exe()?);
+    // Executed as /proc/self/exe (this very binary, even if its file was replaced since),
+    // with argv[0] WATCHDOG_NAME: from its exec on, nothing that names dlock (its comm is
+    // "exe" until `watch_group` sets WATCHDOG_NAME, its command line never says dlock), so
+    // a stop of dlock by name (`killall -STOP dlock`, `pkill -STOP dlock`, `pkill -f dlock`)
+    // leaves the watchdog running to kill the command's group.
+    let mut command = std::process::Command::new("/proc/self/exe");
+    {
+        use std::os::unix::process::CommandExt as _;
+        command.arg0(WATCHDOG_NAME);
+    }
     command.arg("__watch-group");
     if let Some(ours) = terminal {
         command.arg("--terminal").arg(ours.to_string());
@@ -311,6 +331,7 @@ pub fn watch_stops(pid: libc::pid_t, stops: tokio::sync::mpsc::UnboundedSender<l
 /// killed at once. Ignores the signals a terminal or a supervisor sends to dlock's group,
 /// so only dlock's end or its silence decides.
 pub fn watch_group(terminal: Option<libc::pid_t>) -> i32 {
+    name_this_process(WATCHDOG_NAME);
     // SAFETY: setting dispositions of this single-threaded process.
     unsafe {
         for signal in [
@@ -384,6 +405,18 @@ pub fn watch_group(terminal: Option<libc::pid_t>) -> i32 {
     0
 }
 
+/// Sets this process's comm (what `killall`, `pkill` and `ps -o comm` match) to `name`
+/// (cut to 15 bytes by the kernel).
+fn name_this_process(name: &str) {
+    let Ok(name) = std::ffi::CString::new(name) else {
+        return;
+    };
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string that outlives the call.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+    }
+}
+
 fn kill_group(pgid: libc::pid_t) {
     if pgid > 1 {
         // SAFETY: killpg of the group dlock created for its command.
@@ -414,5 +447,18 @@ fn open_terminal() -> Option<OwnedFd> {
             libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
         );
         (fd >= 0).then(|| OwnedFd::from_raw_fd(fd))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_watchdog_has_a_name_of_its_own_that_fits_in_a_comm() {
+        let name = super::WATCHDOG_NAME;
+        assert!(
+            name.len() <= 15,
+            "{name}: the kernel keeps 15 bytes of a comm"
+        );
+        assert!(!name.to_ascii_lowercase().contains("dlock"), "{name}");
     }
 }

@@ -784,7 +784,8 @@ fn inspect_output_that_cannot_be_written_is_an_error_not_a_panic() {
         stderr.contains("cannot write") && !stderr.contains("panicked"),
         "{stderr}"
     );
-    // A reader that went away (`| head -0`): quiet, exit 0.
+    // A reader that went away before reading anything (`| head -0`): nothing was
+    // delivered, so 74, said (a reader that read some and left is success: see below).
     let mut child = dlock(&server)
         .args(["inspect", "--json", "held"])
         .stdout(Stdio::piped())
@@ -795,8 +796,11 @@ fn inspect_output_that_cannot_be_written_is_an_error_not_a_panic() {
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(74), "{stderr}");
+    assert!(
+        stderr.contains("before reading anything") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
     // A watch whose reader went away (`--watch | head -2`) ends too, at its next refresh,
     // instead of redrawing into a closed pipe for ever.
     let mut child = dlock(&server)
@@ -946,4 +950,189 @@ fn completions_and_man_pages_are_generated_without_redis() {
     );
     assert_eq!(out.status.code(), Some(74));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the manual pages"));
+}
+
+/// A key that is not UTF-8 among dlock's locks is no lock's (dlock writes none such): the
+/// scan of `inspect --match` skips it, and `-v` says how many it skipped. Before, one such
+/// key made `inspect --match`, `--json` and `--prometheus` exit 76 and list nothing.
+#[test]
+fn a_key_that_is_not_utf8_is_skipped_by_inspect_match() {
+    let server = RedisServer::start();
+    assert_eq!(code(dlock(&server).args(["acquire", "odd:job"])), 0);
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "odd:pool", "--permits", "2"])),
+        0
+    );
+    let _: () = redis::cmd("SET")
+        .arg(&b"odd:bin\xff"[..])
+        .arg("x")
+        .query(&mut server.connection())
+        .unwrap();
+    for view in [&[][..], &["--json"], &["--prometheus"]] {
+        let out = output(
+            dlock(&server)
+                .args(["inspect", "--match", "odd:*"])
+                .args(view)
+                .env_remove("RUST_LOG"),
+        );
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(0), "{view:?}: {stderr}");
+        assert!(
+            stdout.contains("odd:job") && stdout.contains("odd:pool"),
+            "{view:?}: {stdout}"
+        );
+        assert!(!stdout.contains("odd:bin"), "{view:?}: {stdout}");
+        assert!(
+            !stderr.contains("skipped"),
+            "{view:?}: said without -v: {stderr}"
+        );
+    }
+    let out = output(
+        dlock(&server)
+            .args(["-v", "inspect", "--match", "odd:*"])
+            .env_remove("RUST_LOG"),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("skipped 1 key"), "{stderr}");
+}
+
+/// How `every_printing_subcommand_exits_74_when_its_result_cannot_be_written` gives a
+/// command its standard output.
+#[derive(Debug, Clone, Copy)]
+enum Unwritable {
+    /// Descriptor 1 closed (`>&-`).
+    Closed,
+    /// A pipe whose reader closed its end before the command started.
+    ReaderGone,
+}
+
+/// Runs `command` with the standard output `how`, for at most 30 s: its exit code and
+/// stderr.
+fn run_unwritable(command: &mut Command, how: Unwritable) -> (Option<i32>, String) {
+    command.stdin(Stdio::null()).stderr(Stdio::piped());
+    match how {
+        Unwritable::Closed => {
+            command.stdout(Stdio::null());
+            // SAFETY: closing fd 1 in the child before exec only affects the child.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(command, || {
+                    libc::close(1);
+                    Ok(())
+                });
+            }
+        }
+        Unwritable::ReaderGone => {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
+            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+            let (read, write) = unsafe {
+                use std::os::fd::{FromRawFd, OwnedFd};
+                (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+            };
+            drop(read);
+            command.stdout(Stdio::from(write));
+        }
+    }
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every subcommand that prints a result exits 74 when it cannot be delivered: standard
+/// output closed, or a pipe whose reader left before reading anything. The list is every
+/// subcommand of `dlock --help` that prints on stdout (and `--help`, `help`, `--version`,
+/// whose text is what was asked for); those that print nothing there (`run`, `elect`,
+/// `extend`, `release` by token) are unaffected. `acquire` leaves nothing held; `release
+/// --force` with stdout closed releases nothing. `bench` is tried with stdout closed only:
+/// with a reader gone it would run its whole measurement before writing.
+#[test]
+fn every_printing_subcommand_exits_74_when_its_result_cannot_be_written() {
+    let server = RedisServer::start();
+    let held = output(dlock(&server).args(["acquire", "cfg"]));
+    assert_eq!(held.status.code(), Some(0));
+    let stdout = String::from_utf8(held.stdout).unwrap();
+    let token = stdout.split_whitespace().next().unwrap().to_string();
+    assert_eq!(code(dlock(&server).args(["acquire", "forced"])), 0);
+    let printing: Vec<Vec<&str>> = vec![
+        vec!["acquire", "taken"],
+        vec!["acquire", "--json", "taken"],
+        vec!["acquire", "--permits", "2", "taken-pool"],
+        vec!["release", "--force", "forced"],
+        vec!["leader", "jobs"],
+        vec!["leader", "--json", "jobs"],
+        vec!["leader", "--watch", "jobs"],
+        vec!["guarded", "cfg", &token, "SET", "k", "v"],
+        vec!["guarded", "--commands"],
+        vec!["inspect", "cfg"],
+        vec!["inspect", "--json", "cfg"],
+        vec!["inspect", "--prometheus", "cfg"],
+        vec!["inspect", "--match", "*"],
+        vec!["inspect", "--watch", "100ms", "cfg"],
+        vec!["bench", "--quick"],
+        vec!["completions", "bash"],
+        vec!["man"],
+        vec!["--help"],
+        vec!["help", "run"],
+        vec!["run", "--help"],
+        vec!["--version"],
+    ];
+    let mut wrong = Vec::new();
+    for how in [Unwritable::Closed, Unwritable::ReaderGone] {
+        for args in &printing {
+            if matches!(how, Unwritable::ReaderGone) && args[0] == "bench" {
+                continue;
+            }
+            let (code, stderr) = run_unwritable(dlock(&server).args(args), how);
+            if code != Some(74) || stderr.contains("panicked") {
+                wrong.push(format!("{how:?} {args:?}: exit {code:?}: {stderr}"));
+            }
+        }
+        for taken in ["taken", "taken-pool"] {
+            if server.cmd::<i64>(&["EXISTS", taken]) != 0 {
+                wrong.push(format!("{how:?}: acquire left {taken} held"));
+            }
+        }
+        // Closed: nothing released; a reader gone: released, the fence unread.
+        let forced: i64 = server.cmd(&["EXISTS", "forced"]);
+        if forced != matches!(how, Unwritable::Closed) as i64 {
+            wrong.push(format!("{how:?}: release --force: forced exists {forced}"));
+        }
+    }
+    assert!(wrong.is_empty(), "wrong:\n{}", wrong.join("\n"));
+    // Commands that print nothing on stdout are unaffected by it.
+    let silent: Vec<Vec<&str>> = vec![
+        vec!["run", "job", "--", "true"],
+        vec!["elect", "jobs", "--value", "v", "--", "true"],
+        vec!["extend", "cfg", &token, "--ttl", "30s"],
+        vec!["release", "cfg", &token],
+    ];
+    for how in [Unwritable::Closed, Unwritable::ReaderGone] {
+        for args in &silent {
+            if args[0] == "release" && matches!(how, Unwritable::Closed) {
+                continue; // released in the last round only
+            }
+            let (code, stderr) = run_unwritable(dlock(&server).args(args), how);
+            assert_eq!(code, Some(0), "{how:?} {args:?}: {stderr}");
+        }
+    }
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", "cfg"]),
+        0,
+        "released by token"
+    );
 }

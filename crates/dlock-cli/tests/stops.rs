@@ -7,6 +7,8 @@
 //! * dlock itself stopped past its lease (alone, or with the command, whoever is
 //!   continued first): the watchdog kills the command's group when the lease could pass,
 //!   so no line the command writes comes after another holder's grant.
+//! * dlock stopped by name (`killall -STOP dlock`, `pkill -STOP -f dlock`): the watchdog
+//!   has a name of its own, so it is not stopped with dlock and does the same.
 
 mod common;
 
@@ -224,4 +226,136 @@ fn dlock_and_command_stopped_then_the_command_continued_first_stays_dead() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!common::alive(command));
+}
+
+/// Every process in `root`'s tree (itself, its children, theirs...), from /proc.
+fn tree_of(root: i32) -> Vec<i32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // pid (comm) state ppid ...: the comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<i32>().ok());
+        if let Some(ppid) = ppid {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut tree = vec![root];
+    let mut next = 0;
+    while next < tree.len() {
+        let parent = tree[next];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, ppid)| *ppid == parent)
+                .map(|(pid, _)| *pid),
+        );
+        next += 1;
+    }
+    tree
+}
+
+/// `/proc/PID/comm`, the name `killall` and `pkill` match.
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim_end()
+        .to_string()
+}
+
+/// `/proc/PID/cmdline`, the command line `pkill -f` matches, arguments joined by spaces.
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// Continues the stopped processes and kills the command's group when the test ends,
+/// also when it fails: nothing of it is left stopped or running.
+struct Thaw {
+    stopped: Vec<i32>,
+    command: i32,
+}
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        // SAFETY: signalling the command's group and the processes this test stopped.
+        unsafe {
+            libc::killpg(self.command, libc::SIGKILL);
+            for pid in &self.stopped {
+                libc::kill(*pid, libc::SIGCONT);
+            }
+        }
+    }
+}
+
+/// A stop of dlock by name, as `killall -STOP dlock` and `pkill -STOP -f dlock` act (every
+/// process of dlock's own tree whose comm is `dlock` or whose command line says dlock),
+/// leaves the watchdog running under a name of its own: it kills the command before the
+/// lease can pass, so no line is written after another holder's grant.
+#[test]
+fn a_stop_of_dlock_by_name_leaves_the_watchdog_to_kill_the_command() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, command) = run_writer(&server, "by-name", dir.path(), "2s");
+    std::thread::sleep(Duration::from_millis(300));
+    let dlock_pid = run.id() as i32;
+    let tree = tree_of(dlock_pid);
+    let watchdog = tree
+        .iter()
+        .copied()
+        .find(|pid| cmdline(*pid).contains("__watch-group"))
+        .expect("dlock run has a watchdog");
+    let (watchdog_comm, watchdog_cmdline) = (comm(watchdog), cmdline(watchdog));
+    let named: Vec<i32> = tree
+        .iter()
+        .copied()
+        .filter(|pid| comm(*pid) == "dlock" || cmdline(*pid).contains("dlock"))
+        .collect();
+    assert!(named.contains(&dlock_pid), "{named:?}");
+    let _thaw = Thaw {
+        stopped: named.clone(),
+        command,
+    };
+    for pid in &named {
+        signal(*pid, libc::SIGSTOP);
+    }
+    for pid in &named {
+        wait_stopped(*pid);
+    }
+    let granted = take_over(&server, "by-name", Duration::from_secs(10));
+    assert!(granted.is_some(), "the lock never passed on");
+    let at_grant = lines(dir.path());
+    assert_eq!(
+        written_after(dir.path(), at_grant),
+        0,
+        "the command wrote after another holder was granted its lock (stopped by name: {named:?}, the watchdog {watchdog} is {watchdog_comm:?})"
+    );
+    assert!(!common::alive(command), "the command is still running");
+    for pid in &named {
+        signal(*pid, libc::SIGCONT);
+    }
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(70),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Its name and command line say what it is, and not dlock.
+    assert_eq!(watchdog_comm, "lock-watchdog");
+    assert!(
+        watchdog_cmdline.starts_with("lock-watchdog ") && !watchdog_cmdline.contains("dlock"),
+        "{watchdog_cmdline}"
+    );
 }

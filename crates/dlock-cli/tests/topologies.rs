@@ -471,3 +471,46 @@ fn topology_and_replica_flags_are_checked_before_connecting() {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
 }
+
+/// On a cluster too, a key that is not UTF-8 (on whichever master its slot is) is skipped
+/// by `inspect --match`, counted in `-v` output, and the locks on every master are listed.
+#[test]
+fn a_key_that_is_not_utf8_on_a_cluster_is_skipped_by_inspect_match() {
+    let cluster = RedisCluster::start(3, 0);
+    let seeds = cluster.urls();
+    let on_cluster = || {
+        let mut command = dlock();
+        command
+            .args(["--cluster", &seeds[0]])
+            .env_remove("RUST_LOG");
+        command
+    };
+    // Thirty locks, spread over the three masters' slots, and the odd key on its own.
+    let names: Vec<String> = (0..30).map(|i| format!("odd:job{i}")).collect();
+    for name in &names {
+        let (code, _, stderr) = run(on_cluster().args(["acquire", name, "--ttl", "20s"]));
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let odd = &b"odd:bin\xff"[..];
+    let master = &cluster.masters()[cluster.master_for_slot(key_slot(odd))];
+    let _: () = redis::cmd("SET")
+        .arg(odd)
+        .arg("x")
+        .query(&mut master.connection())
+        .unwrap();
+    for view in [&["--json"][..], &["--prometheus"]] {
+        let (code, stdout, stderr) = run(on_cluster()
+            .args(["inspect", "--match", "odd:*"])
+            .args(view));
+        assert_eq!(code, 0, "{view:?}: {stderr}");
+        for name in &names {
+            assert!(
+                stdout.contains(&format!("\"{name}\"")),
+                "{view:?}: {name}: {stdout}"
+            );
+        }
+    }
+    let (code, _, stderr) = run(on_cluster().args(["-v", "inspect", "--match", "odd:*"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("skipped 1 key"), "{stderr}");
+}

@@ -423,11 +423,14 @@ impl Client {
 
     /// Every key matching the glob `pattern` on every master (`SCAN ... MATCH`, never
     /// `KEYS`), unsorted; a key may be listed twice (`SCAN` may return one more than once).
+    /// Keys that are not UTF-8 text are left out (dlock writes none: lock names are text);
+    /// how many is logged at info level.
     pub async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
         self.inner
             .backend
             .scan(pattern)
             .await
+            .map(|scanned| scanned.keys)
             .map_err(|err| Error::from_redis("SCAN", err))
     }
 

@@ -190,13 +190,15 @@ impl Backend {
 
     /// Every key matching the glob `pattern` (`SCAN ... MATCH`, never `KEYS`), on every
     /// master: a cluster's keys are spread over its masters, and each is scanned in turn.
-    /// Unsorted; a key may appear twice (`SCAN` may return one more than once).
-    pub(crate) async fn scan(&self, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    /// Unsorted; a key may appear twice (`SCAN` may return one more than once). Keys are
+    /// read as bytes: one that is not UTF-8 is no key dlock wrote (lock names are text), so
+    /// it is left out and counted, never an error (the count is logged at info level).
+    pub(crate) async fn scan(&self, pattern: &str) -> redis::RedisResult<Scanned> {
         let masters = self.cluster_masters().await?;
-        let mut keys = Vec::new();
+        let mut raw: Vec<Vec<u8>> = Vec::new();
         if masters.is_empty() {
             let mut conn = self.connection();
-            let mut found: redis::AsyncIter<'_, String> = redis::AsyncCommands::scan_options(
+            let mut found: redis::AsyncIter<'_, Vec<u8>> = redis::AsyncCommands::scan_options(
                 &mut conn,
                 redis::ScanOptions::default()
                     .with_pattern(pattern)
@@ -204,9 +206,8 @@ impl Backend {
             )
             .await?;
             while let Some(key) = found.next().await {
-                keys.push(key?);
+                raw.push(key?);
             }
-            return Ok(keys);
         }
         for master in &masters {
             let mut cursor = 0u64;
@@ -218,15 +219,22 @@ impl Backend {
                     .arg("COUNT")
                     .arg(500);
                 let reply = self.on_master(master, &scan).await?;
-                let (next, found): (u64, Vec<String>) = redis::from_redis_value(reply)?;
-                keys.extend(found);
+                let (next, found): (u64, Vec<Vec<u8>>) = redis::from_redis_value(reply)?;
+                raw.extend(found);
                 cursor = next;
                 if cursor == 0 {
                     break;
                 }
             }
         }
-        Ok(keys)
+        let scanned = Scanned::from_raw(raw);
+        if scanned.skipped > 0 {
+            tracing::info!(
+                "SCAN {pattern:?} skipped {} key(s) that are not UTF-8 text: no lock's (dlock writes none such)",
+                scanned.skipped
+            );
+        }
+        Ok(scanned)
     }
 
     /// A new subscriber for the notifier: its own connection (a subscribed RESP2
@@ -660,6 +668,35 @@ impl SubscriberStream {
     }
 }
 
+/// What a `SCAN` found ([`Backend::scan`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Scanned {
+    /// The keys that are UTF-8 text, as found (unsorted, possibly repeated).
+    pub keys: Vec<String>,
+    /// How many distinct keys were left out for not being UTF-8.
+    pub skipped: usize,
+}
+
+impl Scanned {
+    /// Sorts the keys `SCAN` returned as bytes into text keys and skipped ones.
+    fn from_raw(raw: Vec<Vec<u8>>) -> Scanned {
+        let mut keys = Vec::with_capacity(raw.len());
+        let mut skipped = std::collections::HashSet::new();
+        for key in raw {
+            match String::from_utf8(key) {
+                Ok(key) => keys.push(key),
+                Err(not_text) => {
+                    skipped.insert(not_text.into_bytes());
+                }
+            }
+        }
+        Scanned {
+            keys,
+            skipped: skipped.len(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -693,5 +730,19 @@ mod tests {
         assert_eq!(sizes, [200, 200, 50]);
         assert_eq!(batches.concat(), (0..450).collect::<Vec<_>>());
         assert!(backend.batches(Vec::<u8>::new(), |_| "k", 200).is_empty());
+    }
+
+    #[test]
+    fn keys_that_are_not_utf8_are_counted_once_and_left_out() {
+        let raw = vec![
+            b"job".to_vec(),
+            b"odd:bin\xff".to_vec(),
+            "caf\u{e9}".as_bytes().to_vec(),
+            b"odd:bin\xff".to_vec(), // SCAN may return a key twice
+            b"\xc3(".to_vec(),
+        ];
+        let scanned = Scanned::from_raw(raw);
+        assert_eq!(scanned.keys, ["job", "caf\u{e9}"]);
+        assert_eq!(scanned.skipped, 2);
     }
 }

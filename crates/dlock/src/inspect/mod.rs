@@ -145,8 +145,9 @@ impl Client {
 
     /// The locks whose name matches the glob `pattern` (Redis `MATCH` syntax: `*`, `?`,
     /// `[...]`), found with `SCAN` (never `KEYS`), the client prefix applied and stripped,
-    /// each described as by [`Client::inspect`]. Companion keys (fencing counters, queues)
-    /// and values of other types are left out; sorted by name.
+    /// each described as by [`Client::inspect`]. Companion keys (fencing counters, queues),
+    /// values of other types and keys that are not UTF-8 text (no lock's: lock names are
+    /// text; how many is logged at info level) are left out; sorted by name.
     pub async fn find_locks(&self, pattern: &str) -> Result<Vec<LockInfo>> {
         let escaped: String = self
             .prefix()
@@ -160,12 +161,14 @@ impl Client {
             })
             .collect();
         let pattern = format!("{escaped}{pattern}");
+        // Keys that are not UTF-8 are skipped (and counted in the log) by the scan.
         let mut keys = self
             .inner
             .backend
             .scan(&pattern)
             .await
-            .map_err(|e| Error::from_redis("SCAN", e))?;
+            .map_err(|e| Error::from_redis("SCAN", e))?
+            .keys;
         keys.sort();
         keys.dedup();
         let mut locks = Vec::new();
