@@ -295,14 +295,8 @@ mod tests {
             "{t}/3/",
         ];
         let prefixes = ["", "app:", "{app}:", "{app}/4/"];
-        let suffixes = [
-            "fence",
-            "fenced",
-            "forced",
-            "leader",
-            "queue",
-            "queue-leases",
-            "expiry",
+        // Every fixed companion, the channels, and guarded writes' families.
+        let more = [
             "released",
             "wake:c1",
             "data:fence",
@@ -310,6 +304,7 @@ mod tests {
             "data:x:fence",
             "applied:tok",
         ];
+        let suffixes: Vec<&str> = COMPANIONS.iter().copied().chain(more).collect();
         let mut owner: std::collections::HashMap<String, String> = Default::default();
         for prefix in prefixes {
             for name in names {
@@ -318,7 +313,7 @@ mod tests {
                 };
                 let lock = keys.key.clone();
                 let mut mine = vec![keys.key.clone(), expiry_index_of(&keys.key)];
-                for suffix in suffixes {
+                for &suffix in &suffixes {
                     let companion = keys.companion(suffix);
                     assert_eq!(slot(&companion), slot(&lock), "{companion}");
                     if !suffix.starts_with("wake:") && suffix != "released" {
