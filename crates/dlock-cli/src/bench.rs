@@ -466,10 +466,10 @@ pub async fn remove_redlock_keys(masters: &[String], client_prefix: &str) {
     }
 }
 
-/// The patterns of every key a run of this process writes, under the client's prefix.
-fn own_keys(client_prefix: &str) -> [String; 2] {
-    let own = format!("{client_prefix}dlock-bench:{}:", std::process::id());
-    [format!("{own}*"), format!("{{{own}*")]
+/// What every key a run of this process writes starts with, after the client's prefix:
+/// its locks' keys, and the locks whose companions [`remove_keys`] also removes.
+fn own_keys(client_prefix: &str) -> String {
+    format!("{client_prefix}dlock-bench:{}:", std::process::id())
 }
 
 /// The redlock and redlock_herd scenarios over `many`, a Redlock over `masters`.
@@ -742,9 +742,23 @@ pub async fn until_signal(
     Ok(128 + number)
 }
 
-/// Deletes every key matching the glob patterns (their literal parts escaped by the
-/// caller's choice of prefix: a bench prefix has no glob characters of its own).
-async fn remove_keys(raw: &Raw, patterns: &[String]) -> dlock::Result<()> {
+/// Deletes every key of the locks whose keys start with `own` (see [`own_keys`]): the lock
+/// keys and their companions, found by SCAN with the glob characters of `own` escaped.
+async fn remove_keys(raw: &Raw, own: &str) -> dlock::Result<()> {
+    // The lock keys, an untagged key's companions (`{K}:…`), and a tagged key's
+    // (`A{T}/len/B:…`, listed by the text up to the tag and told by their lock key).
+    let mut patterns = vec![format!("{own}*"), format!("{{{own}*")];
+    if let Some(open) = own.find('{') {
+        if let Some(close) = own[open..].find('}').map(|c| open + c) {
+            if close > open + 1 {
+                patterns.push(format!("{}/*", &own[..=close]));
+            }
+        }
+    }
+    let ours = |key: &str| {
+        key.starts_with(own)
+            || dlock::companion_owner(key).is_some_and(|lock| lock.starts_with(own))
+    };
     for pattern in patterns {
         let escaped: String = pattern
             .char_indices()
@@ -756,6 +770,9 @@ async fn remove_keys(raw: &Raw, patterns: &[String]) -> dlock::Result<()> {
             .collect();
         // On every master: a cluster's keys are spread over them.
         for key in raw.client.scan(&escaped).await? {
+            if !ours(&key) {
+                continue;
+            }
             // One key per DEL: on a cluster they live in different slots.
             let _: i64 = redis::cmd("DEL")
                 .arg(&key)

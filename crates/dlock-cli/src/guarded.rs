@@ -20,7 +20,7 @@ EXAMPLES:
     dlock guarded --json job \"$token\" HGETALL status
 
 The data key KEY is stored as {NAME}:data:KEY (with --prefix P: {PNAME}:data:KEY; a name
-with a hash tag keeps it: {t}:job:data:KEY), in the lock's hash slot. The command runs
+with a hash tag keeps it: {t}:job stores {t}/4/:job:data:KEY), in the lock's hash slot. The command runs
 only if TOKEN still holds NAME (checked by the same script on the server); otherwise
 nothing is applied and dlock exits 77. Commands: any of GET SET INCRBY HSET HGETALL RPUSH
 SADD ZADD DEL PEXPIRE ... that take one key (`dlock guarded --commands` lists them).

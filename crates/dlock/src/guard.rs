@@ -221,7 +221,8 @@ impl<R: RawLock> Guard<R> {
         signal::declare_lost(&self.held.cell, reason);
     }
 
-    /// The Redis key of the lock's data key `key` (`{NAME}:data:KEY`; see
+    /// The Redis key of the lock's data key `key` (`{NAME}:data:KEY`, or for a key with a
+    /// hash tag such as `{t}:job`, `{t}/4/:job:data:KEY`; see
     /// [`Guarded`](crate::Guarded)), for reading the data with a connection of your own.
     pub fn data_key(&self, key: &str) -> String {
         crate::guarded::data_key(self.raw.keys(), key)

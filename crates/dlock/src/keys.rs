@@ -8,12 +8,14 @@
 //!
 //! Companions of two distinct lock keys never meet, whatever braces and colons the names
 //! hold. A key `K` without a hash tag has the companions `{K}:suffix` (whole-key hashing:
-//! the braces hash exactly `K`). A key with a tag `T` (`A{T}B`) has `{T}/len/K:suffix`,
-//! where `len` is `K`'s length in bytes: the tag keeps the slot, and the length says where
-//! `K` ends, so `{acct}` (`{acct}/6/{acct}:fence`) and `acct` (`{acct}:fence`), or `{t}`
-//! with guarded data `fence` (`{t}/3/{t}:data:fence`) and `{t}:data` (`{t}/8/{t}:data:fence`),
-//! stay apart. The first byte after the tag (`:` or `/`) tells the two forms apart, and a
-//! name whose key would read as a companion is refused ([`check_name`]).
+//! the braces hash exactly `K`). A key with a tag, `K` = `A{T}B`, has `A{T}/len/B:suffix`,
+//! where `len` is the length of `B` in bytes: the tag keeps the slot, the text before it
+//! stays in front (so a companion starts with the client's prefix, as an ACL key pattern
+//! expects), and the length says where `B` ends. So `{acct}` (`{acct}/0/:fence`) and `acct`
+//! (`{acct}:fence`), or `{t}` with guarded data `fence` (`{t}/0/:data:fence`) and
+//! `{t}:data` (`{t}/5/:data:fence`), stay apart. The byte after the first tag (`:` or `/`)
+//! tells the two forms apart, and a name whose key would read as a companion is refused
+//! ([`check_name`]).
 
 use crate::error::{Error, Result};
 
@@ -75,7 +77,7 @@ impl LockKeys {
 }
 
 /// True for the keys dlock keeps beside a lock key (see the module docs): `{K}:suffix`
-/// for a key `K` without a tag, `{T}/len/K:…` for a key with the tag `T`, where `suffix`
+/// for a key `K` without a tag, `A{T}/len/B:…` for the key `A{T}B`, where `suffix`
 /// is one of the fixed companions (fence, queues, expiry index, leader, …) or starts with
 /// `data:` or `applied:` (guarded writes). Also the tagged form that dlock wrote before
 /// companions carried the key's length (`K:suffix` for a tagged `K`): such a key is no
@@ -108,33 +110,73 @@ fn is_companion_suffix(suffix: &str) -> bool {
 
 /// `{K}:suffix`: a companion of the untagged key `K`.
 fn is_untagged_companion(key: &str) -> bool {
-    key.strip_prefix('{')
-        .and_then(|rest| rest.split_once('}'))
-        .is_some_and(|(base, after)| {
-            !base.is_empty() && after.strip_prefix(':').is_some_and(is_companion_suffix)
-        })
+    matches!(split_companion(key), Some((_, suffix, Form::Untagged)) if is_companion_suffix(suffix))
 }
 
-/// `{T}/len/K:…`: a companion of the key `K`, whose tag is `T`.
+/// `A{T}/len/B:…`: a companion of the key `A{T}B` (whatever the suffix).
 fn is_tagged_companion(key: &str) -> bool {
-    let Some((tag, after)) = key.strip_prefix('{').and_then(|rest| rest.split_once('}')) else {
-        return false;
-    };
-    let Some((len, rest)) = after.strip_prefix('/').and_then(|a| a.split_once('/')) else {
-        return false;
-    };
-    let Ok(len) = len.parse::<usize>() else {
-        return false;
-    };
-    !tag.is_empty()
-        && rest.len() > len
-        && rest.is_char_boundary(len)
-        && rest[len..].starts_with(':')
-        && hash_tag(&rest[..len]) == Some(tag)
+    matches!(split_companion(key), Some((_, _, Form::Tagged)))
 }
 
-/// `K:suffix` for a tagged `K`: the companions of tagged keys before they carried the
-/// key's length.
+/// Which of the two forms a companion has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `{K}:suffix`
+    Untagged,
+    /// `A{T}/len/B:suffix`
+    Tagged,
+}
+
+/// The lock key and suffix `key` would be a companion of, and its form: the inverse of
+/// `companion_of`. The suffix is not checked here.
+fn split_companion(key: &str) -> Option<(String, &str, Form)> {
+    let open = key.find('{')?;
+    let close = open + 1 + key[open + 1..].find('}')?;
+    let tag = &key[open + 1..close];
+    if tag.is_empty() {
+        return None;
+    }
+    let after = &key[close + 1..];
+    if open == 0 {
+        if let Some(suffix) = after.strip_prefix(':') {
+            // The braces hold the whole key, which has no '}' (so no tag) of its own.
+            return Some((tag.to_string(), suffix, Form::Untagged));
+        }
+    }
+    let (len, rest) = after.strip_prefix('/')?.split_once('/')?;
+    // Written in decimal without leading zeros: only one spelling per length.
+    let canonical = !len.is_empty()
+        && len.bytes().all(|b| b.is_ascii_digit())
+        && (len == "0" || !len.starts_with('0'));
+    let len: usize = len.parse().ok().filter(|_| canonical)?;
+    if rest.len() <= len || !rest.is_char_boundary(len) {
+        return None;
+    }
+    let (after_tag, tail) = rest.split_at(len);
+    let suffix = tail.strip_prefix(':')?;
+    let lock_key = format!("{}{{{tag}}}{after_tag}", &key[..open]);
+    Some((lock_key, suffix, Form::Tagged))
+}
+
+/// The lock key whose companion `key` is (its fence, queue, expiry index, guarded data,
+/// records, ...), when `key` is one in the form dlock writes; `None` for any other key.
+/// For tools that clean up after a lock or group keys by lock, such as `dlock bench`.
+///
+/// ```
+/// assert_eq!(dlock::companion_owner("{job}:fence").as_deref(), Some("job"));
+/// assert_eq!(dlock::companion_owner("app:{t}/4/:job:queue").as_deref(), Some("app:{t}:job"));
+/// assert_eq!(dlock::companion_owner("job"), None);
+/// ```
+pub fn companion_owner(key: &str) -> Option<String> {
+    match split_companion(key)? {
+        (lock_key, suffix, Form::Untagged) if is_companion_suffix(suffix) => Some(lock_key),
+        (lock_key, _, Form::Tagged) => Some(lock_key),
+        _ => None,
+    }
+}
+
+/// `K:suffix` for a tagged `K`: the companions of tagged keys before they carried a
+/// length.
 fn is_legacy_tagged_companion(key: &str) -> bool {
     let tagged = |base: &str| hash_tag(base).is_some();
     let family = COMPANION_FAMILIES.iter().any(|family| {
@@ -163,8 +205,16 @@ fn companion_of(key: &str, suffix: &str) -> String {
         // Whole-key hashing: wrapping the key in braces hashes exactly the same bytes.
         // Keys without a tag and with a '}' cannot be wrapped; `LockKeys::new` refuses them.
         None => format!("{{{key}}}:{suffix}"),
-        // The tag keeps the slot; the length makes the key inside unambiguous.
-        Some(tag) => format!("{{{tag}}}/{}/{key}:{suffix}", key.len()),
+        // The tag keeps the slot; the length says where the rest of the key ends.
+        Some(tag) => {
+            let open = key.find('{').expect("a tagged key has a '{'");
+            let after_tag = &key[open + tag.len() + 2..];
+            format!(
+                "{}{{{tag}}}/{}/{after_tag}:{suffix}",
+                &key[..open],
+                after_tag.len()
+            )
+        }
     }
 }
 
@@ -240,8 +290,9 @@ mod tests {
             "{t}:queue",
             "{t}:data:x",
             "{t}-job:applied:tok",
-            "{t}/3/{t}:fence",
-            "{t}/6/a{t}:b:data:x",
+            "{t}/0/:fence",
+            "a{t}/2/:b:data:x",
+            "{t}/0/:anything",
         ] {
             assert!(LockKeys::new("", name).is_err(), "{name}");
         }
@@ -252,16 +303,17 @@ mod tests {
             "{t}:database",
             "{t}:reports",
             "{t}:data",
-            "{t}/x/{t}:job",
-            "{t}/9/{t}:job",
+            "{t}/x/:job",
+            "{t}/9/:job",
+            "{t}/04/:job",
         ] {
             assert!(LockKeys::new("", name).is_ok(), "{name}");
         }
         let keys = LockKeys::new("", "{t}").unwrap();
         assert!(is_companion(&keys.companion("data:x")));
-        // A tag anywhere: job{x}'s companions are {x}/6/job{x}:fence, …:data:…
+        // A tag anywhere: job{x}'s companions are job{x}/0/:fence, …:data:…
         let keys = LockKeys::new("", "job{x}").unwrap();
-        assert_eq!(keys.fence, "{x}/6/job{x}:fence");
+        assert_eq!(keys.fence, "job{x}/0/:fence");
         assert!(is_companion(&keys.companion("data:a")) && is_companion(&keys.fence));
         assert!(LockKeys::new("", "job{x}:data:a").is_err());
     }
@@ -294,7 +346,7 @@ mod tests {
             "{t}:fenced",
             "{t}/3/",
         ];
-        let prefixes = ["", "app:", "{app}:", "{app}/4/"];
+        let prefixes = ["", "app:", "{app}:", "{app}/4/", "a{", "{", "}"];
         // Every fixed companion, the channels, and guarded writes' families.
         let more = [
             "released",
@@ -318,6 +370,7 @@ mod tests {
                     assert_eq!(slot(&companion), slot(&lock), "{companion}");
                     if !suffix.starts_with("wake:") && suffix != "released" {
                         assert!(is_companion(&companion), "{companion} of {lock}");
+                        assert_eq!(companion_owner(&companion).as_deref(), Some(&*lock));
                     }
                     mine.push(companion);
                 }
@@ -366,9 +419,10 @@ mod tests {
         assert_eq!(keys.channel, "{nightly}:released");
         // A tagged key's companions name the key with its length.
         let keys = LockKeys::new("", "{acct}").unwrap();
-        assert_eq!(keys.fence, "{acct}/6/{acct}:fence");
+        assert_eq!(keys.fence, "{acct}/0/:fence");
+        // The prefix stays in front (an ACL's key pattern for it covers the companions).
         let keys = LockKeys::new("app:", "{t}:job").unwrap();
-        assert_eq!(keys.companion("queue"), "{t}/11/app:{t}:job:queue");
+        assert_eq!(keys.companion("queue"), "app:{t}/4/:job:queue");
     }
 
     #[test]

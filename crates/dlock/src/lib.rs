@@ -96,7 +96,7 @@ pub use error::{Error, Result};
 pub use guard::Guard;
 pub use guarded::{Guarded, GUARDED_COMMANDS, MAX_GUARDED_ARGS};
 pub use inspect::{Holder, LockInfo, LockKind};
-pub use keys::{check_name, MAX_NAME_LEN};
+pub use keys::{check_name, companion_owner, MAX_NAME_LEN};
 pub use lease::{drift_allowance, MAX_TTL, MIN_TTL};
 pub use lock::Lock;
 pub use mutex::{Mutex, MutexGuard};

@@ -176,8 +176,8 @@ impl<R: RawLock> Lock<R> {
         crate::guarded::apply_for(&self.raw, token, batch).await
     }
 
-    /// The Redis key of this lock's data key `key`: `{NAME}:data:KEY`, in the lock's hash
-    /// slot (see [`Guarded`](crate::Guarded)), for reading the data outside a hold.
+    /// The Redis key of this lock's data key `key`: `{NAME}:data:KEY` (for a key with a
+    /// hash tag, `{t}:job`: `{t}/4/:job:data:KEY`), in the lock's hash slot (see [`Guarded`](crate::Guarded)), for reading the data outside a hold.
     pub fn data_key(&self, key: &str) -> String {
         crate::guarded::data_key(self.raw.keys(), key)
     }

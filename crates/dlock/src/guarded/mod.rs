@@ -130,7 +130,7 @@ pub const MAX_GUARDED_ARGS: usize = 4096;
 ///
 /// Each command names a *data key*, which dlock places in the lock's hash slot as
 /// `{NAME}:data:KEY` (with the client's prefix in the braces; a name with a hash tag of its
-/// own keeps it: `{t}:job:data:KEY`; [`Guard::data_key`](crate::Guard::data_key) gives
+/// own keeps it: `{t}:job` stores `{t}/4/:job:data:KEY`; [`Guard::data_key`](crate::Guard::data_key) gives
 /// the whole name),
 /// so one script can check the hold and write the data on any deployment, a Redis
 /// Cluster included. The commands are those of [`GUARDED_COMMANDS`] (reads too: a read in
