@@ -26,8 +26,7 @@ EXPECTATIONS:
                semaphore of three), and fences only increase in grant order
     violation  a negative control: the checker must see the double grant, or the harness
                itself would be blind; fences must still only increase (the clock floor),
-               except in sentinel-partition (two masters grant at once) and
-               redlock-clock-jump (which must show them going back)
+               except in sentinel-partition (two masters grant at once)
     pending    needs a feature that is not built yet (ok: null in --json)
     skipped    it runs none of the --primitive kinds: redlock runs only in the redlock-*
                scenarios, read and reentrant only in rwlock-readers (with write) and
