@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs dlock-torture, the fault-injection safety harness (docs/safety.md), against private
-# redis-servers (and, for redlock-clock-jump, valkey-servers) it starts and stops itself. Arguments go to dlock-torture, e.g. --quick,
+# redis-servers (and, for the redlock-clock-* scenarios, valkey-servers) it starts and stops itself. Arguments go to dlock-torture, e.g. --quick,
 # --json, --scenario client-pause, --rounds 50.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
-# redlock-clock-jump moves one master's wall clock with libfaketime (Debian's package),
-# which cannot wrap Debian's redis-server (built with jemalloc: it never starts), so its
+# redlock-clock-jump and redlock-clock-offset move masters' wall clocks with libfaketime (Debian's package),
+# which cannot wrap Debian's redis-server (built with jemalloc: it never starts), so their
 # masters are Valkey (scripts/ensure-valkey.sh); every other scenario runs on Redis.
 # (Not for what only prints: --help, --list, --version.)
 informational=false
@@ -16,7 +16,7 @@ done
 if [ "$informational" = false ] && [ -z "${DLOCK_TORTURE_FAKETIME:-}" ]; then
   faketime_lib() { dpkg -L libfaketime 2>/dev/null | grep '/libfaketime\.so\.1$' | head -1; }
   if [ -z "$(faketime_lib)" ]; then
-    echo "libfaketime is missing (redlock-clock-jump needs it): installing the Debian package libfaketime..." >&2
+    echo "libfaketime is missing (the redlock-clock-* scenarios need it): installing the Debian package libfaketime..." >&2
     source scripts/apt-install.sh
     apt_install libfaketime "install it with: apt-get install libfaketime, or set DLOCK_TORTURE_FAKETIME to libfaketime.so.1"
   fi

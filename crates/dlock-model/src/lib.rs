@@ -155,13 +155,15 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
 
 /// The Redlock models `dlock-model check` checks, with `mutants` put in: the fence
 /// settlement with counters alone (no master restarts: with counters alone a master
-/// restarted empty does break the order, which a test shows), and with the clock floor
-/// while one master restarts empty; then a master's clock jumping forward by more than a
-/// lease, with counters alone and with the clock floor (mutual exclusion broken by design
-/// there: they show the double grant and what becomes of the fences).
+/// restarted empty does break the order, which a test shows); with the clock floor while
+/// one master restarts empty; and with the clock floor while one master's clock runs ahead
+/// of the others' by less than a lease, the masters keeping their data; then a master's
+/// clock jumping forward by more than a lease, with counters alone and with the clock
+/// floor (mutual exclusion broken by design there: they show the double grant and what
+/// becomes of the fences).
 pub fn redlock_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<RedlockModel> {
     // Three masters, each asked on its own, make these the largest models per tick: the
-    // clock stops at half the others' bound, and with a restart each client has one round.
+    // clock stops at half the others' bound, and with the floor each client has one round.
     let model = |name, max_rounds: u8, max_restarts, clock_floor| RedlockModel {
         name,
         clients: 2,
@@ -170,17 +172,26 @@ pub fn redlock_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<RedlockModel> {
         max_rounds: max_rounds.min(bounds.max_holds),
         max_restarts,
         max_jumps: 0,
+        max_offsets: 0,
+        // Half a lease: less than a lease.
+        offset: 1,
         clock_floor,
         mutants: mutants.to_vec(),
+    };
+    // Master 0's clock may run ahead, once, at any moment: one round each is the two
+    // grants its counterexample needs (one fenced by the clock ahead, then one whose
+    // majority leaves that master out). With a restart too, the search would be four
+    // times the restart's alone.
+    let offset = |name| RedlockModel {
+        max_offsets: 1,
+        ..model(name, 1, 0, true)
     };
     // One jump of one master's clock (which one changes only names), the clock stopping a
     // tick earlier than the other Redlock models' (at a lease at least). With counters
     // alone two rounds each: rounds after the double grant, whose fences the raise must
     // keep in order. With the floor one round each, which shows the double grant (a
-    // holder, the jump, a contender) and a fence going back (a grant with the jumped
-    // master, then one without it); its search is whole only when a bug is hunted (no
-    // `always` there: a clean check stops at its last example), and two rounds would make
-    // that search minutes long.
+    // holder, the jump, a contender) and the jumped clock's fence kept on a majority; two
+    // rounds would make that search minutes long.
     let jump = |name, max_rounds: u8, clock_floor| RedlockModel {
         max_jumps: 1,
         max_time: ((bounds.max_time / 2).saturating_sub(1)).max(2),
@@ -189,6 +200,7 @@ pub fn redlock_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<RedlockModel> {
     vec![
         model("redlock, counters only", 2, 0, false),
         model("redlock, clock floor, a master restarted empty", 1, 1, true),
+        offset("redlock, clock floor, a master's clock ahead"),
         jump("redlock, counters only, a master's clock jumps", 2, false),
         jump("redlock, clock floor, a master's clock jumps", 1, true),
     ]

@@ -37,8 +37,12 @@ pub enum Mutant {
     /// never comes back to zero when every hold is given back.
     ResendCountedTwice,
     /// Redlock's settlement takes the largest fence without raising the masters behind it
-    /// (as with `raise_fences` off, when the fence is not a master's clock).
+    /// (as with `raise_fences` off).
     SettleWithoutRaise,
+    /// Redlock's settlement skips the raise when the largest fence is a master's clock
+    /// (the floor): the shortcut `settle_fence` had before issue 32, which a master's clock
+    /// ahead of the others' breaks.
+    SkipRaiseAtClock,
     /// Redlock's settlement takes the smallest fence a granting master drew (a minority's,
     /// when the masters are out of step), which every granting master already holds or
     /// exceeds, so nothing is raised.
@@ -49,7 +53,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 16] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -65,6 +69,7 @@ impl Mutant {
         Mutant::ResendCountedTwice,
         Mutant::SettleWithoutRaise,
         Mutant::SettleTakesSmallestFence,
+        Mutant::SkipRaiseAtClock,
         Mutant::RestartNotDelayed,
     ];
 
@@ -86,6 +91,7 @@ impl Mutant {
             Mutant::ResendCountedTwice => "resend-counted-twice",
             Mutant::SettleWithoutRaise => "settle-without-raise",
             Mutant::SettleTakesSmallestFence => "settle-takes-smallest-fence",
+            Mutant::SkipRaiseAtClock => "skip-raise-at-clock",
             Mutant::RestartNotDelayed => "restart-not-delayed",
         }
     }
@@ -99,7 +105,9 @@ impl Mutant {
             | Mutant::PermitCountOffByOne
             | Mutant::HandOffWithoutOwnerCheck
             | Mutant::RestartNotDelayed => "mutual exclusion",
-            Mutant::SettleWithoutRaise | Mutant::SettleTakesSmallestFence => "fences follow grants",
+            Mutant::SettleWithoutRaise
+            | Mutant::SettleTakesSmallestFence
+            | Mutant::SkipRaiseAtClock => "fences follow grants",
             Mutant::FenceOutsideGrant | Mutant::FenceReused | Mutant::HandOffReusesFence => {
                 "fences follow grants"
             }

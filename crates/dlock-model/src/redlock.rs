@@ -1,18 +1,23 @@
 //! Redlock's fence settlement over three masters (redlock/mutex.rs): each granting master
 //! draws a fence with its grant (mutex/acquire.lua with the fence at grant, fencing.lua's
-//! draw), the round takes the largest, and when fewer than a majority drew exactly that one
-//! and it is not a master's clock, raises the counters behind it (redlock/raise.lua, only
-//! upward, only where the hold is still the round's) so that a majority holds it before
-//! the grant counts. A master may restart empty (no persistence): its lock and its counter
-//! are gone, and it stays away for a lease (the delayed restart that Redlock needs).
+//! draw), the round takes the largest, and when fewer than a majority drew exactly that
+//! one, raises the counters behind it (redlock/raise.lua, only upward, only where the hold
+//! is still the round's) so that a majority holds it before the grant counts: also when
+//! it is a master's clock (the floor), since a later majority without that master reads
+//! clocks that may run behind it. A master may restart empty (no persistence): its lock
+//! and its counter are gone, and it stays away for a lease (the delayed restart that
+//! Redlock needs).
 //!
 //! Clients start a round with a fresh token, ask each master in any order (interleaved
 //! with everything else), decide once every master answered, raise where needed, and
-//! release on every master. A master's clock may jump forward by more than a lease (the
-//! known Redlock weakness, `redlock-clock-jump` in docs/safety.md): every hold it keeps
-//! ends at once, and its clock reads ahead of every other master's from then on. Not
-//! modelled: lost replies and resends to a master, renewal, clock drift between masters
-//! (but for the jump), and a master that stays down.
+//! release on every master. A master's clock may run ahead of the others' by an offset
+//! of less than a lease (what NTP leaves between machines, however the clock got there):
+//! only what its clock floor reads changes, its holds last as long as anywhere. Or its
+//! clock may jump forward by more than a lease (the known Redlock weakness,
+//! `redlock-clock-jump` in docs/safety.md): every hold it keeps ends at once, and its
+//! clock reads ahead of every other master's from then on. Not modelled: lost replies and
+//! resends to a master, renewal, clock drift between masters (but for the offset and the
+//! jump), and a master that stays down.
 
 use stateright::{Model, Property};
 
@@ -24,9 +29,9 @@ const MASTERS: usize = 3;
 /// A majority of them.
 const QUORUM: u8 = 2;
 /// The masters' clock, in fence units per tick: more than the fences all masters can draw
-/// in a tick within the bounds. The masters' clocks agree, and every draw happens at an
-/// instant of its own (the clock reads one more for each draw within a tick): the floor's
-/// assumption, that clocks agree within the time between two grants, at its strongest.
+/// in a tick within the bounds. The masters' clocks agree but for an offset or a jump, and
+/// every draw happens at an instant of its own (the clock reads one more for each draw
+/// within a tick).
 const CLOCK_PER_TICK: u64 = 32;
 
 /// One master's keys of the lock name.
@@ -45,10 +50,11 @@ pub struct Master {
     pub counter: u64,
     /// Restarted empty: it answers nothing before this time.
     pub away_until: Time,
-    /// How far its clock is ahead of the others', in ticks (0 but after a jump). Times
-    /// here are kept on the common clock: a jump ends the holds it keeps (`jumped`), and
-    /// after it a lease set here ends a lease after it was set, as by any clock; what the
-    /// offset changes is the clock floor's reading.
+    /// How far its clock is ahead of the others', in ticks (0 but after an offset or a
+    /// jump). Times here are kept on the common clock: a jump ends the holds it keeps
+    /// (`jumped`), an offset ends none, and after either a lease set here ends a lease
+    /// after it was set, as by any clock; what `ahead` changes is the clock floor's
+    /// reading.
     pub ahead: Time,
 }
 
@@ -136,6 +142,14 @@ impl Master {
         self.lock = None;
         self.ahead += by;
     }
+
+    /// Its clock reads `by` ticks ahead of the others' from now on, less than a lease: an
+    /// offset between machines, not a step (a clock slewed there, or that was there all
+    /// along), so the hold it keeps lasts as long as it would anywhere. Only the clock
+    /// floor's reading changes.
+    pub fn offset(&mut self, by: Time) {
+        self.ahead += by;
+    }
 }
 
 /// What a Redlock client is doing.
@@ -200,6 +214,8 @@ pub struct State {
     pub restarts: u8,
     /// Masters' clock jumps so far.
     pub jumps: u8,
+    /// Masters' clock offsets so far.
+    pub offsets: u8,
     /// Fences drawn in this tick, on any master (the clock's reading within the tick).
     pub draws: u8,
     /// Ghost: the largest fence any grant was given.
@@ -209,11 +225,11 @@ pub struct State {
     /// Ghost, in the models of a jumped clock: a grant's fence was not above every fence
     /// granted before its round started.
     pub round_order_broken: bool,
-    /// Ghost, in the models of a jumped clock: a grant's fence was below a fence granted
-    /// before its round started (a fence went back).
-    pub fence_went_back: bool,
     /// Ghost: a grant raised a counter to settle its fence.
     pub raised: bool,
+    /// Ghost, in the models of an offset clock: a round's fence was the clock of a master
+    /// ahead of the others, and the round went on to raise the others to it.
+    pub raised_to_clock_ahead: bool,
     /// Ghost: a grant came after a master restarted.
     pub granted_after_restart: bool,
 }
@@ -237,6 +253,8 @@ pub enum Action {
     Release(usize),
     /// Master `m` restarts empty.
     Restart(usize),
+    /// Master `m`'s clock runs ahead of the others' by less than a lease.
+    Offset(usize),
     /// Master `m`'s clock jumps forward by more than a lease.
     Jump(usize),
 }
@@ -259,6 +277,11 @@ pub struct RedlockModel {
     /// Clock jumps forward, by more than a lease, of master 0 (the masters are alike:
     /// which one jumps changes only names).
     pub max_jumps: u8,
+    /// Offsets of master 0's clock ahead of the others' (by `offset` ticks each), with
+    /// the floor (without it no clock is read).
+    pub max_offsets: u8,
+    /// How far an offset moves the clock, in ticks: less than a lease.
+    pub offset: Time,
     /// Fences have the clock floor (fencing.lua); without it only the counters count.
     pub clock_floor: bool,
     /// Bugs put in on purpose.
@@ -269,10 +292,12 @@ impl RedlockModel {
     /// Whether `mutant`'s bug acts in this Redlock model (`redlock.rs`, which no model of
     /// one server runs): a model it does not act in checks the same with it as without it
     /// (`tests/check.rs` shows it), and need not be searched for it. The settlement acts in
-    /// every Redlock model, a restart's delay only where a master restarts.
+    /// every Redlock model, the raise skipped at a clock fence only where there is a
+    /// floor, a restart's delay only where a master restarts.
     pub fn touched_by(&self, mutant: Mutant) -> bool {
         match mutant {
             Mutant::SettleWithoutRaise | Mutant::SettleTakesSmallestFence => true,
+            Mutant::SkipRaiseAtClock => self.clock_floor,
             Mutant::RestartNotDelayed => self.max_restarts > 0,
             _ => false,
         }
@@ -318,7 +343,6 @@ impl RedlockModel {
         }
         state.fence_order_broken |= fence <= state.max_fence;
         state.round_order_broken |= fence <= after;
-        state.fence_went_back |= fence < after;
         state.max_fence = state.max_fence.max(fence);
         state.granted_after_restart |= state.restarts > 0;
         state.clients[c] = Client::Holding {
@@ -351,12 +375,13 @@ impl Model for RedlockModel {
             rounds: vec![0; self.clients],
             restarts: 0,
             jumps: 0,
+            offsets: 0,
             draws: 0,
             max_fence: 0,
             fence_order_broken: false,
             round_order_broken: false,
-            fence_went_back: false,
             raised: false,
+            raised_to_clock_ahead: false,
             granted_after_restart: false,
         }]
     }
@@ -402,6 +427,9 @@ impl Model for RedlockModel {
         let ends_a_hold = state.masters[0].lock.is_some();
         if state.jumps < self.max_jumps && (self.clock_floor || ends_a_hold) {
             actions.push(Action::Jump(0));
+        }
+        if state.offsets < self.max_offsets && self.clock_floor {
+            actions.push(Action::Offset(0));
         }
     }
 
@@ -486,13 +514,19 @@ impl Model for RedlockModel {
                         .fold(0u8, |bits, g| bits | 1 << g.0)
                 };
                 let settled = bits(&|f| f == fence || (smallest && f > fence));
-                let from_clock = granted.iter().any(|g| g.2 && g.1 == fence);
+                // The mutant: the shortcut mutex.rs had before issue 32, no raise when the
+                // fence is a master's clock.
+                let skip_at_clock = self.mutants.contains(&Mutant::SkipRaiseAtClock)
+                    && granted.iter().any(|g| g.2 && g.1 == fence);
                 if settled.count_ones() >= u32::from(QUORUM)
-                    || from_clock
+                    || skip_at_clock
                     || self.mutants.contains(&Mutant::SettleWithoutRaise)
                 {
                     self.grant(&mut state, c, (token, started, after), fence);
                 } else {
+                    let ahead = |m: u8| state.masters[usize::from(m)].ahead > 0;
+                    state.raised_to_clock_ahead |= self.max_offsets > 0
+                        && granted.iter().any(|g| g.2 && g.1 == fence && ahead(g.0));
                     state.clients[c] = Client::Raising {
                         token,
                         started,
@@ -563,6 +597,10 @@ impl Model for RedlockModel {
                 state.jumps += 1;
                 state.masters[m].jumped(self.jump_ticks());
             }
+            Action::Offset(m) => {
+                state.offsets += 1;
+                state.masters[m].offset(self.offset);
+            }
         }
         // Canonical forms: a lapsed lease, a return that came, a validity that ended.
         let now = state.now;
@@ -601,23 +639,22 @@ impl Model for RedlockModel {
                 |_, state: &State| !state.fence_order_broken,
             ));
         }
-        // With counters alone, the jump's two rounds of a double grant may decide in either
-        // order (a round that drew before the jump may decide after the contender's grant,
-        // with the smaller fence): "fences follow grants", which orders grants as they are
-        // decided, is broken there by the double grant itself. What the raise keeps is the
-        // order of rounds that do not overlap: a round started after a grant meets, on a
-        // master that kept it, the counter that grant left on a majority.
-        if jumps && !self.clock_floor {
+        // The jump's two rounds of a double grant may decide in either order (a round
+        // that drew before the jump may decide after the contender's grant, with the
+        // smaller fence): "fences follow grants", which orders grants as they are decided,
+        // is broken there by the double grant itself. What the raise keeps is the order of
+        // rounds that do not overlap: a round started after a grant meets, on a master that
+        // kept it, the counter that grant left on a majority; with the floor too, since the
+        // jumped clock's fence is raised like any other.
+        if jumps {
             properties.push(Property::always(
                 "fences follow grants of earlier rounds",
                 |_, state: &State| !state.round_order_broken,
             ));
         }
         // Each example only where it can happen, so that "reached" is never claimed for a
-        // model that cannot reach it. A raise can happen with the clock floor too: a
-        // master that grants twice within one instant (a release between) draws counter +
-        // 1, which equals the clock and fencing.lua tells as the counter's. Without
-        // restarts no grant follows one.
+        // model that cannot reach it. With the floor, masters draw their clocks, which
+        // differ by the instant of each draw: the raise is the common case there.
         properties.push(Property::sometimes(
             "a grant raises a counter to settle",
             |_, state: &State| state.raised,
@@ -628,16 +665,16 @@ impl Model for RedlockModel {
                 |_, state: &State| state.granted_after_restart,
             ));
         }
+        if self.max_offsets > 0 && self.clock_floor {
+            properties.push(Property::sometimes(
+                "a round raises the others to the clock of a master ahead",
+                |_, state: &State| state.raised_to_clock_ahead,
+            ));
+        }
         if jumps {
             properties.push(Property::sometimes(
                 "two clients believe they hold at once (the jump's double grant)",
                 |_, state: &State| believing(state) >= 2,
-            ));
-        }
-        if jumps && self.clock_floor {
-            properties.push(Property::sometimes(
-                "a grant's fence is below an earlier grant's (the floor's assumption broken)",
-                |_, state: &State| state.fence_went_back,
             ));
         }
         properties

@@ -54,6 +54,7 @@ impl Kind {
             }
             Mutant::SettleWithoutRaise
             | Mutant::SettleTakesSmallestFence
+            | Mutant::SkipRaiseAtClock
             | Mutant::RestartNotDelayed => false,
             Mutant::PurgeForgetsLiveReader => {
                 matches!(kind, Kind::RwLock | Kind::Semaphore { .. })

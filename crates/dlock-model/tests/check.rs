@@ -167,27 +167,64 @@ fn redlock_discoveries(name: &str, bounds: Bounds) -> Vec<(&'static str, bool)> 
 
 /// A master's clock jumping forward by more than a lease: with counters alone and with the
 /// clock floor, two clients believe they hold at once (mutual exclusion is not checked
-/// there: the lease is the masters' clocks). With counters alone the raise keeps the fences
-/// of rounds that do not overlap in order; with the floor a fence goes back (a grant
-/// without the jumped master after one with it).
+/// there: the lease is the masters' clocks). Both keep the fences of rounds that do not
+/// overlap in order: the raise puts the largest fence on a majority, the jumped clock's
+/// too. Without that raise (the shortcut `skip-raise-at-clock` restores) a fence goes back
+/// with the floor: a grant with the jumped master's clock, then a round that leaves that
+/// master out draws from the others' clocks, below it.
 #[test]
-fn a_jumped_clock_grants_twice_and_only_the_floor_lets_fences_go_back() {
+fn a_jumped_clock_grants_twice_and_the_raise_keeps_later_rounds_in_order() {
     let counters = redlock_discoveries("redlock, counters only, a master's clock jumps", BOUNDS);
     let floor = redlock_discoveries("redlock, clock floor, a master's clock jumps", BOUNDS);
     let double = "two clients believe they hold at once (the jump's double grant)";
-    let back = "a grant's fence is below an earlier grant's (the floor's assumption broken)";
+    let rounds = "fences follow grants of earlier rounds";
     for (name, verdicts) in [("counters only", &counters), ("clock floor", &floor)] {
         assert!(verdicts.contains(&(double, true)), "{name}: {verdicts:?}");
+        assert!(verdicts.contains(&(rounds, false)), "{name}: {verdicts:?}");
         assert!(
             !verdicts.iter().any(|(p, _)| *p == "mutual exclusion"),
             "{name}: {verdicts:?}"
         );
     }
+    let skipping = redlock_models(BOUNDS, &[Mutant::SkipRaiseAtClock])
+        .into_iter()
+        .find(|m| m.name == "redlock, clock floor, a master's clock jumps")
+        .expect("the model");
+    let failed = failures_of(skipping.name, skipping, true);
     assert!(
-        counters.contains(&("fences follow grants of earlier rounds", false)),
-        "{counters:?}"
+        failed.iter().any(|(name, _)| name.ends_with(rounds)),
+        "{failed:?}"
     );
-    assert!(floor.contains(&(back, true)), "{floor:?}");
+}
+
+/// Why the clock floor's models have a master's clock ahead: without an offset between
+/// the masters, the shortcut `settle_fence` had before issue 32 (no raise when the largest
+/// fence is a master's clock) keeps fences in order, as every later draw reads a later
+/// clock; a clock half a lease ahead of the others' (`Offset`) is what breaks it, though
+/// it ends no hold.
+#[test]
+fn only_a_clock_ahead_shows_the_raise_skipped_at_a_clock_fence() {
+    let model = |offsets| {
+        let mut model = redlock_models(BOUNDS, &[Mutant::SkipRaiseAtClock])
+            .into_iter()
+            .find(|m| m.max_offsets > 0)
+            .expect("the model of a clock ahead");
+        model.max_offsets = offsets;
+        model
+    };
+    let in_step = model(0);
+    assert!(
+        failures_of(in_step.name, in_step, true).is_empty(),
+        "without an offset the shortcut is safe"
+    );
+    let ahead = model(1);
+    let failed = failures_of(ahead.name, ahead, true);
+    assert!(
+        failed
+            .iter()
+            .any(|(name, _)| name.ends_with("fences follow grants")),
+        "{failed:?}"
+    );
 }
 
 /// The counters-only model of a jumped clock, checked for "fences follow grants" as the

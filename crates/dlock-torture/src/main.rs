@@ -26,8 +26,9 @@ EXPECTATIONS:
                semaphore of three), and fences only increase in grant order
     violation  a negative control: the checker must see the double grant, or the harness
                itself would be blind; fences must still only increase (the clock floor),
-               except in sentinel-partition (two masters grant at once) and
-               redlock-clock-jump (which must show them going back)
+               except in sentinel-partition (two masters grant at once);
+               redlock-clock-offset-no-raise must instead see fences go back (its clients
+               skip the Redlock fence raise) and no double grant
     pending    needs a feature that is not built yet (ok: null in --json)
     skipped    it runs none of the --primitive kinds: redlock runs only in the redlock-*
                scenarios, read and reentrant only in rwlock-readers (with write) and
@@ -125,7 +126,7 @@ fn harness(cli: Cli) -> i32 {
                 .pending
                 .map_or(String::new(), |needs| format!(" [pending: needs {needs}]"));
             let line = format!(
-                "{:<26} {expect:<10} {}{pending}\n",
+                "{:<30} {expect:<10} {}{pending}\n",
                 scenario.name, scenario.about
             );
             if let Some(code) = write_out(&line) {
@@ -200,16 +201,16 @@ fn harness(cli: Cli) -> i32 {
             "redlock runs only in the redlock-* scenarios, read only with write in rwlock-readers, reentrant only in reentrant, every other kind in the others",
         );
     }
-    // The clock jump needs its tools before anything starts (a server that cannot start
-    // under libfaketime would hang the run, then panic).
-    let clock_jump = chosen
+    // The clock scenarios need their tools before anything starts (a server that cannot
+    // start under libfaketime would hang the run, then panic).
+    let clocked = chosen
         .iter()
-        .any(|s| s.name == "redlock-clock-jump" && !s.kinds_of(&config.primitives).is_empty());
-    if clock_jump {
+        .find(|s| s.moves_clocks() && !s.kinds_of(&config.primitives).is_empty());
+    if let Some(clocked) = clocked {
         if let Err(why) = scenario::ClockTools::find() {
             return fail(
                 69,
-                &format!("redlock-clock-jump {why}"),
+                &format!("{} {why}", clocked.name),
                 "./scripts/torture.sh installs both (Debian's libfaketime, Valkey from PyPI)",
             );
         }

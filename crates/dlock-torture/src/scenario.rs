@@ -30,7 +30,8 @@ mod cluster_failover;
 pub enum Expect {
     /// No overlap of believed-held intervals, fences only increase.
     Safe,
-    /// A negative control: the checker must see the double grant.
+    /// A negative control: the checker must see the double grant (or, where the clients
+    /// skip the Redlock fence raise, fences going back).
     Violation,
 }
 
@@ -63,6 +64,13 @@ enum Fault {
     DelayedRestart,
     /// Five Redlock masters; the wall clock of one jumps forward by more than a lease.
     ClockJump,
+    /// Five Redlock masters whose wall clocks are offset from one another (by up to a
+    /// second each way, from the start: no clock moves); majorities vary as masters are
+    /// held by another token in turn. `raise`: the clients raise fences as the library
+    /// does (false: the negative control's skip the raise).
+    ClockOffset {
+        raise: bool,
+    },
     /// Each round one holder per lock killed, then one paused past its lease.
     PauseAndCrash,
 }
@@ -72,7 +80,11 @@ impl Fault {
     fn redlock(self) -> bool {
         matches!(
             self,
-            Fault::MinorityDown | Fault::Amnesia | Fault::DelayedRestart | Fault::ClockJump
+            Fault::MinorityDown
+                | Fault::Amnesia
+                | Fault::DelayedRestart
+                | Fault::ClockJump
+                | Fault::ClockOffset { .. }
         )
     }
 }
@@ -196,8 +208,28 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "redlock-clock-jump",
         expect: Expect::Violation,
-        about: "Redlock on 5 masters (Valkey, 3 s leases), D and E down while a hold is granted by A, B and C, then back, and C's wall clock jumps 3 leases ahead (libfaketime): the hold expires on C and the waiter gets C, D and E while the holder believes (the known Redlock weakness); its fence, C's jumped clock, refuses the holder's late writes, but grants without C then draw fences below it until real time catches up (negative control)",
+        about: "Redlock on 5 masters (Valkey, 3 s leases), D and E down while a hold is granted by A, B and C, then back, and C's wall clock jumps 3 leases ahead (libfaketime): the hold expires on C and the waiter gets C, D and E while the holder believes (the known Redlock weakness, negative control); its fence, C's jumped clock, refuses the holder's late writes, and is raised on D and E, so grants without C go on above it",
         fault: Fault::ClockJump,
+        durable: false,
+        acknowledged: false,
+        pending: None,
+        runs: None,
+    },
+    Scenario {
+        name: "redlock-clock-offset",
+        expect: Expect::Safe,
+        about: "Redlock on 5 masters (Valkey) whose wall clocks are offset by +1 s, +10 ms, 0, -10 ms and -1 s (libfaketime, from the start); up to two masters at a time held by another token for 20-100 ms, in turn (in the first round A, a second ahead, throughout, so that the 10 ms offsets decide), while two clients take the lock back to back (holds of a few ms), so that majorities leave out the masters ahead: no overlap and no fence going back (a fence drawn from a clock ahead is raised on a majority, which every later one meets)",
+        fault: Fault::ClockOffset { raise: true },
+        durable: false,
+        acknowledged: false,
+        pending: None,
+        runs: None,
+    },
+    Scenario {
+        name: "redlock-clock-offset-no-raise",
+        expect: Expect::Violation,
+        about: "the same with clients that skip the fence raise (the library's hidden `without_fence_raise`): a grant fenced by a clock ahead leaves the other masters' counters behind, and a later majority without that master draws a smaller fence (negative control: fences must go back)",
+        fault: Fault::ClockOffset { raise: false },
         durable: false,
         acknowledged: false,
         pending: None,
@@ -299,6 +331,11 @@ impl Scenario {
         }
     }
 
+    /// It runs masters under libfaketime (on Valkey): `ClockTools` must be found.
+    pub fn moves_clocks(&self) -> bool {
+        matches!(self.fault, Fault::ClockJump | Fault::ClockOffset { .. })
+    }
+
     /// The kinds it runs when `chosen` were asked for (none: it is skipped). A scenario
     /// about kinds of its own runs all of them or none: readers without writers would
     /// leave its checks nothing to judge.
@@ -389,10 +426,14 @@ impl Outcome {
 /// With more waiters, two of them can split the restarted masters between them and keep
 /// colliding, so whether anyone gets both before the holder's belief ends would be a
 /// race. The clock jump runs one library client; each round starts its contender. The
-/// read-write lock's readers and writers, and the reentrant mutex's clients, are below.
+/// clock offset runs two library clients, whose holds of a few ms follow one another
+/// within milliseconds (a `dlock run` takes longer to start than a clock offset of 10
+/// ms). The read-write lock's readers and writers, and the reentrant mutex's clients, are
+/// below.
 fn clients_of(fault: Fault, primitive: Primitive) -> Vec<(&'static str, usize)> {
     let restarts = matches!(fault, Fault::Amnesia | Fault::DelayedRestart);
-    if primitive == Primitive::Redlock && restarts {
+    let offset = matches!(fault, Fault::ClockOffset { .. });
+    if primitive == Primitive::Redlock && (restarts || offset) {
         vec![("lib-async", 0), ("lib-blocking", 0)]
     } else if primitive == Primitive::Redlock && fault == Fault::ClockJump {
         // One holder; each round starts the contender (`lib-async`) itself. A waiter
@@ -449,6 +490,10 @@ struct Run<'a> {
     acknowledged: bool,
     /// The lock servers keep their data across a crash (AOF, appendfsync always).
     durable: bool,
+    /// The library clients raise Redlock fences (false: `--without-fence-raise`).
+    raise_fences: bool,
+    /// One work step lasts between half of this and this (ms).
+    work_ms: u64,
     store_url: String,
     ttl: Duration,
     until_ns: u64,
@@ -510,7 +555,8 @@ impl Run<'_> {
     ) -> thread::JoinHandle<()> {
         let (dir, live) = (self.dir.to_path_buf(), self.live.clone());
         let store_url = self.store_url.clone();
-        let acknowledged = self.acknowledged;
+        let (acknowledged, raise_fences, work_ms) =
+            (self.acknowledged, self.raise_fences, self.work_ms);
         let (ttl, config) = (self.ttl, self.config.clone());
         let lock = primitive.lock_name();
         // A writer among readers rests between its holds, half a lease to a lease:
@@ -547,7 +593,7 @@ impl Run<'_> {
                         .args(["writer", "--primitive", primitive.name()])
                         .args(["--store", &store_url, "--client", &client])
                         .args(["--hold", "1"])
-                        .args(["--work-ms", &work_ms(ttl).to_string()])
+                        .args(["--work-ms", &work_ms.to_string()])
                         .arg("--log")
                         .arg(&log)
                         .arg("--holding")
@@ -569,7 +615,7 @@ impl Run<'_> {
                         .args(&topology)
                         .args(["--store", &store_url, "--lock", &lock])
                         .args(["--ttl-ms", &ttl.as_millis().to_string()])
-                        .args(["--work-ms", &work_ms(ttl).to_string()])
+                        .args(["--work-ms", &work_ms.to_string()])
                         .args(["--until-ns", &until_ns.to_string()])
                         .args(["--client", &client])
                         .args(["--rest-ms", &rest_ms.to_string()])
@@ -580,6 +626,9 @@ impl Run<'_> {
                     if acknowledged {
                         command.args(["--replicas", "1", "--replica-timeout-ms"]);
                         command.arg(REPLICA_TIMEOUT.as_millis().to_string());
+                    }
+                    if !raise_fences {
+                        command.arg("--without-fence-raise");
                     }
                     command
                 };
@@ -764,7 +813,7 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
         ..config.clone()
     };
     let clock_tools = match scenario.fault {
-        Fault::ClockJump => match ClockTools::find() {
+        Fault::ClockJump | Fault::ClockOffset { .. } => match ClockTools::find() {
             Ok(tools) => Some(tools),
             Err(why) => {
                 return Outcome {
@@ -777,10 +826,16 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
         _ => None,
     };
     let mut servers = match &clock_tools {
-        Some(tools) => {
+        Some(tools) if scenario.fault == Fault::ClockJump => {
             let offset_file = dir.path().join(CLOCK_OFFSET_FILE);
             set_clock_offset(&offset_file, 0);
-            LockServers::Redlock(IndependentMasters::start_each(tools.masters(&offset_file)))
+            LockServers::Redlock(IndependentMasters::start_each(
+                tools.masters(&jumping_clocks(&offset_file)),
+            ))
+        }
+        Some(tools) => {
+            let clocks: Vec<_> = CLOCK_OFFSETS.iter().map(|o| o.faketime()).collect();
+            LockServers::Redlock(IndependentMasters::start_each(tools.masters(&clocks)))
         }
         None => LockServers::start(scenario),
     };
@@ -802,6 +857,12 @@ pub fn run(scenario: &Scenario, config: &Config, progress: &indicatif::ProgressB
         topology: servers.topology(),
         acknowledged: scenario.acknowledged,
         durable: scenario.durable,
+        raise_fences: !matches!(scenario.fault, Fault::ClockOffset { raise: false }),
+        // Holds of a few ms where clock offsets of 10 ms are to be seen between grants.
+        work_ms: match scenario.fault {
+            Fault::ClockOffset { .. } => OFFSET_WORK_MS,
+            _ => work_ms(ttl),
+        },
         store_url: store.url(),
         ttl,
         until_ns,
@@ -977,6 +1038,11 @@ fn inject(fault: Fault, index: u32, run: &Run, servers: &mut LockServers, faults
         Fault::ClockJump => {
             if let LockServers::Redlock(masters) = servers {
                 clock_jump_round(index, masters, run, faults);
+            }
+        }
+        Fault::ClockOffset { .. } => {
+            if let LockServers::Redlock(masters) = servers {
+                clock_offset_round(index, masters, run, faults);
             }
         }
     }
@@ -1331,29 +1397,45 @@ impl ClockTools {
         Ok(ClockTools { valkey, faketime })
     }
 
-    /// The five masters' options: Valkey all, C's clock under libfaketime, its offset
-    /// read from `offset_file` at every reading (the monotonic clock left alone: only the
-    /// wall clock, which expiry and `TIME` read, jumps).
-    fn masters(&self, offset_file: &Path) -> Vec<ServerOptions> {
-        (0..CLOCK_JUMP_NODES)
-            .map(|node| ServerOptions {
+    /// The masters' options, one per entry of `clocks`: Valkey all, and those with
+    /// libfaketime settings under libfaketime (the monotonic clock left alone: only the
+    /// wall clock, which expiry and `TIME` read, is moved).
+    fn masters(&self, clocks: &[Option<Vec<(String, String)>>]) -> Vec<ServerOptions> {
+        clocks
+            .iter()
+            .map(|faked| ServerOptions {
                 binary: Some(self.valkey.clone()),
-                env: match node == JUMPING_NODE {
-                    true => vec![
+                env: match faked {
+                    Some(settings) => [
                         ("LD_PRELOAD".into(), self.faketime.display().to_string()),
-                        (
-                            "FAKETIME_TIMESTAMP_FILE".into(),
-                            offset_file.display().to_string(),
-                        ),
-                        ("FAKETIME_NO_CACHE".into(), "1".into()),
                         ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-                    ],
-                    false => Vec::new(),
+                    ]
+                    .into_iter()
+                    .chain(settings.iter().cloned())
+                    .collect(),
+                    None => Vec::new(),
                 },
                 ..ServerOptions::default()
             })
             .collect()
     }
+}
+
+/// `redlock-clock-jump`'s clocks: C's offset read from `offset_file` at every reading.
+fn jumping_clocks(offset_file: &Path) -> Vec<Option<Vec<(String, String)>>> {
+    (0..CLOCK_JUMP_NODES)
+        .map(|node| {
+            (node == JUMPING_NODE).then(|| {
+                vec![
+                    (
+                        "FAKETIME_TIMESTAMP_FILE".into(),
+                        offset_file.display().to_string(),
+                    ),
+                    ("FAKETIME_NO_CACHE".into(), "1".into()),
+                ]
+            })
+        })
+        .collect()
 }
 
 /// Sets C's clock offset (seconds) for libfaketime, atomically: a half-written file would
@@ -1369,9 +1451,10 @@ fn set_clock_offset(file: &Path, seconds: u64) {
 /// had it) and, right after a renewal of the hold, C's wall clock jumps forward by three
 /// more leases, so the hold's key expires there at once, and D and E come back: a
 /// new client, started then, gets C, D and E while the holder still believes. Its fence is C's jumped
-/// clock, the largest yet. Then C is black-holed for 1.5 leases while grants go on on A,
-/// B, D and E, whose clocks are three leases behind C's: their fences go back below the
-/// waiter's. C's clock stays ahead; the next round moves it further.
+/// clock, the largest yet, raised on D and E. Then C is black-holed for 1.5 leases while
+/// grants go on on A, B, D and E, whose clocks are three leases behind C's: every such
+/// majority meets D or E, whose counters the raise put at C's clock, so their fences stay
+/// above the waiter's. C's clock stays ahead; the next round moves it further.
 fn clock_jump_round(index: u32, masters: &mut IndependentMasters, run: &Run, faults: &mut Faults) {
     let ttl = run.ttl;
     let offset_file = run.dir.join(CLOCK_OFFSET_FILE);
@@ -1448,6 +1531,115 @@ fn clock_jump_round(index: u32, masters: &mut IndependentMasters, run: &Run, fau
 
 /// C's libfaketime offset, in the scenario's directory.
 const CLOCK_OFFSET_FILE: &str = "clock-offset";
+
+/// One master of `redlock-clock-offset`: its wall clock's offset (libfaketime's `FAKETIME`,
+/// seconds, fractions allowed) and what an exclusion of it is called in the faults.
+struct ClockOffset {
+    faketime: &'static str,
+    excluded: &'static str,
+}
+
+impl ClockOffset {
+    fn faketime(&self) -> Option<Vec<(String, String)>> {
+        (self.faketime != "0").then(|| vec![("FAKETIME".into(), self.faketime.into())])
+    }
+}
+
+/// The masters of `redlock-clock-offset`, A to E: two ahead of C (a second and the 10 ms
+/// NTP routinely leaves), two behind it by as much. Set from the start, never moved: a
+/// lease there lasts as long as anywhere.
+const CLOCK_OFFSETS: [ClockOffset; 5] = [
+    ClockOffset {
+        faketime: "+1",
+        excluded: "held by another token (clock 1 s ahead)",
+    },
+    ClockOffset {
+        faketime: "+0.01",
+        excluded: "held by another token (clock 10 ms ahead)",
+    },
+    ClockOffset {
+        faketime: "0",
+        excluded: "held by another token (clock not offset)",
+    },
+    ClockOffset {
+        faketime: "-0.01",
+        excluded: "held by another token (clock 10 ms behind)",
+    },
+    ClockOffset {
+        faketime: "-1",
+        excluded: "held by another token (clock 1 s behind)",
+    },
+];
+
+/// `redlock-clock-offset`'s work steps, at most (ms): no pause in them (half of 1 ms,
+/// rounded down), a hold of a few ms of the store's round trips, so that grants follow one
+/// another within the 10 ms offsets.
+const OFFSET_WORK_MS: u64 = 1;
+
+/// The token that holds a master out of the majorities in `redlock-clock-offset`: no
+/// client's.
+const FOREIGN_TOKEN: &str = "dlock-torture-another-owner";
+
+/// One round of `redlock-clock-offset`, for three leases: phases of 20 to 100 ms, in each
+/// of which up to two masters, drawn at random (every such set alike), are held by another
+/// token, so that the clients' majorities leave them out: a grant whose fence is the clock
+/// of a master ahead is followed, within milliseconds, by grants without that master. In
+/// even rounds (the first) A, a second ahead, is held out throughout, and the phases hold
+/// out at most one more: B's 10 ms decide the fences there, rather than A's second.
+fn clock_offset_round(index: u32, masters: &IndependentMasters, run: &Run, faults: &mut Faults) {
+    let until = mono_ns() + (run.ttl * 3).as_nanos() as u64;
+    let held: Vec<usize> = match index % 2 {
+        0 => vec![0],
+        _ => Vec::new(),
+    };
+    hold_out(masters, &held, until, faults);
+    let free: Vec<usize> = (0..masters.len()).filter(|n| !held.contains(n)).collect();
+    let at_most = 2 - held.len();
+    let mut sets: Vec<Vec<usize>> = vec![Vec::new()];
+    for (i, &a) in free.iter().enumerate() {
+        sets.push(vec![a]);
+        if at_most == 2 {
+            sets.extend(free[i + 1..].iter().map(|&b| vec![a, b]));
+        }
+    }
+    while mono_ns() < until && interrupted().is_none() {
+        let out = sets.choose(&mut rand::rng()).cloned().unwrap_or_default();
+        let length = rand::Rng::random_range(&mut rand::rng(), 20..100u64);
+        let end = (mono_ns() + length * 1_000_000).min(until);
+        hold_out(masters, &out, end, faults);
+        sleep(Duration::from_nanos(end.saturating_sub(mono_ns())));
+    }
+}
+
+/// Holds each of `nodes` out of the majorities until `end`: once the clients' hold there is
+/// given back, another token takes the lock (`SET NX`, tried every 2 ms), with a lease
+/// that ends at `end`. Returns once every one is taken, or at `end`.
+fn hold_out(masters: &IndependentMasters, nodes: &[usize], end: u64, faults: &mut Faults) {
+    let lock = Primitive::Redlock.lock_name();
+    let mut left: Vec<usize> = nodes.to_vec();
+    while !left.is_empty() && interrupted().is_none() {
+        let ms = end.saturating_sub(mono_ns()) / 1_000_000;
+        if ms == 0 {
+            return;
+        }
+        left.retain(|&node| {
+            let set: Option<String> = masters.cmd_on(
+                node,
+                &["SET", &lock, FOREIGN_TOKEN, "NX", "PX", &ms.to_string()],
+            );
+            if set.is_some() {
+                faults.outages.push(Outage {
+                    port: masters.server(node).port(),
+                    how: CLOCK_OFFSETS[node].excluded,
+                    from: mono_ns(),
+                    to: end,
+                });
+            }
+            set.is_none()
+        });
+        thread::sleep(Duration::from_millis(2));
+    }
+}
 
 /// The lease of the failover scenarios' locks (at least): longer than a failover takes.
 const FAILOVER_TTL: Duration = Duration::from_secs(6);
@@ -1982,15 +2174,17 @@ pub fn judge(
         }
     }
     // Fences never go backwards, whatever the fault: where the lock itself is forgotten
-    // (the negative controls below), the clock floor keeps them growing. The fence
+    // (the negative controls below), the clock floor keeps them growing; where a Redlock
+    // master's clock jumps ahead, the raise keeps its fence on a majority. The fence
     // check's own negative control is in check.rs's tests. The one exception is a split
     // brain, the partition's negative control: two masters grant at once, each from its
     // own counter and clock, and two fences drawn microseconds apart on two masters can
     // reach their clients in the other order.
     let split_brain = scenario.fault == Fault::Partition && scenario.expect == Expect::Violation;
-    // And a clock that jumps ahead: the clock floor's own assumption broken (below).
-    let clock_jumped = scenario.fault == Fault::ClockJump;
-    if total.fence_regressions > 0 && !split_brain && !clock_jumped {
+    // And the clock offset's negative control, whose clients skip the raise: it must show
+    // fences going back (below), not a double grant.
+    let unraised = scenario.fault == Fault::ClockOffset { raise: false };
+    if total.fence_regressions > 0 && !split_brain && !unraised {
         problems.push(format!("{} fences went backwards", total.fence_regressions));
     }
     if scenario.expect == Expect::Safe && total.overlaps > 0 {
@@ -2006,7 +2200,7 @@ pub fn judge(
     }
     // A negative control must show its double grant, or the overlap check could be blind
     // unnoticed.
-    if scenario.expect == Expect::Violation && total.overlaps == 0 {
+    if scenario.expect == Expect::Violation && total.overlaps == 0 && !unraised {
         problems.push(
             "the expected double grant was not seen: the overlap check would be blind".into(),
         );
@@ -2059,10 +2253,13 @@ pub fn judge(
     }
     match scenario.fault {
         Fault::ClientPause | Fault::HolderCrash | Fault::PauseAndCrash => {}
-        // What the jump does to fences, both ways: the contender's fence (C's jumped
-        // clock) is above the holder's, so the fenced store refuses the holder's late
-        // writes; grants without C then draw fences below it.
-        Fault::ClockJump => problems.extend(judge_clock_jump(&total, &holds)),
+        // What the jump does to fences: the contender's fence (C's jumped clock) is above
+        // the holder's, so the fenced store refuses the holder's late writes (and grants
+        // without C stay above it: no fence regression, above).
+        Fault::ClockJump => problems.extend(judge_clock_jump(&holds)),
+        Fault::ClockOffset { raise } => {
+            problems.extend(judge_clock_offset(raise, &total, &holds, faults))
+        }
         Fault::Partition => {
             problems.extend(judge_partition(scenario.expect, config.ttl, &holds, faults))
         }
@@ -2152,11 +2349,10 @@ fn a_writer_waited_for_readers(events: &[Event], holds: &[check::Hold]) -> bool 
         })
 }
 
-/// What the clock jump must show besides its double grant, about fences both ways: each
-/// grant that overlapped an earlier hold (the contender's, granted by the jumped master)
-/// has the larger fence, so fenced storage refuses the stale holder (the clock floor at
-/// work); and some later grant's fence went back (the floor's assumption broken).
-fn judge_clock_jump(total: &Findings, holds: &[check::Hold]) -> Vec<String> {
+/// What the clock jump must show besides its double grant: each grant that overlapped an
+/// earlier hold (the contender's, granted by the jumped master) has the larger fence, so
+/// fenced storage refuses the stale holder (the clock floor at work).
+fn judge_clock_jump(holds: &[check::Hold]) -> Vec<String> {
     let mut problems = Vec::new();
     let believed: Vec<&check::Hold> = holds.iter().filter(|h| h.end > h.start).collect();
     for late in &believed {
@@ -2170,10 +2366,41 @@ fn judge_clock_jump(total: &Findings, holds: &[check::Hold]) -> Vec<String> {
             }
         }
     }
-    if total.fence_regressions == 0 {
+    problems
+}
+
+/// What the clock offset must show: grants while the master a second ahead was held out
+/// (and so by majorities without it), or the schedule proved nothing; and, in the negative
+/// control without the raise, fences going back (or the fence check would be blind) and
+/// still no double grant (skipping the raise changes fences, not who holds).
+fn judge_clock_offset(
+    raise: bool,
+    total: &Findings,
+    holds: &[check::Hold],
+    faults: &Faults,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let without_fastest = holds.iter().any(|h| {
+        faults
+            .outages
+            .iter()
+            .any(|o| o.how == CLOCK_OFFSETS[0].excluded && o.from <= h.start && h.start < o.to)
+    });
+    if !without_fastest {
         problems.push(
-            "no fence went back after the jump: the clock floor's limit was not shown".into(),
+            "no grant while the master a second ahead was held out: the majorities did not vary"
+                .into(),
         );
+    }
+    if !raise {
+        if total.fence_regressions == 0 {
+            problems.push(
+                "no fence went back without the raise: the fence check would be blind".into(),
+            );
+        }
+        if total.overlaps > 0 {
+            problems.push(format!("{} overlapping holds", total.overlaps));
+        }
     }
     problems
 }
@@ -2426,10 +2653,13 @@ mod tests {
         assert!(scenario("rwlock-readers")
             .kinds_of(&[Primitive::Read, Primitive::Mutex])
             .is_empty());
-        assert_eq!(
-            scenario("redlock-clock-jump").kinds_of(&all),
-            vec![Primitive::Redlock]
-        );
+        for name in [
+            "redlock-clock-jump",
+            "redlock-clock-offset",
+            "redlock-clock-offset-no-raise",
+        ] {
+            assert_eq!(scenario(name).kinds_of(&all), vec![Primitive::Redlock]);
+        }
         // The read side takes the write side's lock.
         assert_eq!(Primitive::Read.lock_name(), Primitive::Write.lock_name());
     }
@@ -2556,10 +2786,12 @@ mod tests {
         assert_eq!(problems(&[(true, None)]), 1);
     }
 
-    /// The clock jump must show a fence going back (the clock floor's limit) besides its
-    /// double grant; elsewhere a fence going back is a problem.
+    /// The clock jump must show the contender's fence above the holder's besides its
+    /// double grant, and no fence going back (the jumped clock's fence is raised on a
+    /// majority, which grants without that master meet); elsewhere too a fence going back
+    /// is a problem.
     #[test]
-    fn the_clock_jump_must_show_a_fence_going_back() {
+    fn the_clock_jump_needs_the_contenders_fence_above_and_none_going_back() {
         let config = Config {
             primitives: vec![Primitive::Redlock],
             ..redlock_config()
@@ -2580,12 +2812,12 @@ mod tests {
             .problems
         };
         assert_eq!(
-            judged("redlock-clock-jump", [1, 9, 5]),
+            judged("redlock-clock-jump", [1, 9, 10]),
             Vec::<String>::new()
         );
         assert_eq!(
-            judged("redlock-clock-jump", [1, 9, 10]),
-            vec!["no fence went back after the jump: the clock floor's limit was not shown"]
+            judged("redlock-clock-jump", [1, 9, 5]),
+            vec!["1 fences went backwards"]
         );
         // The contender's fence below the holder's: the floor did not order them.
         assert!(judged("redlock-clock-jump", [9, 5, 10])
@@ -2594,6 +2826,58 @@ mod tests {
         assert!(judged("redlock-restart-nopersist", [1, 9, 5])
             .iter()
             .any(|p| p.contains("fences went backwards")));
+    }
+
+    /// The clock offset must show grants while the master a second ahead was held out;
+    /// its safe twin no fence going back, its negative control (no raise) some, and
+    /// neither a double grant.
+    #[test]
+    fn the_clock_offset_needs_varied_majorities_and_its_control_a_fence_going_back() {
+        let fastest_out = Faults {
+            outages: vec![Outage {
+                port: 1,
+                how: CLOCK_OFFSETS[0].excluded,
+                from: 5_000,
+                to: 9_000,
+            }],
+            ..Faults::default()
+        };
+        let judged = |name: &str, faults: &Faults, holds: [(u64, u64); 2]| {
+            let mut events = hold_of("redlock/lib-async-0.1", holds[0].0, holds[0].1);
+            events.extend(hold_of("redlock/lib-blocking-0.1", holds[1].0, holds[1].1));
+            judge(
+                scenario(name),
+                &redlock_config(),
+                &events,
+                faults,
+                &HashMap::new(),
+                None,
+            )
+            .problems
+        };
+        let (safe, control) = ("redlock-clock-offset", "redlock-clock-offset-no-raise");
+        let rising = [(6_000, 2), (10_000, 3)];
+        let back = [(6_000, 3), (10_000, 2)];
+        assert_eq!(judged(safe, &fastest_out, rising), Vec::<String>::new());
+        assert_eq!(
+            judged(safe, &fastest_out, back),
+            vec!["1 fences went backwards"]
+        );
+        assert_eq!(judged(control, &fastest_out, back), Vec::<String>::new());
+        assert_eq!(
+            judged(control, &fastest_out, rising),
+            vec!["no fence went back without the raise: the fence check would be blind"]
+        );
+        // Overlapping holds are a finding in the control too.
+        assert_eq!(
+            judged(control, &fastest_out, [(6_000, 3), (6_050, 2)]),
+            vec!["1 overlapping holds"]
+        );
+        // No grant while A was out: the majorities did not leave it out.
+        let late = [(10_000, 2), (12_000, 3)];
+        for name in [safe, control] {
+            assert!(judged(name, &fastest_out, late)[0].contains("majorities did not vary"));
+        }
     }
 
     /// The cluster failover twins: the negative control without acknowledgement, the safe
