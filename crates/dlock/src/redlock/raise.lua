@@ -4,7 +4,8 @@
 -- meets a node raised here while we held it, and its own fence comes out larger, as long
 -- as that node keeps its counter: after a restart without persistence only the clock
 -- floor keeps the order (fencing.lua).
--- Bare (no prelude): the common case (the largest fence is a node's clock) never runs it.
+-- Bare (no prelude): it runs after nearly every grant on 3+ masters (each node's fence is
+-- its own clock, so fewer than a majority drew the largest), and must stay small.
 -- Counters and fences stay below 2^53 (fencing.lua), where Lua compares them exactly.
 -- KEYS[1] lock key; KEYS[2] fencing counter; ARGV[1] token; ARGV[2] the fence
 -- Returns 1 raised (or already that high), 0 the hold is not ours here (nothing touched),
