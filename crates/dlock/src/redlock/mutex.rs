@@ -308,9 +308,7 @@ impl RawRedlock {
             .await;
         claim.refused = std::mem::take(&mut tally.refused);
         if tally.granted.len() >= quorum {
-            let fence = self
-                .settle_fence(token, &tally.granted)
-                .await;
+            let fence = self.settle_fence(token, &tally.granted).await;
             let valid = Instant::now() < lease::valid_until(sent, ttl);
             match fence {
                 Some(fence) if valid => return Ok(Outcome::Granted { fence }),
