@@ -80,16 +80,18 @@ async fn unlock_racing_a_renewal_tick_still_ends_renewal() {
         let mut lapsed = 0;
         loop {
             let guard = mutex.try_lock().await.unwrap();
-            let lease = guard.lost_signal();
             // Renewals are due every 10 ms: unlock lands at every phase of a tick.
             tokio::time::sleep(Duration::from_micros(round * 500)).await;
             unlocks += 1;
+            // Read before the unlock, which ends it when it finds the lock gone; a renewal
+            // still in flight can only move it later.
+            let valid_until = guard.lost_signal().valid_until();
             match guard.unlock().await {
                 Ok(()) => break,
                 Err(Error::Lost { .. }) => {
                     // Redis keeps a lease past its local deadline: found gone, it had ended.
                     assert!(
-                        lease.valid_until() <= Instant::now(),
+                        valid_until <= Instant::now(),
                         "unlock found a lease that was still valid gone"
                     );
                     lapsed += 1;
