@@ -62,18 +62,57 @@ async fn no_renewal_is_sent_after_unlock() {
     );
 }
 
+/// An unlock that lands in the middle of a renewal tick still ends renewal: 40 unlocks, at
+/// every phase of a 10 ms tick, and no renewal is sent after them.
+///
+/// Each phase needs an unlock of a live lease. A 30 ms lease lapses when this process is
+/// kept off the CPU for about 20 ms, which a loaded machine does: the unlock then finds the
+/// lock gone and says so (`Lost`), rightly, since its lease had ended by then. That phase is
+/// tried again on a fresh lease; a `Lost` for a lease still valid here would be a bug.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlock_racing_a_renewal_tick_still_ends_renewal() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
     let mutex = client.mutex_with("job", renewed(30)).unwrap();
+    let before = script_calls(&server);
+    let mut unlocks = 0u64;
     for round in 0..40u64 {
-        let guard = mutex.try_lock().await.unwrap();
-        // Renewals are due every 10 ms: unlock lands at every phase of a tick.
-        tokio::time::sleep(Duration::from_micros(round * 500)).await;
-        guard.unlock().await.unwrap();
+        let mut lapsed = 0;
+        loop {
+            let guard = mutex.try_lock().await.unwrap();
+            // Renewals are due every 10 ms: unlock lands at every phase of a tick.
+            tokio::time::sleep(Duration::from_micros(round * 500)).await;
+            unlocks += 1;
+            // Read before the unlock, which ends it when it finds the lock gone; a renewal
+            // still in flight can only move it later.
+            let valid_until = guard.lost_signal().valid_until();
+            match guard.unlock().await {
+                Ok(()) => break,
+                Err(Error::Lost { .. }) => {
+                    // Redis keeps a lease past its local deadline: found gone, it had ended.
+                    assert!(
+                        valid_until <= Instant::now(),
+                        "unlock found a lease that was still valid gone"
+                    );
+                    lapsed += 1;
+                    assert!(
+                        lapsed < 20,
+                        "round {round}: every lease lapsed before its unlock"
+                    );
+                }
+                Err(err) => panic!("round {round}: {err}"),
+            }
+        }
     }
     let settled = script_calls(&server);
+    // Control: renewals did run between the grants and the unlocks, racing them, and
+    // they show up in the counter read below (a grant is a SET, an unlock one script
+    // call, and the release and renewal scripts may each cost a NOSCRIPT once).
+    assert!(
+        settled - before > unlocks + 2,
+        "no renewal was sent during the rounds: {} script calls for {unlocks} unlocks",
+        settled - before
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         script_calls(&server),
