@@ -212,23 +212,32 @@ pub fn after_reader_left() -> i32 {
     }
 }
 
-/// False when file descriptor 1 was closed (`>&-`). Rust's runtime reopens a closed
-/// standard descriptor on /dev/null, read-write, before `main`; a shell's `>/dev/null`
-/// opens it write-only. So a read-write /dev/null on fd 1 means "closed" (writes to it
-/// would vanish without an error).
+/// False when file descriptor 1 was closed (`>&-`): closed when dlock started (see
+/// [`probe_stdout`]), or closed since.
 pub fn stdout_is_open() -> bool {
-    // SAFETY: fcntl and fstat only query; the stat buffers are plain data.
-    unsafe {
-        let flags = libc::fcntl(1, libc::F_GETFL);
-        if flags == -1 {
-            return false;
-        }
-        let (mut ours, mut null): (libc::stat, libc::stat) =
-            (std::mem::zeroed(), std::mem::zeroed());
-        let is_null = libc::fstat(1, &mut ours) == 0
-            && libc::stat(c"/dev/null".as_ptr(), &mut null) == 0
-            && (ours.st_mode & libc::S_IFMT) == libc::S_IFCHR
-            && ours.st_rdev == null.st_rdev;
-        !(is_null && flags & libc::O_ACCMODE == libc::O_RDWR)
+    use std::sync::atomic::Ordering;
+    // SAFETY: fcntl only queries the descriptor.
+    !STDOUT_CLOSED_AT_START.load(Ordering::SeqCst) && unsafe { libc::fcntl(1, libc::F_GETFD) } != -1
+}
+
+/// Whether descriptor 1 was closed when the process started, as [`probe_stdout`] saw it.
+static STDOUT_CLOSED_AT_START: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Runs [`probe_stdout`] as a constructor, before `main` and before Rust's runtime
+/// (`#[used]` keeps it in the binary; it has to live in the binary crate).
+#[used]
+#[link_section = ".init_array"]
+static PROBE_STDOUT: extern "C" fn() = probe_stdout;
+
+/// Notes whether descriptor 1 is closed. Rust's runtime reopens a closed standard
+/// descriptor on /dev/null (read-write) before `main`, after which a closed stdout looks
+/// like a read-write /dev/null, which is also what `subprocess.DEVNULL`, daemon(3),
+/// `start-stop-daemon --background` or `1<>/dev/null` give legitimately: only a look
+/// before the runtime's tells them apart.
+extern "C" fn probe_stdout() {
+    // SAFETY: fcntl only queries the descriptor; nothing else runs yet.
+    if unsafe { libc::fcntl(1, libc::F_GETFD) } == -1 {
+        STDOUT_CLOSED_AT_START.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }

@@ -1000,6 +1000,34 @@ fn a_key_that_is_not_utf8_is_skipped_by_inspect_match() {
     assert!(stderr.contains("skipped 1 key"), "{stderr}");
 }
 
+/// Every subcommand that prints a result on stdout (with `--help`, `help`, `--version`),
+/// given the token of a held lock "cfg" and a held lock "forced".
+fn printing_commands(token: &str) -> Vec<Vec<&str>> {
+    vec![
+        vec!["acquire", "taken"],
+        vec!["acquire", "--json", "taken"],
+        vec!["acquire", "--permits", "2", "taken-pool"],
+        vec!["release", "--force", "forced"],
+        vec!["leader", "jobs"],
+        vec!["leader", "--json", "jobs"],
+        vec!["leader", "--watch", "jobs"],
+        vec!["guarded", "cfg", token, "SET", "k", "v"],
+        vec!["guarded", "--commands"],
+        vec!["inspect", "cfg"],
+        vec!["inspect", "--json", "cfg"],
+        vec!["inspect", "--prometheus", "cfg"],
+        vec!["inspect", "--match", "*"],
+        vec!["inspect", "--watch", "100ms", "cfg"],
+        vec!["bench", "--quick"],
+        vec!["completions", "bash"],
+        vec!["man"],
+        vec!["--help"],
+        vec!["help", "run"],
+        vec!["run", "--help"],
+        vec!["--version"],
+    ]
+}
+
 /// How `every_printing_subcommand_exits_74_when_its_result_cannot_be_written` gives a
 /// command its standard output.
 #[derive(Debug, Clone, Copy)]
@@ -1068,29 +1096,7 @@ fn every_printing_subcommand_exits_74_when_its_result_cannot_be_written() {
     let stdout = String::from_utf8(held.stdout).unwrap();
     let token = stdout.split_whitespace().next().unwrap().to_string();
     assert_eq!(code(dlock(&server).args(["acquire", "forced"])), 0);
-    let printing: Vec<Vec<&str>> = vec![
-        vec!["acquire", "taken"],
-        vec!["acquire", "--json", "taken"],
-        vec!["acquire", "--permits", "2", "taken-pool"],
-        vec!["release", "--force", "forced"],
-        vec!["leader", "jobs"],
-        vec!["leader", "--json", "jobs"],
-        vec!["leader", "--watch", "jobs"],
-        vec!["guarded", "cfg", &token, "SET", "k", "v"],
-        vec!["guarded", "--commands"],
-        vec!["inspect", "cfg"],
-        vec!["inspect", "--json", "cfg"],
-        vec!["inspect", "--prometheus", "cfg"],
-        vec!["inspect", "--match", "*"],
-        vec!["inspect", "--watch", "100ms", "cfg"],
-        vec!["bench", "--quick"],
-        vec!["completions", "bash"],
-        vec!["man"],
-        vec!["--help"],
-        vec!["help", "run"],
-        vec!["run", "--help"],
-        vec!["--version"],
-    ];
+    let printing = printing_commands(&token);
     let mut wrong = Vec::new();
     for how in [Unwritable::Closed, Unwritable::ReaderGone] {
         for args in &printing {
@@ -1134,5 +1140,63 @@ fn every_printing_subcommand_exits_74_when_its_result_cannot_be_written() {
         server.cmd::<i64>(&["EXISTS", "cfg"]),
         0,
         "released by token"
+    );
+}
+
+/// A read-write /dev/null on descriptor 1 is an open standard output, not a closed one:
+/// what Python's `subprocess.DEVNULL`, Node's `stdio: 'ignore'`, daemon(3) and
+/// `1<>/dev/null` give. Every printing subcommand does its work and exits 0 there (a
+/// `--watch` keeps watching); `bench` is left out for the seconds it measures (it passes
+/// the same stdout check as `acquire` and `inspect` before measuring).
+#[test]
+fn printing_subcommands_write_to_a_read_write_dev_null() {
+    let server = RedisServer::start();
+    let held = output(dlock(&server).args(["acquire", "cfg"]));
+    assert_eq!(held.status.code(), Some(0));
+    let stdout = String::from_utf8(held.stdout).unwrap();
+    let token = stdout.split_whitespace().next().unwrap().to_string();
+    assert_eq!(code(dlock(&server).args(["acquire", "forced"])), 0);
+    let mut wrong = Vec::new();
+    for args in printing_commands(&token) {
+        if args[0] == "bench" {
+            continue;
+        }
+        // Each acquire takes its lock afresh.
+        let _: i64 = server.cmd(&["DEL", "taken", "taken-pool"]);
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let mut child = dlock(&server)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(null))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let watching = args.contains(&"--watch");
+        let deadline = Instant::now() + Duration::from_secs(if watching { 2 } else { 30 });
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let still_running = child.try_wait().unwrap().is_none();
+        if still_running {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if still_running != watching || (!watching && out.status.code() != Some(0)) {
+            wrong.push(format!(
+                "{args:?}: running {still_running}, exit {:?}: {stderr}",
+                out.status.code()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "wrong:\n{}", wrong.join("\n"));
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", "forced"]),
+        0,
+        "release --force"
     );
 }
