@@ -710,20 +710,18 @@ fn main() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
-/// Prints clap's `--help` or `--version` text (with clap's colours): exit 0, or 74 when
-/// standard output is closed or cannot be written, as for any result.
+/// Prints clap's `--help` or `--version` text (with clap's colours on a terminal) through
+/// the one printing path, [`exit::emit`]: 0, also when a reader left after reading some
+/// (`| head -1`), or 74 when it could not be delivered, as for any result.
 fn print_help(text: &clap::Error) -> i32 {
-    if !exit::stdout_is_open() {
-        eprintln!("dlock: cannot write the output: standard output is closed\n  hint: give dlock a standard output (a file or a pipe)");
-        return exit::IO_ERROR;
-    }
-    match text.print() {
-        Ok(()) => exit::OK,
-        Err(err) => {
-            eprintln!("dlock: cannot write the output: {err}\n  hint: check where stdout goes (a full disk, a closed descriptor)");
-            exit::IO_ERROR
-        }
-    }
+    use std::io::IsTerminal as _;
+    let styled = text.render();
+    let rendered = if std::io::stdout().is_terminal() {
+        styled.ansi().to_string()
+    } else {
+        styled.to_string()
+    };
+    exit::emit(&rendered)
 }
 
 /// The signal dlock should die of once it has cleaned up (0: none).

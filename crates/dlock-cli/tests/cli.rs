@@ -1200,3 +1200,43 @@ fn printing_subcommands_write_to_a_read_write_dev_null() {
         "release --force"
     );
 }
+
+/// `--help`, `help run`, `run --help`, `--version` whose reader reads a little and leaves
+/// (`| head -1`) exit 0, as any command's output does. The pipe is shrunk to one page,
+/// smaller than the help texts, so that the reader always leaves while dlock still writes.
+#[test]
+fn help_and_version_exit_0_when_the_reader_leaves_after_reading_some() {
+    use std::io::Read as _;
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    for args in [
+        vec!["--help"],
+        vec!["help", "run"],
+        vec!["run", "--help"],
+        vec!["--version"],
+    ] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: F_SETPIPE_SZ resizes the pipe just made.
+        assert!(unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) } >= 4096);
+        let child = Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut reader = std::fs::File::from(read);
+        let mut byte = [0u8; 1];
+        assert_eq!(reader.read(&mut byte).unwrap(), 1, "{args:?}");
+        drop(reader);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
