@@ -219,11 +219,14 @@ enum Command {
         out_dir: Option<std::path::PathBuf>,
     },
     /// Internal: the watchdog of `run` that kills the command's process group when dlock dies
-    /// or stops renewing (--terminal: dlock's process group, given the terminal back)
+    /// or stops renewing (--terminal: dlock's process group, given the terminal back;
+    /// --deadline: by when the command must be gone unless dlock renews, CLOCK_MONOTONIC ns)
     #[command(name = "__watch-group", hide = true)]
     WatchGroup {
         #[arg(long)]
         terminal: Option<i32>,
+        #[arg(long)]
+        deadline: Option<u64>,
     },
 }
 
@@ -646,8 +649,8 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    if let Command::WatchGroup { terminal } = cli.command {
-        return ExitCode::from(tree::watch_group(terminal) as u8);
+    if let Command::WatchGroup { terminal, deadline } = cli.command {
+        return ExitCode::from(tree::watch_group(terminal, deadline) as u8);
     }
     // Generated from the definitions above: no Redis, no checks of Redis options.
     if let Command::Completions { shell } = &cli.command {

@@ -147,13 +147,26 @@ pub async fn run(
         }
         env.push(("DLOCK_TERM", fence.to_string()));
     }
-    let (mut child, mut group) = match tree::spawn(&args.command, &env) {
+    // dlock stopped or starved since the grant (a SIGSTOP, a freeze) may wake past the
+    // lease: the command must not start then; the watchdog and the command's own last
+    // look before exec close the rest of the way (tree::spawn).
+    let deadline = watchdog_deadline(guard.lost_signal().valid_until(), args.lease.ttl);
+    let spawned = if Instant::now() >= deadline {
+        Err(std::io::ErrorKind::TimedOut.into())
+    } else {
+        tree::spawn(&args.command, &env, deadline)
+    };
+    let (mut child, mut group) = match spawned {
         Ok(spawned) => spawned,
         Err(err) => {
             if let Some(leading) = &leading {
                 let _ = leading.election.resign_token(guard.token()).await;
             }
             let _ = guard.unlock().await;
+            if err.kind() == std::io::ErrorKind::TimedOut {
+                eprintln!("dlock: the lock on {:?} may have passed to another holder before the command could start (dlock was stopped or starved past its lease); the command did not run\n  hint: run it again; if this repeats, use a longer --ttl", args.name);
+                return Ok(exit::LOST);
+            }
             let code = if err.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -245,6 +258,13 @@ pub async fn run(
 }
 
 /// Scheduling slack between deciding to stop the command and the signals landing.
+/// By when the watchdog kills the command unless dlock renews: a little after dlock's own
+/// SIGKILL would have landed, before the lease (ending at `valid_until`) can pass on.
+fn watchdog_deadline(valid_until: Instant, ttl: Duration) -> Instant {
+    let slack = slack(ttl);
+    valid_until.checked_sub(slack / 2).unwrap_or(valid_until)
+}
+
 fn slack(ttl: Duration) -> Duration {
     (ttl / 20).clamp(Duration::from_millis(20), Duration::from_secs(1))
 }
@@ -339,7 +359,7 @@ async fn supervise(
         if reported != Some(valid_until) {
             // The watchdog kills the command if dlock itself cannot act by then (stopped,
             // frozen): a little after dlock's own SIGKILL would have landed.
-            group.must_end_by(valid_until.checked_sub(slack / 2).unwrap_or(valid_until));
+            group.must_end_by(watchdog_deadline(valid_until, args.lease.ttl));
             reported = Some(valid_until);
         }
         let stop_at = valid_until

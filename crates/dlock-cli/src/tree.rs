@@ -70,15 +70,21 @@ fn give_terminal(tty: &OwnedFd, pgid: libc::pid_t) {
 }
 
 /// Starts the watchdog, then `command` in its own process group, with `env` added.
+/// `deadline`: by when the command must be gone unless dlock renews (the first
+/// [`Group::must_end_by`]): the watchdog knows it from its start, and the command's process
+/// refuses to exec past it (an error of kind `TimedOut`), so a dlock stopped between the
+/// grant and the command's start cannot start it, or leave it running, without the lock.
 pub fn spawn(
     command: &[String],
     env: &[(&str, String)],
+    deadline: std::time::Instant,
 ) -> std::io::Result<(tokio::process::Child, Group)> {
+    let deadline_ns = monotonic_at(deadline);
     let tty = foreground_terminal();
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: getpgrp only queries.
     let ours = unsafe { libc::getpgrp() };
-    let watchdog = match start_watchdog(tty.is_some().then_some(ours)) {
+    let watchdog = match start_watchdog(tty.is_some().then_some(ours), deadline_ns) {
         Ok(watchdog) => Some(watchdog),
         Err(err) => {
             eprintln!(
@@ -113,6 +119,11 @@ pub fn spawn(
                 let previous = libc::signal(libc::SIGPIPE, libc::SIG_IGN);
                 libc::write(fd, pgid.as_ptr().cast(), pgid.len());
                 libc::signal(libc::SIGPIPE, previous);
+            }
+            // dlock was stopped (or starved) past the lease before the command could run:
+            // it must not start. (From here to exec the watchdog covers it.)
+            if monotonic_ns() >= deadline_ns {
+                return Err(std::io::ErrorKind::TimedOut.into());
             }
             Ok(())
         });
@@ -162,6 +173,7 @@ pub const WATCHDOG_NAME: &str = "lock-watchdog";
 /// dlock's own group, to which it gives the terminal back.
 fn start_watchdog(
     terminal: Option<libc::pid_t>,
+    deadline_ns: u64,
 ) -> std::io::Result<(OwnedFd, std::process::Child)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills two fresh descriptors; close-on-exec keeps the write end out of
@@ -181,7 +193,10 @@ fn start_watchdog(
         use std::os::unix::process::CommandExt as _;
         command.arg0(WATCHDOG_NAME);
     }
-    command.arg("__watch-group");
+    command
+        .arg("__watch-group")
+        .arg("--deadline")
+        .arg(deadline_ns.to_string());
     if let Some(ours) = terminal {
         command.arg("--terminal").arg(ours.to_string());
     }
@@ -222,9 +237,7 @@ impl Group {
         let Some(lifeline) = &self.lifeline else {
             return;
         };
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let at = monotonic_ns().saturating_add(left.as_nanos() as u64);
-        let bytes = at.to_le_bytes();
+        let bytes = monotonic_at(deadline).to_le_bytes();
         // SAFETY: writing 8 bytes to the pipe we own; a watchdog that is gone (EPIPE, with
         // SIGPIPE ignored by Rust's runtime) changes nothing here.
         unsafe {
@@ -330,7 +343,7 @@ pub fn watch_stops(pid: libc::pid_t, stops: tokio::sync::mpsc::UnboundedSender<l
 /// has not renewed in time (it is stopped, frozen or starved), and the command's group is
 /// killed at once. Ignores the signals a terminal or a supervisor sends to dlock's group,
 /// so only dlock's end or its silence decides.
-pub fn watch_group(terminal: Option<libc::pid_t>) -> i32 {
+pub fn watch_group(terminal: Option<libc::pid_t>, first_deadline: Option<u64>) -> i32 {
     name_this_process(WATCHDOG_NAME);
     // SAFETY: setting dispositions of this single-threaded process.
     unsafe {
@@ -347,19 +360,25 @@ pub fn watch_group(terminal: Option<libc::pid_t>) -> i32 {
     let mut stdin = std::io::stdin();
     let mut pending = Vec::new();
     let mut pgid: libc::pid_t = 0;
-    let mut deadline: Option<u64> = None;
+    // Known from the start: a dlock stopped before its first renewal is caught too.
+    let mut deadline: Option<u64> = first_deadline;
     loop {
         let timeout_ms = match deadline {
             None => -1,
             Some(at) => {
                 let now = monotonic_ns();
-                if now >= at {
+                if now >= at && pgid > 1 {
                     // dlock did not renew in time: the lease may pass to another holder.
                     kill_group(pgid);
                     deadline = None;
                     continue;
+                } else if now >= at {
+                    // Past it before the command told its group: kill it as soon as it
+                    // does (the deadline stays), waiting for nothing else.
+                    -1
+                } else {
+                    (at - now).div_ceil(1_000_000).min(i32::MAX as u64) as i32
                 }
-                (at - now).div_ceil(1_000_000).min(i32::MAX as u64) as i32
             }
         };
         let mut poll = libc::pollfd {
@@ -424,6 +443,12 @@ fn kill_group(pgid: libc::pid_t) {
             libc::killpg(pgid, libc::SIGKILL);
         }
     }
+}
+
+/// `deadline` as CLOCK_MONOTONIC nanoseconds, the watchdog's clock.
+fn monotonic_at(deadline: std::time::Instant) -> u64 {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    monotonic_ns().saturating_add(left.as_nanos() as u64)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for dlock and its watchdog.

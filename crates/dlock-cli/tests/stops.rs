@@ -291,7 +291,9 @@ impl Drop for Thaw {
     fn drop(&mut self) {
         // SAFETY: signalling the command's group and the processes this test stopped.
         unsafe {
-            libc::killpg(self.command, libc::SIGKILL);
+            if self.command > 1 {
+                libc::killpg(self.command, libc::SIGKILL);
+            }
             for pid in &self.stopped {
                 libc::kill(*pid, libc::SIGCONT);
             }
@@ -358,4 +360,83 @@ fn a_stop_of_dlock_by_name_leaves_the_watchdog_to_kill_the_command() {
         watchdog_cmdline.starts_with("lock-watchdog ") && !watchdog_cmdline.contains("dlock"),
         "{watchdog_cmdline}"
     );
+}
+
+/// dlock stopped at the instant of its grant, before the command starts or before it told
+/// the watchdog a first deadline (found in review of issue 32: continued past the lease, it
+/// started the command anyway, or the watchdog, knowing no deadline yet, let the command
+/// run beside the next holder). The stop lands on the lock key's keyspace event, so it
+/// falls somewhere in that window; whichever way, the command never writes after another
+/// holder was granted, and dlock, continued, exits 70.
+#[test]
+fn dlock_stopped_at_its_grant_never_starts_or_leaves_the_command_unprotected() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&["CONFIG", "SET", "notify-keyspace-events", "K$"]);
+    for round in 0..3 {
+        let name = format!("at-grant-{round}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut events = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut pubsub = events.as_pubsub();
+        pubsub.subscribe(format!("__keyspace@0__:{name}")).unwrap();
+        let run = dlock(&server)
+            .args([
+                "run",
+                &name,
+                "--ttl",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                &writer_loop(dir.path()),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let dlock_pid = run.id() as i32;
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let event: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        signal(dlock_pid, libc::SIGSTOP);
+        assert_eq!(event, "set", "round {round}: the grant");
+        drop(pubsub);
+        // The command may not have started yet: its group is killed at the end if it did.
+        let mut thaw = Thaw {
+            stopped: vec![dlock_pid],
+            command: 0,
+        };
+        wait_stopped(dlock_pid);
+        let granted = take_over(&server, &name, Duration::from_secs(10));
+        assert!(granted.is_some(), "round {round}: the lock never passed on");
+        let at_grant = lines(dir.path());
+        assert_eq!(
+            written_after(dir.path(), at_grant),
+            0,
+            "round {round}: the command wrote beside the next holder while dlock was stopped"
+        );
+        signal(dlock_pid, libc::SIGCONT);
+        let at_continue = lines(dir.path());
+        let out = run.wait_with_output().unwrap();
+        thaw.command = std::fs::read_to_string(dir.path().join("pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<i32>().ok())
+            .unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            lines(dir.path()),
+            at_continue,
+            "round {round}: the command ran once dlock was continued past its lease"
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(70),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
