@@ -67,7 +67,7 @@ pub struct GuardedArgs {
     /// The Redis command, e.g. INCRBY (`--commands` lists them)
     #[arg(required_unless_present = "commands")]
     pub command: Option<String>,
-    /// The data key (stored as {NAME}:data:KEY)
+    /// The data key (stored beside the lock in its slot: {NAME}:data:KEY for a name without a hash tag)
     #[arg(required_unless_present = "commands")]
     pub key: Option<String>,
     /// The command's arguments after the key (a negative number is an argument; any other

@@ -193,7 +193,7 @@ enum Command {
     #[command(after_help = elect::LEADER_HELP)]
     Leader(elect::LeaderArgs),
     /// Run one Redis command on the lock's data only while the hold TOKEN is held, and
-    /// print its reply (KEY is stored as {NAME}:data:KEY)
+    /// print its reply (KEY is stored beside the lock: {NAME}:data:KEY for an untagged name)
     #[command(after_help = guarded::HELP)]
     Guarded(guarded::GuardedArgs),
     /// Show who holds locks: kind, holders (host, pid and start of dlock processes),

@@ -55,7 +55,7 @@ impl LockKeys {
         }
         if is_companion(&key) {
             return Err(Error::InvalidArgument(format!(
-                "lock key {key:?} reads as a key dlock keeps beside another lock (its fence, queue, data or records), so the two locks would share it; after a hash tag, choose a name that does not end in :fence, :queue…, :leader or :expiry, contain :data: or :applied:, or go on with /<length>/"
+                "lock key {key:?} reads as a key dlock keeps beside another lock (its fence, queue, data or records), so the two locks would share it; after a hash tag, choose a name that does not end in :fence, :fenced, :forced, :queue…, :leader or :expiry, contain :data: or :applied:, or go on with /<length>/ and then that many bytes and a ':'"
             )));
         }
         let mut keys = LockKeys {
