@@ -1088,14 +1088,21 @@ fn run_unwritable(command: &mut Command, how: Unwritable) -> (Option<i32>, Strin
 /// `extend`, `release` by token) are unaffected. `acquire` leaves nothing held; `release
 /// --force` with stdout closed releases nothing. `bench` is tried with stdout closed only:
 /// with a reader gone it would run its whole measurement before writing.
-#[test]
-fn every_printing_subcommand_exits_74_when_its_result_cannot_be_written() {
-    let server = RedisServer::start();
-    let held = output(dlock(&server).args(["acquire", "cfg"]));
+/// Holds `cfg` (its token returned, for the commands that name one) and `forced` (for
+/// `release --force`), as the printing commands' table expects.
+fn hold_cfg_and_forced(server: &RedisServer) -> String {
+    let held = output(dlock(server).args(["acquire", "cfg"]));
     assert_eq!(held.status.code(), Some(0));
     let stdout = String::from_utf8(held.stdout).unwrap();
     let token = stdout.split_whitespace().next().unwrap().to_string();
-    assert_eq!(code(dlock(&server).args(["acquire", "forced"])), 0);
+    assert_eq!(code(dlock(server).args(["acquire", "forced"])), 0);
+    token
+}
+
+#[test]
+fn every_printing_subcommand_exits_74_when_its_result_cannot_be_written() {
+    let server = RedisServer::start();
+    let token = hold_cfg_and_forced(&server);
     let printing = printing_commands(&token);
     let mut wrong = Vec::new();
     for how in [Unwritable::Closed, Unwritable::ReaderGone] {
@@ -1151,11 +1158,7 @@ fn every_printing_subcommand_exits_74_when_its_result_cannot_be_written() {
 #[test]
 fn printing_subcommands_write_to_a_read_write_dev_null() {
     let server = RedisServer::start();
-    let held = output(dlock(&server).args(["acquire", "cfg"]));
-    assert_eq!(held.status.code(), Some(0));
-    let stdout = String::from_utf8(held.stdout).unwrap();
-    let token = stdout.split_whitespace().next().unwrap().to_string();
-    assert_eq!(code(dlock(&server).args(["acquire", "forced"])), 0);
+    let token = hold_cfg_and_forced(&server);
     let mut wrong = Vec::new();
     for args in printing_commands(&token) {
         if args[0] == "bench" {

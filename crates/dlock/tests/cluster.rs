@@ -428,14 +428,7 @@ async fn look_alike_names_are_separate_locks_in_one_slot() {
     let cluster = RedisCluster::start(3, 0);
     let client = cluster_client(&cluster).await;
     let options = LockOptions::default().ttl(Duration::from_secs(20));
-    for kind in [
-        Kind::Mutex,
-        Kind::Fair,
-        Kind::Reentrant,
-        Kind::Read,
-        Kind::Write,
-        Kind::Permit,
-    ] {
+    for kind in common::KINDS {
         let (plain, tagged) = (format!("acct-{kind:?}"), format!("{{acct-{kind:?}}}"));
         assert_eq!(
             key_slot(&plain),
