@@ -6,6 +6,7 @@ mod elect;
 mod exit;
 mod guarded;
 mod hold;
+mod holder;
 mod inspect;
 mod prometheus;
 mod run;

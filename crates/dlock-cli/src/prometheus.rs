@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use dlock::{LockInfo, RedlockInfo};
 
-use crate::inspect::{token_prefix, who};
+use crate::holder::{token_prefix, who};
 
 /// The metric families, in the order they are printed: name, help, and the value of one
 /// lock (`None`: no sample, e.g. no lease on a free lock).
