@@ -84,6 +84,45 @@ fn written_after(dir: &Path, at_grant: usize) -> usize {
     lines(dir).max(soon) - at_grant
 }
 
+/// Stops `stopped` (dlock, and whatever else the test names), lets another holder take
+/// `name` once the lease passes, and checks that the command wrote nothing after that
+/// grant and is dead; then continues them: dlock (`run`) must exit 70, the lock lost.
+fn stop_until_taken_over(
+    server: &RedisServer,
+    name: &str,
+    dir: &Path,
+    stopped: &[i32],
+    command: i32,
+    run: Child,
+    context: &str,
+) {
+    for &pid in stopped {
+        signal(pid, libc::SIGSTOP);
+    }
+    for &pid in stopped {
+        wait_stopped(pid);
+    }
+    let granted = take_over(server, name, Duration::from_secs(10));
+    assert!(granted.is_some(), "the lock never passed on");
+    let at_grant = lines(dir);
+    assert_eq!(
+        written_after(dir, at_grant),
+        0,
+        "the command wrote after another holder was granted its lock{context}"
+    );
+    assert!(!common::alive(command), "the command is still running");
+    for &pid in stopped {
+        signal(pid, libc::SIGCONT);
+    }
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(70),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn run_writer(server: &RedisServer, name: &str, dir: &Path, ttl: &str) -> (Child, i32) {
     let child = dlock(server)
         .args([
@@ -157,24 +196,14 @@ fn dlock_stopped_past_its_lease_never_lets_the_command_run_unprotected() {
     let (run, command) = run_writer(&server, "frozen", dir.path(), "1s");
     std::thread::sleep(Duration::from_millis(300));
     let dlock_pid = run.id() as i32;
-    signal(dlock_pid, libc::SIGSTOP);
-    wait_stopped(dlock_pid);
-    let granted = take_over(&server, "frozen", Duration::from_secs(10));
-    assert!(granted.is_some(), "the lock never passed on");
-    let at_grant = lines(dir.path());
-    assert_eq!(
-        written_after(dir.path(), at_grant),
-        0,
-        "the command wrote after another holder was granted its lock"
-    );
-    assert!(!common::alive(command), "the command is still running");
-    signal(dlock_pid, libc::SIGCONT);
-    let out = run.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(70),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    stop_until_taken_over(
+        &server,
+        "frozen",
+        dir.path(),
+        &[dlock_pid],
+        command,
+        run,
+        "",
     );
 
     // Negative control: the same loop, unprotected, goes on writing past a grant.
@@ -329,30 +358,16 @@ fn a_stop_of_dlock_by_name_leaves_the_watchdog_to_kill_the_command() {
         stopped: named.clone(),
         command,
     };
-    for pid in &named {
-        signal(*pid, libc::SIGSTOP);
-    }
-    for pid in &named {
-        wait_stopped(*pid);
-    }
-    let granted = take_over(&server, "by-name", Duration::from_secs(10));
-    assert!(granted.is_some(), "the lock never passed on");
-    let at_grant = lines(dir.path());
-    assert_eq!(
-        written_after(dir.path(), at_grant),
-        0,
-        "the command wrote after another holder was granted its lock (stopped by name: {named:?}, the watchdog {watchdog} is {watchdog_comm:?})"
-    );
-    assert!(!common::alive(command), "the command is still running");
-    for pid in &named {
-        signal(*pid, libc::SIGCONT);
-    }
-    let out = run.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(70),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let context =
+        format!(" (stopped by name: {named:?}, the watchdog {watchdog} is {watchdog_comm:?})");
+    stop_until_taken_over(
+        &server,
+        "by-name",
+        dir.path(),
+        &named,
+        command,
+        run,
+        &context,
     );
     // Its name and command line say what it is, and not dlock.
     assert_eq!(watchdog_comm, "lock-watchdog");
