@@ -84,7 +84,7 @@ impl LockKeys {
 /// lock, and `find_locks` skips it, whichever version left it. Such a key is never a lock
 /// of its own: a name whose key would be one is refused.
 pub(crate) fn is_companion(key: &str) -> bool {
-    is_untagged_companion(key) || is_tagged_companion(key) || is_legacy_tagged_companion(key)
+    companion_owner(key).is_some() || is_legacy_tagged_companion(key)
 }
 
 /// The fixed suffixes of companion keys, and the families of guarded writes.
@@ -106,16 +106,6 @@ fn is_companion_suffix(suffix: &str) -> bool {
         || COMPANION_FAMILIES
             .iter()
             .any(|family| suffix.len() > family.len() && suffix.starts_with(family))
-}
-
-/// `{K}:suffix`: a companion of the untagged key `K`.
-fn is_untagged_companion(key: &str) -> bool {
-    matches!(split_companion(key), Some((_, suffix, Form::Untagged)) if is_companion_suffix(suffix))
-}
-
-/// `A{T}/len/B:…`: a companion of the key `A{T}B` (whatever the suffix).
-fn is_tagged_companion(key: &str) -> bool {
-    matches!(split_companion(key), Some((_, _, Form::Tagged)))
 }
 
 /// Which of the two forms a companion has.
