@@ -123,7 +123,8 @@ pub fn spawn(
             // dlock was stopped (or starved) past the lease before the command could run:
             // it must not start. (From here to exec the watchdog covers it.)
             if monotonic_ns() >= deadline_ns {
-                return Err(std::io::ErrorKind::TimedOut.into());
+                // An OS error: only its errno reaches dlock (ETIMEDOUT: kind TimedOut).
+                return Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT));
             }
             Ok(())
         });
