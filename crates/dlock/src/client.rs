@@ -14,8 +14,8 @@ use crate::renew::Renewer;
 use crate::script::{describe, lua_script, LuaScript};
 use crate::session::{Lane, Session};
 
-static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
-static LIVE_ENTRIES: LazyLock<LuaScript> =
+pub(crate) static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
+pub(crate) static LIVE_ENTRIES: LazyLock<LuaScript> =
     lua_script!("list holders", "entries.lua", "entries_live.lua");
 
 /// Longest connect or response timeout accepted.
@@ -493,7 +493,7 @@ pub async fn probe(
     args: &[&str],
 ) -> Result<redis::Value> {
     let libraries = concat!(include_str!("fencing.lua"), include_str!("prelude.lua"));
-    let script = LuaScript::new("probe", libraries, source, false);
+    let script = LuaScript::new("probe", &[], libraries, source, false);
     let mut call = script.call();
     for key in keys {
         call = call.key(*key);

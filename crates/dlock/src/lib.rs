@@ -57,6 +57,7 @@
 
 mod any;
 mod backend;
+mod catalog;
 pub mod blocking;
 mod client;
 mod election;
@@ -87,6 +88,8 @@ mod wait;
 
 pub use any::{AnyGuard, AnyKind, AnyLock};
 pub use backend::MIN_REDIS_VERSION;
+#[doc(hidden)]
+pub use catalog::__library_scripts;
 pub use client::{
     Client, ClientBuilder, RawConnection, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     MAX_HOLDER_LABEL, MAX_TIMEOUT,
@@ -115,6 +118,8 @@ pub use redlock::{
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
+#[doc(hidden)]
+pub use script::LibraryScript;
 pub use session::{token_tag_and_random, LostHolds, Session};
 pub use signal::{LostHold, LostReason, LostSignal};
 

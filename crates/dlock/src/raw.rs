@@ -370,12 +370,12 @@ macro_rules! on_one_server {
 }
 pub(crate) use on_one_server;
 
-static HELD: LazyLock<LuaScript> =
+pub(crate) static HELD: LazyLock<LuaScript> =
     lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
-static FENCE: LazyLock<LuaScript> =
+pub(crate) static FENCE: LazyLock<LuaScript> =
     lua_script!(bare "fence", "mutex/bare.lua", "fencing.lua", "mutex/fence.lua");
 
-static RELEASE_TOKEN: LazyLock<LuaScript> =
+pub(crate) static RELEASE_TOKEN: LazyLock<LuaScript> =
     lua_script!("release by token", "queue/queue.lua", "release_token.lua");
 
 /// Releases the string hold `token` at `core`'s key, whatever kind took it, and hands the

@@ -11,6 +11,8 @@ use crate::resend_check;
 /// channel is in the lock's slot, so the script may publish on it).
 pub(crate) struct LuaScript {
     name: &'static str,
+    /// The files it was made of (paths relative to `src/`): its libraries, then its body.
+    files: &'static [&'static str],
     /// The source, for `EVAL` in an acknowledged pipeline (see [`Call::run`]).
     code: String,
     plain: redis::Script,
@@ -19,6 +21,29 @@ pub(crate) struct LuaScript {
     /// with `LockOptions::replicas`, it is sent together with a `WAIT` (see
     /// [`Call::run`]).
     grants: bool,
+}
+
+/// One of the library's scripts as it sends it (to a server without sharded pub/sub), for
+/// tests that run it beside a model of it: see [`crate::__library_scripts`].
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibraryScript {
+    /// The name its errors are reported under, unique among the library's scripts.
+    pub name: &'static str,
+    /// The files it is made of (paths relative to the crate's `src/`): its libraries, then
+    /// its body.
+    pub files: &'static [&'static str],
+    /// The text sent: the helpers the body uses, then the body.
+    pub code: String,
+    /// It grants or extends holds (sent with a `WAIT` when replicas must acknowledge).
+    pub grants: bool,
+}
+
+impl LibraryScript {
+    /// The file of its body.
+    pub fn body(&self) -> &'static str {
+        self.files.last().copied().unwrap_or_default()
+    }
 }
 
 /// Builds a `LazyLock<LuaScript>` from the shared libraries (`fencing.lua`,
@@ -47,6 +72,7 @@ macro_rules! lua_script {
         std::sync::LazyLock::new(|| {
             $crate::script::LuaScript::new(
                 $name,
+                &[$($library,)* $body],
                 concat!("" $(, $crate::script::lua_script!(@src $library))*),
                 $crate::script::lua_script!(@src $body),
                 $grants,
@@ -68,11 +94,18 @@ impl LuaScript {
     /// server's one thread per call, whether the script calls them or not. So only the
     /// helpers the body names are sent, with the helpers they name in turn
     /// ([`used_helpers`]).
-    pub fn new(name: &'static str, libraries: &str, body: &str, grants: bool) -> LuaScript {
+    pub fn new(
+        name: &'static str,
+        files: &'static [&'static str],
+        libraries: &str,
+        body: &str,
+        grants: bool,
+    ) -> LuaScript {
         let code = used_helpers(libraries, body) + body;
         let code = code.as_str();
         LuaScript {
             name,
+            files,
             code: code.to_string(),
             plain: redis::Script::new(code),
             // Every announcement in the scripts is written `'PUBLISH'`.
@@ -94,6 +127,16 @@ impl LuaScript {
         match backend.sharded_pubsub() {
             true => &self.sharded,
             false => &self.plain,
+        }
+    }
+
+    /// What the library's script catalogue tells of it ([`crate::catalog`]).
+    pub fn source(&self) -> LibraryScript {
+        LibraryScript {
+            name: self.name,
+            files: self.files,
+            code: self.code.clone(),
+            grants: self.grants,
         }
     }
 

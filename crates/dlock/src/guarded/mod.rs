@@ -13,7 +13,7 @@ use crate::keys::LockKeys;
 use crate::renew::HoldKind;
 use crate::script::{lua_script, LuaScript};
 
-static APPLY: LazyLock<LuaScript> = lua_script!(
+pub(crate) static APPLY: LazyLock<LuaScript> = lua_script!(
     "guarded apply",
     "entries.lua",
     "renew/holds.lua",

@@ -10,8 +10,8 @@ use crate::keys::LockKeys;
 use crate::queue::QueueKeys;
 use crate::script::{lua_script, LuaScript};
 
-static INSPECT: LazyLock<LuaScript> = lua_script!("inspect", "entries.lua", "inspect/inspect.lua");
-static FORCE_RELEASE: LazyLock<LuaScript> = lua_script!(
+pub(crate) static INSPECT: LazyLock<LuaScript> = lua_script!("inspect", "entries.lua", "inspect/inspect.lua");
+pub(crate) static FORCE_RELEASE: LazyLock<LuaScript> = lua_script!(
     "forced release",
     "queue/queue.lua",
     "inspect/force_release.lua"

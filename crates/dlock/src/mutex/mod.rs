@@ -29,9 +29,9 @@ pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
 );
 pub(crate) static RELEASE: LazyLock<LuaScript> =
     lua_script!(bare "mutex release", "mutex/bare.lua", "mutex/release.lua");
-static FAIR_ACQUIRE: LazyLock<LuaScript> =
+pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
-static FAIR_RELEASE: LazyLock<LuaScript> =
+pub(crate) static FAIR_RELEASE: LazyLock<LuaScript> =
     lua_script!("fair mutex release", "queue/queue.lua", "fair/release.lua");
 
 /// A named distributed mutex: the one [`Lock`] handle over the mutex's protocol. Cheap to

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::keys::LockKeys;
 use crate::script::{lua_script, LuaScript};
 
-static CANCEL: LazyLock<LuaScript> =
+pub(crate) static CANCEL: LazyLock<LuaScript> =
     lua_script!("queue leave", "queue/queue.lua", "queue/cancel.lua");
 
 /// Keys and channels of one lock's waiter queue.

@@ -47,7 +47,7 @@ use crate::renew::Renewer;
 use crate::script::{lua_script, LuaScript};
 use crate::session::Session;
 
-static RAISE: LazyLock<LuaScript> = lua_script!(
+pub(crate) static RAISE: LazyLock<LuaScript> = lua_script!(
     bare "redlock fence raise",
     "mutex/bare.lua",
     "fencing.lua",

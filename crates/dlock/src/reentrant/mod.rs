@@ -19,9 +19,9 @@ use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCo
 use crate::script::{lua_script, LuaScript};
 pub use crate::session::Owner;
 
-static ACQUIRE: LazyLock<LuaScript> =
+pub(crate) static ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "reentrant acquire", "reentrant/acquire.lua");
-static RELEASE: LazyLock<LuaScript> = lua_script!("reentrant release", "reentrant/release.lua");
+pub(crate) static RELEASE: LazyLock<LuaScript> = lua_script!("reentrant release", "reentrant/release.lua");
 
 /// A named reentrant distributed mutex, acting for the [`Owner`] bound to the handle: the
 /// one [`Lock`] handle over the reentrant protocol. Made by [`Client::reentrant_mutex`]

@@ -48,15 +48,15 @@ macro_rules! rw_script {
     };
 }
 
-static WRITE_ACQUIRE: LazyLock<LuaScript> =
+pub(crate) static WRITE_ACQUIRE: LazyLock<LuaScript> =
     rw_script!(grant "write lock acquire", "rwlock/write_acquire.lua");
-static WRITE_RELEASE: LazyLock<LuaScript> =
+pub(crate) static WRITE_RELEASE: LazyLock<LuaScript> =
     rw_script!("write lock release", "rwlock/write_release.lua");
-static READ_ACQUIRE: LazyLock<LuaScript> =
+pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> =
     rw_script!(grant "read lock acquire", "rwlock/read_acquire.lua");
-static READ_RELEASE: LazyLock<LuaScript> =
+pub(crate) static READ_RELEASE: LazyLock<LuaScript> =
     rw_script!("read lock release", "rwlock/read_release.lua");
-static DOWNGRADE: LazyLock<LuaScript> = rw_script!(grant "downgrade", "rwlock/downgrade.lua");
+pub(crate) static DOWNGRADE: LazyLock<LuaScript> = rw_script!(grant "downgrade", "rwlock/downgrade.lua");
 
 /// One read hold of a [`RwLock`]. See [`Guard`] for what every guard does.
 pub type ReadGuard = Guard<Reading>;

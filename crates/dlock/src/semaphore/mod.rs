@@ -23,13 +23,13 @@ use crate::queue::QueueKeys;
 use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::script::{lua_script, LuaScript};
 
-static ACQUIRE: LazyLock<LuaScript> = lua_script!(
+pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
     grant "semaphore acquire",
     "queue/queue.lua",
     "entries.lua",
     "semaphore/acquire.lua"
 );
-static RELEASE: LazyLock<LuaScript> = lua_script!(
+pub(crate) static RELEASE: LazyLock<LuaScript> = lua_script!(
     "semaphore release",
     "queue/queue.lua",
     "entries.lua",
