@@ -695,8 +695,11 @@ impl Run<'_> {
                     .split_whitespace()
                     .filter_map(|p| p.parse().ok())
                     .collect();
-                // Only live processes (a killed client's file may linger a moment).
-                let alive = !pids.is_empty() && pids.iter().all(|&pid| signal(pid as i32, 0));
+                // Only running processes: a killed client's file may linger a moment, and
+                // so may a `dlock run` command's that dlock stopped on loss (its wrapper
+                // has yet to reap it). Killing that wrapper would count the dead command as
+                // believing until the kill (the soak found such an overlap that was none).
+                let alive = !pids.is_empty() && pids.iter().all(|&pid| running(pid));
                 alive.then_some((name, pids))
             })
             .collect()
@@ -711,6 +714,20 @@ fn work_ms(ttl: Duration) -> u64 {
 }
 
 /// Sends `sig` (0: only checks the process exists); true when it was delivered.
+/// Whether `pid` is a process that can still act: it exists and is not a zombie (dead,
+/// waiting for its parent to reap it, which `kill(pid, 0)` alone takes for alive).
+fn running(pid: u32) -> bool {
+    if !signal(pid as i32, 0) {
+        return false;
+    }
+    // The state follows the command's name, which is in parentheses and may hold any.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X'))
+}
+
 fn signal(pid: i32, sig: i32) -> bool {
     // SAFETY: kill has no memory effects; the pids are of processes this harness started
     // (or their process groups, which `dlock run` made for their commands).
@@ -2535,6 +2552,37 @@ mod tests {
             primitives: vec![Primitive::Redlock],
             keep: false,
         }
+    }
+
+    /// A command that dlock stopped, not yet reaped by its wrapper, is no holder to kill:
+    /// `kill(pid, 0)` alone still finds it (the negative control).
+    #[test]
+    fn a_zombie_is_not_running() {
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(running(sleeper.id()));
+        sleeper.kill().unwrap();
+        // Not reaped yet: a zombie once the kill lands.
+        let pid = sleeper.id();
+        let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        while !stat()
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .trim_start()
+            .starts_with('Z')
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            signal(pid as i32, 0),
+            "kill(pid, 0) takes a zombie for alive"
+        );
+        assert!(!running(pid));
+        sleeper.wait().unwrap();
+        assert!(!running(pid));
     }
 
     /// The guarded counter's checks: an applied increment missing from the final value
