@@ -85,7 +85,9 @@ mod tests {
                     let rest = rest.trim_start();
                     // `(grant ...)`-style arms and calls inside the macro bodies name no
                     // script: only a call whose first string literal comes before any `$`.
-                    let Some(quote) = rest.find('"') else { continue };
+                    let Some(quote) = rest.find('"') else {
+                        continue;
+                    };
                     if rest[..quote].contains(['$', '@']) {
                         continue;
                     }
@@ -134,7 +136,12 @@ mod tests {
             .flat_map(|script| script.files.iter().copied())
             .collect();
         for file in files {
-            let relative = file.strip_prefix(&src).unwrap().to_str().unwrap().to_string();
+            let relative = file
+                .strip_prefix(&src)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string();
             assert!(
                 used.contains(relative.as_str()),
                 "{relative} is in no script of the catalogue"

@@ -57,8 +57,8 @@
 
 mod any;
 mod backend;
-mod catalog;
 pub mod blocking;
+mod catalog;
 mod client;
 mod election;
 mod error;
@@ -117,9 +117,9 @@ pub use redlock::{
 };
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
-pub use semaphore::{Semaphore, SemaphorePermit};
 #[doc(hidden)]
 pub use script::LibraryScript;
+pub use semaphore::{Semaphore, SemaphorePermit};
 pub use session::{token_tag_and_random, LostHolds, Session};
 pub use signal::{LostHold, LostReason, LostSignal};
 
