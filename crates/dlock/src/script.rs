@@ -146,6 +146,7 @@ impl LuaScript {
             script: self,
             keys: Vec::new(),
             args: Vec::new(),
+            resend_before: None,
         }
     }
 }
@@ -155,6 +156,9 @@ pub(crate) struct Call<'a> {
     script: &'a LuaScript,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
+    /// After this instant a dropped connection is not followed by a resend (see
+    /// [`Call::resend_before`]).
+    resend_before: Option<std::time::Instant>,
 }
 
 impl Call<'_> {
@@ -165,6 +169,14 @@ impl Call<'_> {
 
     pub fn arg<T: redis::ToRedisArgs>(mut self, arg: T) -> Self {
         arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// Resends after a dropped connection only until `deadline`: for a script that is
+    /// safe to run twice only while a record it left lives (a guarded batch's). Later, the
+    /// call fails with the dropped connection's error: whether it ran is unknown.
+    pub fn resend_before(mut self, deadline: std::time::Instant) -> Self {
+        self.resend_before = Some(deadline);
         self
     }
 
@@ -245,14 +257,17 @@ impl Call<'_> {
         let backend = on.backend();
         let replicas = on.replicas().filter(|_| self.script.grants);
         let Some(replicas) = replicas else {
-            return resent_once(self.script.name, || self.run_on(backend))
-                .await
-                .map_err(|err| script_error(self.script.name, err));
+            return resent_once(self.script.name, self.resend_before, || {
+                self.run_on(backend)
+            })
+            .await
+            .map_err(|err| script_error(self.script.name, err));
         };
-        let (reply, acknowledged) =
-            resent_once(self.script.name, || self.with_wait(backend, replicas))
-                .await
-                .map_err(|err| script_error(self.script.name, err))?;
+        let (reply, acknowledged) = resent_once(self.script.name, self.resend_before, || {
+            self.with_wait(backend, replicas)
+        })
+        .await
+        .map_err(|err| script_error(self.script.name, err))?;
         let granted = matches!(&reply, redis::Value::Array(items) if matches!(items.first(), Some(redis::Value::Int(1))));
         if granted && acknowledged < replicas.count {
             let key = self
@@ -338,9 +353,13 @@ fn one_server_error(err: redis::RedisError) -> redis::RedisError {
 }
 
 /// Sends a request, and once more on the reconnected connection when the first met a
-/// dropped one. Only for requests that are safe to run twice; timeouts are not resent
-/// (the caller's wait decides).
-pub(crate) async fn resent_once<T, F, Fut>(what: &str, send: F) -> redis::RedisResult<T>
+/// dropped one (unless `before` has passed by then). Only for requests that are safe to
+/// run twice (until `before`); timeouts are not resent (the caller's wait decides).
+pub(crate) async fn resent_once<T, F, Fut>(
+    what: &str,
+    before: Option<std::time::Instant>,
+    send: F,
+) -> redis::RedisResult<T>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -348,6 +367,10 @@ where
     let reply = send().await;
     match &reply {
         Err(err) if !err.is_timeout() && (err.is_connection_dropped() || err.is_io_error()) => {
+            if before.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+                tracing::debug!(request = what, error = %err, "connection dropped too late to send again");
+                return reply;
+            }
             tracing::debug!(request = what, error = %err, "connection dropped; sending again");
             send().await
         }

@@ -386,3 +386,93 @@ fn the_blocking_api_applies_too() {
         Err(Error::Lost { .. })
     ));
 }
+
+/// The reply the proxy swallows below: a batch of one `INCRBY n 1000` on a fresh key,
+/// applied (`{1, {1000}}`).
+fn is_the_batch_applied(reply: &[u8]) -> bool {
+    reply == b"*2\r\n:1\r\n*1\r\n:1000\r\n"
+}
+
+/// A batch whose reply is lost with its connection is resent only while Redis keeps its
+/// record (a lease from the first send): a resend after that finds no record, and would
+/// apply the batch a second time if the hold still holds (or answer "not held" though it
+/// applied). So a connection that comes back later fails `apply` with
+/// `Error::Connection` (the outcome unknown), and the batch stays applied once. The
+/// model found it (`dlock-model`'s guarded writes: `a_resend_after_the_record_expired_
+/// applies_again`). The negative control sends the same batch again by hand after its
+/// record is gone, as the late resend did, and the check sees it applied twice.
+#[tokio::test]
+async fn a_batch_is_not_resent_after_its_record_expired() {
+    let server = RedisServer::start();
+    let proxy = dlock_testkit::Proxy::start(server.port());
+    let client = Client::connect(&proxy.url()).await.unwrap();
+    let guard = client
+        .mutex_with("acct", fixed(Duration::from_millis(300)))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    // The hold outlives the slow reconnect (as a renewal on another connection would
+    // keep it): without it, the late resend would answer "not held" instead.
+    let keep = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let keeper = {
+        let (keep, url) = (keep.clone(), server.url());
+        std::thread::spawn(move || {
+            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+            while keep.load(std::sync::atomic::Ordering::Acquire) {
+                let _: i64 = redis::cmd("PEXPIRE")
+                    .arg("acct")
+                    .arg(5_000)
+                    .query(&mut conn)
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    // The batch runs; its reply comes back after the record's lease, and not at all:
+    // its connection is closed then.
+    proxy.delay_replies(Duration::from_millis(700));
+    proxy.drop_next_replies_where(1, is_the_batch_applied);
+    let applied = guard.apply(&Guarded::new().incr_by("n", 1000)).await;
+    proxy.delay_replies(Duration::ZERO);
+    assert_eq!(proxy.dropped(), 1, "the reply was not lost: {applied:?}");
+    let key = guard.data_key("n");
+    let value = || server.cmd::<String>(&["GET", &key]);
+    assert_eq!(value(), "1000", "applied twice ({applied:?})");
+    assert!(matches!(applied, Err(Error::Connection(_))), "{applied:?}");
+
+    // Negative control: the late resend by hand, the record gone as it would be by then.
+    let script = dlock::__library_scripts()
+        .into_iter()
+        .find(|script| script.name == "guarded apply")
+        .unwrap();
+    let record = format!("{{acct}}:applied:{}", guard.token());
+    let resend = || {
+        let _: Value = redis::Script::new(&script.code)
+            .key("acct")
+            .key(&record)
+            .key(&key)
+            .arg("s")
+            .arg(guard.token())
+            .arg("the-batch")
+            .arg(300)
+            .arg(1)
+            .arg("INCRBY")
+            .arg(1)
+            .arg(1000)
+            .invoke(&mut server.connection())
+            .unwrap();
+    };
+    resend();
+    resend(); // within the record's life: answered from it
+    assert_eq!(value(), "2000");
+    let _: i64 = server.cmd(&["DEL", &record]);
+    resend(); // after it
+    assert_eq!(
+        value(),
+        "3000",
+        "the check cannot see a batch applied twice"
+    );
+    keep.store(false, std::sync::atomic::Ordering::Release);
+    keeper.join().unwrap();
+}

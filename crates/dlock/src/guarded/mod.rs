@@ -6,6 +6,7 @@
 //! fenced store (see `docs/decisions.md`).
 
 use std::sync::LazyLock;
+use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -321,8 +322,16 @@ pub(crate) async fn apply(
     batch.check()?;
     // A fresh id per batch: a resend of this one finds it in the record.
     let id = format!("{:016x}", rand::random::<u64>());
-    let mut call = APPLY
-        .call()
+    let mut call = APPLY.call();
+    if batch.writes() {
+        // The record lives `record_ms` from when the script ran, so at least that long
+        // from now: a resend later than that (a reconnect slower than a lease) could find
+        // no record and apply the batch again, or answer "not held" though it applied.
+        // Counted as a lease is (less the drift allowance), and not resent after it.
+        let record = Duration::from_millis(record_ms.max(1));
+        call = call.resend_before(crate::lease::valid_until(Instant::now(), record));
+    }
+    let mut call = call
         .key(&keys.key)
         .key(keys.companion(&format!("applied:{token}")))
         .arg(kind.code())

@@ -178,7 +178,7 @@ impl RawMutex {
             .arg("NX")
             .arg("PX")
             .arg(ttl_ms);
-        let granted: Option<redis::Value> = crate::script::resent_once("SET NX", || async {
+        let granted: Option<redis::Value> = crate::script::resent_once("SET NX", None, || async {
             set.query_async(&mut client.conn()).await
         })
         .await
