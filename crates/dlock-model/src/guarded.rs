@@ -93,7 +93,7 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// guarded/mod.rs `writes`: a batch of reads alone is not recorded (ARGV[4] `0`).
+    /// guarded/mod.rs `writes`: a batch of reads alone is not recorded (`ARGV[4]` `0`).
     pub fn writes(&self) -> bool {
         self.commands.iter().any(|c| !c.reads())
     }
@@ -150,7 +150,7 @@ impl GuardedKeys {
         }
     }
 
-    /// guarded/apply.lua for a string hold (kind `s`) at `lock`, `record_ttl` its ARGV[4]
+    /// guarded/apply.lua for a string hold (kind `s`) at `lock`, `record_ttl` its `ARGV[4]`
     /// in ticks (0 for a batch of reads: not recorded). Returns the answer and whether the
     /// commands ran (not a refusal for the hold, not an answer from the record).
     pub fn apply(
