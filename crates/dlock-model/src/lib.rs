@@ -4,11 +4,15 @@
 //! and deliberate bugs that the checks must catch ([`mutant`]).
 //! The binary `dlock-model` runs them; `docs/safety.md` says what each covers.
 
+pub mod election;
+pub mod guarded;
 pub mod mutant;
 pub mod redlock;
 pub mod scripts;
 pub mod system;
 
+use election::ElectionModel;
+use guarded::GuardedModel;
 use mutant::Mutant;
 use redlock::RedlockModel;
 use stateright::Expectation;
@@ -204,4 +208,34 @@ pub fn redlock_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<RedlockModel> {
         jump("redlock, counters only, a master's clock jumps", 2, false),
         jump("redlock, clock floor, a master's clock jumps", 1, true),
     ]
+}
+
+/// The guarded writes' models `dlock-model check` checks, with `mutants` put in: two
+/// clients over the plain mutex, each with two batches, their replies lost and resent
+/// within the record's life (`guarded.rs`).
+pub fn guarded_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<GuardedModel> {
+    vec![GuardedModel {
+        name: "guarded writes",
+        clients: 2,
+        ttl: 2,
+        max_time: bounds.max_time,
+        max_holds: bounds.max_holds,
+        max_batches: 2,
+        resend_within_record: true,
+        mutants: mutants.to_vec(),
+    }]
+}
+
+/// The election's models `dlock-model check` checks, with `mutants` put in: two
+/// campaigners over the plain mutex with its fence drawn at grant, and an observer
+/// (`election.rs`).
+pub fn election_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<ElectionModel> {
+    vec![ElectionModel {
+        name: "election",
+        clients: 2,
+        ttl: 2,
+        max_time: bounds.max_time,
+        max_holds: bounds.max_holds,
+        mutants: mutants.to_vec(),
+    }]
 }

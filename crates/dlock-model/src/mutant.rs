@@ -49,11 +49,23 @@ pub enum Mutant {
     SettleTakesSmallestFence,
     /// A Redlock master restarted empty answers at once, not after a lease.
     RestartNotDelayed,
+    /// guarded/apply.lua runs the batch without checking the hold: a paused holder's
+    /// late batch applies after another client took the lock.
+    ApplyWithoutHoldCheck,
+    /// guarded/apply.lua does not look at the holder's record: a batch resent after a
+    /// lost reply applies again.
+    ResendAppliesTwice,
+    /// election/proclaim.lua writes the record without checking the hold: a paused
+    /// leader's late proclaim is answered "recorded" and overwrites its successor's.
+    ProclaimWithoutOwnerCheck,
+    /// election/leader.lua answers the record whoever holds the lock: a record left by an
+    /// ended leadership is reported as the leader.
+    LeaderWithoutHoldCheck,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -71,6 +83,10 @@ impl Mutant {
         Mutant::SettleTakesSmallestFence,
         Mutant::SkipRaiseAtClock,
         Mutant::RestartNotDelayed,
+        Mutant::ApplyWithoutHoldCheck,
+        Mutant::ResendAppliesTwice,
+        Mutant::ProclaimWithoutOwnerCheck,
+        Mutant::LeaderWithoutHoldCheck,
     ];
 
     /// The name on the command line.
@@ -93,6 +109,10 @@ impl Mutant {
             Mutant::SettleTakesSmallestFence => "settle-takes-smallest-fence",
             Mutant::SkipRaiseAtClock => "skip-raise-at-clock",
             Mutant::RestartNotDelayed => "restart-not-delayed",
+            Mutant::ApplyWithoutHoldCheck => "apply-without-hold-check",
+            Mutant::ResendAppliesTwice => "resend-applies-twice",
+            Mutant::ProclaimWithoutOwnerCheck => "proclaim-without-owner-check",
+            Mutant::LeaderWithoutHoldCheck => "leader-without-hold-check",
         }
     }
 
@@ -116,6 +136,11 @@ impl Mutant {
             Mutant::GrantIgnoresQueue => "grants follow the line",
             Mutant::ReentrantFreedAtFirstRelease => "a release gives back its hold alone",
             Mutant::ResendCountedTwice => "the last hold given back frees the lock",
+            Mutant::ApplyWithoutHoldCheck => "a batch applies only while its hold holds",
+            Mutant::ResendAppliesTwice => "a resent batch applies once",
+            Mutant::ProclaimWithoutOwnerCheck | Mutant::LeaderWithoutHoldCheck => {
+                "a leader record counts only while its hold holds"
+            }
         }
     }
 

@@ -65,6 +65,11 @@ impl Kind {
             | Mutant::HandOffReusesFence
             | Mutant::QueueKeepsLapsedWaiters
             | Mutant::GrantIgnoresQueue => matches!(kind, Kind::Fair { .. }),
+            // guarded.rs's and election.rs's scripts.
+            Mutant::ApplyWithoutHoldCheck
+            | Mutant::ResendAppliesTwice
+            | Mutant::ProclaimWithoutOwnerCheck
+            | Mutant::LeaderWithoutHoldCheck => false,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use dlock_model::mutant::Mutant;
 use dlock_model::redlock::{Action, RedlockModel, State};
-use dlock_model::{models, redlock_models, Bounds, Verdict};
+use dlock_model::{election_models, guarded_models, models, redlock_models, Bounds, Verdict};
 use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
 
 const BOUNDS: Bounds = Bounds {
@@ -47,6 +47,18 @@ fn failures(mutants: &[Mutant]) -> Vec<(String, Expectation)> {
         failed.extend(failures_of(model.name, model, hunting));
     }
     for model in redlock_models(BOUNDS, mutants) {
+        if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
+            continue;
+        }
+        failed.extend(failures_of(model.name, model, hunting));
+    }
+    for model in guarded_models(BOUNDS, mutants) {
+        if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
+            continue;
+        }
+        failed.extend(failures_of(model.name, model, hunting));
+    }
+    for model in election_models(BOUNDS, mutants) {
         if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
             continue;
         }
@@ -106,6 +118,14 @@ fn a_bug_changes_only_the_models_it_touches() {
         .into_iter()
         .map(outcome)
         .collect();
+    let clean_guarded: Vec<_> = guarded_models(small, &[])
+        .into_iter()
+        .map(outcome)
+        .collect();
+    let clean_election: Vec<_> = election_models(small, &[])
+        .into_iter()
+        .map(outcome)
+        .collect();
     for mutant in Mutant::ALL {
         let mut touched = 0;
         for (model, clean) in models(small, &[mutant]).into_iter().zip(&clean) {
@@ -119,6 +139,28 @@ fn a_bug_changes_only_the_models_it_touches() {
         for (model, clean) in redlock_models(small, &[mutant])
             .into_iter()
             .zip(&clean_redlock)
+        {
+            if model.touched_by(mutant) {
+                touched += 1;
+                continue;
+            }
+            let name = model.name;
+            assert_eq!(&outcome(model), clean, "{} changes {name}", mutant.name());
+        }
+        for (model, clean) in guarded_models(small, &[mutant])
+            .into_iter()
+            .zip(&clean_guarded)
+        {
+            if model.touched_by(mutant) {
+                touched += 1;
+                continue;
+            }
+            let name = model.name;
+            assert_eq!(&outcome(model), clean, "{} changes {name}", mutant.name());
+        }
+        for (model, clean) in election_models(small, &[mutant])
+            .into_iter()
+            .zip(&clean_election)
         {
             if model.touched_by(mutant) {
                 touched += 1;
@@ -273,4 +315,51 @@ fn with_a_jumped_clock_the_double_grant_decides_in_either_order() {
         .is_none());
     let checker = DecidedOrder(model).checker().spawn_bfs().join();
     assert!(checker.discovery("fences follow grants").is_some());
+}
+
+/// Why the guarded writes' model bounds the resend by the record's life: the record of a
+/// batch is kept a lease (guarded/mod.rs `record_ms`), and the hold may be renewed past
+/// it. A resend that comes later than that (a reconnection that took longer than the
+/// lease: `resent_once` sets no limit) finds no record: while the hold still holds (it
+/// was renewed), the batch applies a second time; once it ended, the resend answers "not
+/// held", though the first send applied.
+#[test]
+fn a_resend_after_the_record_expired_applies_again() {
+    let mut model = guarded_models(BOUNDS, &[]).remove(0);
+    model.resend_within_record = false;
+    let failed: Vec<String> = failures_of(model.name, model, true)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        failed
+            .iter()
+            .any(|name| name.ends_with("a resent batch applies once")),
+        "{failed:?}"
+    );
+    // Each counterexample on its own: both need a resend beyond the record's life.
+    let mut model = guarded_models(BOUNDS, &[]).remove(0);
+    model.resend_within_record = false;
+    let checker = model.clone().checker().spawn_bfs().join();
+    for property in [
+        "a resent batch applies once",
+        "a resent batch is answered as it ran",
+    ] {
+        assert!(checker.discovery(property).is_some(), "{property}");
+    }
+    assert!(checker
+        .discovery("a batch applies only while its hold holds")
+        .is_none());
+}
+
+/// The election's terms are the mutex's fences: a counter that stops counting
+/// (`fence-reused`) gives two leaderships one term, which an observer sees.
+#[test]
+fn a_reused_fence_makes_the_election_terms_stall() {
+    let model = election_models(BOUNDS, &[Mutant::FenceReused]).remove(0);
+    let failed = failures_of(model.name, model, true);
+    assert!(
+        failed.iter().any(|(name, _)| name.ends_with("terms rise")),
+        "{failed:?}"
+    );
 }

@@ -26,6 +26,8 @@ use dlock_model::scripts::{Grant, Server, Token};
 use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
+mod election;
+mod guarded;
 mod library;
 
 use library::LibraryScript;
@@ -42,6 +44,20 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
     let raise = LibraryScript::named("redlock fence raise");
     let mut reached = RedlockReached::default();
     let _ = run_redlock_master(seed, &scripts(), &raise, conn, None, &mut reached);
+    let _ = guarded::run_guarded(
+        seed,
+        &guarded::guarded_scripts(),
+        conn,
+        &[],
+        &mut Default::default(),
+    );
+    let _ = election::run_election(
+        seed,
+        &election::election_scripts(),
+        conn,
+        &[],
+        &mut Default::default(),
+    );
 }
 
 /// Every script the library sends (`dlock::__library_scripts`, not a list kept here) is
