@@ -174,7 +174,7 @@ pub struct State {
     /// Ghost: an acquire whose reply was lost was resent and answered granted.
     pub resent: bool,
     /// What each client was told by a release that handed it the lock (queue.lua
-    /// `tell_after_grant`: 'granted <fence>', published to it alone; the client may never
+    /// `tell_after_grant`: `granted <fence>`, published to it alone; the client may never
     /// hear it, as pub/sub may lose it): the fence, while it still waits with that token.
     pub told: Vec<Option<u64>>,
     /// Ghost: a grant went to someone other than the first live waiter in line.
