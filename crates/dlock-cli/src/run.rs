@@ -116,7 +116,8 @@ pub async fn run(
         signal = signals.next() => {
             // Dropping the wait gives back what it may hold; the client's shutdown
             // (before exit) waits for that, unless a second stop says not to wait.
-            eprintln!("dlock: interrupted while waiting for {:?}; nothing is held\n  hint: run it again, or wait less with --wait DUR", args.name);
+            // One line: the interruption was asked for, so there is nothing to fix.
+            eprintln!("dlock: interrupted while waiting for {:?}; nothing is held", args.name);
             signals.exit_on_next(signal);
             crate::die_by(signal, false);
             return Ok(128 + signal);

@@ -1243,3 +1243,296 @@ fn help_and_version_exit_0_when_the_reader_leaves_after_reading_some() {
         );
     }
 }
+
+// Issue 36, part 4: the CLI's rough edges, each shown here.
+
+#[test]
+fn every_install_line_in_the_docs_uses_the_lock_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        files.push(entry.unwrap().path());
+    }
+    let mut seen = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("cargo install")) {
+            seen += 1;
+            assert!(line.contains("--locked"), "{}: {line}", file.display());
+        }
+    }
+    assert!(seen > 0, "the README says how to install dlock");
+}
+
+#[test]
+fn the_test_script_ends_with_its_summary_and_keeps_its_status() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::tempdir().unwrap();
+    // A stand-in for cargo that prints what nextest prints for a failed run.
+    let fake = dir.path().join("cargo");
+    std::fs::write(
+        &fake,
+        r#"#!/bin/sh
+case "$*" in
+  "nextest --version") echo "cargo-nextest 0.9.0"; exit 0 ;;
+  *--doc*) echo "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured"; exit 0 ;;
+  *--features*) echo "     Summary [   1.000s] 1 test run: 1 passed, 0 skipped"; exit 0 ;;
+esac
+echo "        PASS [   0.100s] dlock-cli::cli one"
+echo "        FAIL [   0.200s] dlock-cli::cli two"
+echo "------------"
+echo "     Summary [  10.000s] 3 tests run: 2 passed, 1 failed, 4 skipped"
+echo "        FAIL [   0.200s] dlock-cli::cli two"
+echo "error: test run failed" >&2
+exit 100
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    // Both streams in one, as a terminal shows them.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("\"$0\" 2>&1")
+        .arg(root.join("scripts/test.sh"))
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(100), "the runner's status is kept");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    // 2 + 1 (metrics) + 12 (doc tests) passed; 4 skipped + 1 ignored doc test.
+    assert!(
+        last.contains("15 passed") && last.contains("1 failed") && last.contains("5 skipped"),
+        "the summary is the last line: {text}"
+    );
+}
+
+#[test]
+fn a_subcommand_lists_its_own_options_before_the_global_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["elect", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let at = |needle: &str| {
+        help.find(needle)
+            .unwrap_or_else(|| panic!("{needle} in {help}"))
+    };
+    let heading = at("Global options");
+    for own in ["--value", "--ttl", "--kill-after"] {
+        assert!(at(own) < heading, "{own} before the global options: {help}");
+    }
+    for global in ["--redis", "--cluster", "--prefix", "--quiet"] {
+        assert!(at(global) > heading, "{global} under its heading: {help}");
+    }
+}
+
+#[test]
+fn a_string_without_an_expiry_is_not_a_lock() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&["SET", "plain", "hello"]);
+    for kind in [&[][..], &["--read"], &["--write"], &["--fair"]] {
+        let out = output(dlock(&server).args(["acquire", "plain", "-n"]).args(kind));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{kind:?}: {stderr}");
+        assert!(stderr.contains("not a dlock lock"), "{stderr}");
+    }
+    // `run` waits forever by default: it must say so at once instead.
+    let mut child = dlock(&server)
+        .args(["run", "plain", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("dlock run waited on a key that is no lock");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(65));
+    let stored: String = server.cmd(&["GET", "plain"]);
+    assert_eq!(stored, "hello", "nothing was changed");
+    // Another client's lock with a lease is still a busy lock.
+    let _: () = server.cmd(&["SET", "leased", "theirs", "PX", "60000"]);
+    assert_eq!(code(dlock(&server).args(["acquire", "leased", "-n"])), 75);
+}
+
+#[test]
+fn a_full_semaphore_says_all_its_permits_are_held() {
+    let server = RedisServer::start();
+    for _ in 0..2 {
+        assert_eq!(
+            code(dlock(&server).args(["acquire", "gpu", "--permits", "2"])),
+            0
+        );
+    }
+    for wait in [&["-n"][..], &["--wait", "200ms"]] {
+        let out = output(
+            dlock(&server)
+                .args(["acquire", "gpu", "--permits", "2"])
+                .args(wait),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(75), "{stderr}");
+        assert!(stderr.contains("all 2 permits"), "{stderr}");
+        assert!(!stderr.contains("another owner"), "{stderr}");
+    }
+}
+
+#[test]
+fn unreachable_redis_is_named_without_its_password() {
+    let mut gone = RedisServer::start();
+    let port = gone.port();
+    gone.kill9();
+    let url = format!("redis://user:s3cret@127.0.0.1:{port}");
+    let out = output(
+        Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .env("DLOCK_REDIS", &url)
+            .args(["acquire", "job"]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.contains(&format!("redis://user:***@127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+}
+
+#[test]
+fn a_zero_ttl_is_worded_once_and_echoed_as_written() {
+    let run = |ttl: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .env("DLOCK_REDIS", "redis://127.0.0.1:1")
+            .args(["acquire", "x", "--ttl", ttl])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    for ttl in ["0", "0s", "0h", "25h"] {
+        let stderr = run(ttl);
+        assert!(stderr.contains(&format!("'{ttl}'")), "{stderr}");
+        assert!(stderr.contains("out of range; use 10ms to 24h"), "{stderr}");
+        assert!(
+            !stderr.contains("'0ms'") && !stderr.contains(" 0ms "),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_token_released_as_the_wrong_kind_is_65_and_its_own_kind_needs_no_flag() {
+    let server = RedisServer::start();
+    let token = |args: &[&str]| {
+        let out = output(dlock(&server).args(args));
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let mutex = token(&["acquire", "m"]);
+    for flag in ["--read", "--permits"] {
+        let mut args = vec!["release", "m", &mutex, flag];
+        if flag == "--permits" {
+            args.push("2");
+        }
+        let out = output(dlock(&server).args(&args));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{flag}: {stderr}");
+    }
+    let reader = token(&["acquire", "rw", "--read"]);
+    assert_eq!(
+        code(dlock(&server).args(["release", "rw", &reader, "--write"])),
+        65
+    );
+    // The hold says which kind it is: no flag needed.
+    assert_eq!(code(dlock(&server).args(["release", "rw", &reader])), 0);
+    let permit = token(&["acquire", "sem", "--permits", "3"]);
+    assert_eq!(
+        code(dlock(&server).args(["extend", "sem", &permit, "--ttl", "10s"])),
+        0
+    );
+    assert_eq!(code(dlock(&server).args(["release", "sem", &permit])), 0);
+    assert_eq!(
+        code(dlock(&server).args(["release", "sem", &permit])),
+        77,
+        "gone"
+    );
+    assert_eq!(code(dlock(&server).args(["release", "m", &mutex])), 0);
+}
+
+#[test]
+fn inspect_columns_fit_clock_floor_fences_and_say_what_is_queued() {
+    let server = RedisServer::start();
+    assert_eq!(code(dlock(&server).args(["acquire", "job"])), 0);
+    let out = output(dlock(&server).args(["inspect", "job"]));
+    let table = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    let fence: String = server.cmd(&["GET", "{job}:fence"]);
+    assert!(fence.len() >= 16, "a clock-floor fence: {fence}");
+    let header_end = lines[0].find("FENCE").unwrap() + "FENCE".len();
+    let row_end = lines[1].find(&fence).unwrap() + fence.len();
+    assert_eq!(header_end, row_end, "FENCE stays in its column:\n{table}");
+    let help = output(Command::new(env!("CARGO_BIN_EXE_dlock")).args(["inspect", "--help"]));
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("not its readers"), "{help}");
+}
+
+#[test]
+fn usage_errors_to_a_broken_stderr_exit_64_quietly() {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    for args in [
+        &["acquire", "--bogus"][..],
+        &["acquire", "x", "--ttl", "0s"],
+        &["acquire", ""],
+    ] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(read);
+        let status = Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .env("DLOCK_REDIS", "redis://127.0.0.1:1")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(write))
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(64), "{args:?}");
+    }
+}
+
+#[test]
+fn an_interrupted_wait_says_so_in_one_line() {
+    let server = RedisServer::start();
+    assert_eq!(code(dlock(&server).args(["acquire", "job"])), 0);
+    for command in [&["acquire", "job"][..], &["run", "job", "--", "true"]] {
+        let child = dlock(&server)
+            .args(command)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        // SAFETY: signalling the dlock process this test spawned.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(143), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{command:?}: {stderr}");
+        assert!(stderr.contains("interrupted"), "{stderr}");
+    }
+}
