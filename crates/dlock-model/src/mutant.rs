@@ -49,11 +49,17 @@ pub enum Mutant {
     SettleTakesSmallestFence,
     /// A Redlock master restarted empty answers at once, not after a lease.
     RestartNotDelayed,
+    /// A release's direct grant (the semaphore's permit, the write lock, the fair mutex)
+    /// goes to the last live waiter in line, not the first.
+    QueueSkipsHead,
+    /// The rwlock's downgrade turns the write lock into a read hold whoever holds it: a
+    /// writer past its lease takes the lock from the one who holds it now.
+    DowngradeWithoutOwnerCheck,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -71,6 +77,8 @@ impl Mutant {
         Mutant::SettleTakesSmallestFence,
         Mutant::SkipRaiseAtClock,
         Mutant::RestartNotDelayed,
+        Mutant::QueueSkipsHead,
+        Mutant::DowngradeWithoutOwnerCheck,
     ];
 
     /// The name on the command line.
@@ -93,6 +101,8 @@ impl Mutant {
             Mutant::SettleTakesSmallestFence => "settle-takes-smallest-fence",
             Mutant::SkipRaiseAtClock => "skip-raise-at-clock",
             Mutant::RestartNotDelayed => "restart-not-delayed",
+            Mutant::QueueSkipsHead => "queue-skips-head",
+            Mutant::DowngradeWithoutOwnerCheck => "downgrade-without-owner-check",
         }
     }
 
@@ -116,6 +126,8 @@ impl Mutant {
             Mutant::GrantIgnoresQueue => "grants follow the line",
             Mutant::ReentrantFreedAtFirstRelease => "a release gives back its hold alone",
             Mutant::ResendCountedTwice => "the last hold given back frees the lock",
+            Mutant::QueueSkipsHead => "grants follow the line",
+            Mutant::DowngradeWithoutOwnerCheck => "mutual exclusion",
         }
     }
 
