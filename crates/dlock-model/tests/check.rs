@@ -285,7 +285,10 @@ fn the_queued_semaphore_and_rwlock_models_catch_their_bugs() {
         (Mutant::QueueSkipsHead, "semaphore of 2, waiting in line"),
         (Mutant::QueueSkipsHead, "semaphore of 1, waiting in line"),
         (Mutant::QueueSkipsHead, "rwlock, writers in line"),
-        (Mutant::DowngradeWithoutOwnerCheck, "rwlock, writers in line"),
+        (
+            Mutant::DowngradeWithoutOwnerCheck,
+            "rwlock, writers in line",
+        ),
     ];
     for (mutant, name) in cases {
         let model = models(BOUNDS, &[mutant])
