@@ -113,12 +113,20 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
         ttl: 2,
         max_time: bounds.max_time,
         max_holds: bounds.max_holds,
+        owners: Vec::new(),
         mutants: mutants.to_vec(),
     };
     // Three clients and a line of waiters: the clock stops a tick earlier, to keep the
     // whole check near half a minute.
     let shorter = |mut model: LockModel| {
         model.max_time = model.max_time.saturating_sub(1).max(2);
+        model
+    };
+    // The queues of the semaphore and the rwlock's writers: models of their own, smaller
+    // than the ones without a queue (each client is granted one hold; a wait, its direct
+    // grant and a downgrade are all within it), to keep the whole check within its time.
+    let queued = |mut model: LockModel| {
+        model.max_holds = 1;
         model
     };
     use Role::{Exclusive, Owner, Permit, Reader};
@@ -133,15 +141,22 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
             Kind::Mutex { eager: true },
             &[Exclusive, Exclusive],
         ),
-        model("rwlock", Kind::RwLock, &[Reader, Reader, Exclusive]),
+        model(
+            "rwlock",
+            Kind::RwLock { waiter_lease: None },
+            &[Reader, Reader, Exclusive],
+        ),
         model(
             "rwlock, two writers",
-            Kind::RwLock,
+            Kind::RwLock { waiter_lease: None },
             &[Exclusive, Exclusive, Reader],
         ),
         model(
             "semaphore of 2",
-            Kind::Semaphore { permits: 2 },
+            Kind::Semaphore {
+                permits: 2,
+                waiter_lease: None,
+            },
             &[Permit, Permit, Permit],
         ),
         shorter(model(
@@ -154,6 +169,35 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
             Kind::Reentrant,
             &[Owner(0), Owner(0), Owner(1)],
         ),
+        queued(model(
+            "semaphore of 2, waiting in line",
+            Kind::Semaphore {
+                permits: 2,
+                waiter_lease: Some(2),
+            },
+            &[Permit, Permit, Permit],
+        )),
+        // Two waiters behind one holder: the order in which a release hands on.
+        queued(model(
+            "semaphore of 1, waiting in line",
+            Kind::Semaphore {
+                permits: 1,
+                waiter_lease: Some(2),
+            },
+            &[Permit, Permit, Permit],
+        )),
+        // The reader reads for the first writer's owner: it re-enters the read hold that
+        // writer's downgrade made, even while the other writer waits.
+        queued(LockModel {
+            owners: vec![0, 1, 0],
+            ..model(
+                "rwlock, writers in line (downgrade, read re-entry)",
+                Kind::RwLock {
+                    waiter_lease: Some(2),
+                },
+                &[Exclusive, Exclusive, Reader],
+            )
+        }),
     ]
 }
 

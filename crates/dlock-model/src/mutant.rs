@@ -61,11 +61,17 @@ pub enum Mutant {
     /// election/leader.lua answers the record whoever holds the lock: a record left by an
     /// ended leadership is reported as the leader.
     LeaderWithoutHoldCheck,
+    /// A release's direct grant (the semaphore's permit, the write lock, the fair mutex)
+    /// goes to the last live waiter in line, not the first.
+    QueueSkipsHead,
+    /// The rwlock's downgrade turns the write lock into a read hold whoever holds it: a
+    /// writer past its lease takes the lock from the one who holds it now.
+    DowngradeWithoutOwnerCheck,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 23] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -87,6 +93,8 @@ impl Mutant {
         Mutant::ResendAppliesTwice,
         Mutant::ProclaimWithoutOwnerCheck,
         Mutant::LeaderWithoutHoldCheck,
+        Mutant::QueueSkipsHead,
+        Mutant::DowngradeWithoutOwnerCheck,
     ];
 
     /// The name on the command line.
@@ -113,6 +121,8 @@ impl Mutant {
             Mutant::ResendAppliesTwice => "resend-applies-twice",
             Mutant::ProclaimWithoutOwnerCheck => "proclaim-without-owner-check",
             Mutant::LeaderWithoutHoldCheck => "leader-without-hold-check",
+            Mutant::QueueSkipsHead => "queue-skips-head",
+            Mutant::DowngradeWithoutOwnerCheck => "downgrade-without-owner-check",
         }
     }
 
@@ -141,6 +151,8 @@ impl Mutant {
             Mutant::ProclaimWithoutOwnerCheck | Mutant::LeaderWithoutHoldCheck => {
                 "a leader record counts only while its hold holds"
             }
+            Mutant::QueueSkipsHead => "grants follow the line",
+            Mutant::DowngradeWithoutOwnerCheck => "mutual exclusion",
         }
     }
 

@@ -247,88 +247,236 @@ impl Server {
         Grant::Granted(Some(fence))
     }
 
-    /// rwlock/read_acquire.lua (without the writer queue): busy while a writer holds;
-    /// otherwise the read hold is put with a fence (a resend restarts its lease).
+    /// rwlock/read_acquire.lua: busy while a writer holds; otherwise the ended read holds
+    /// are purged, and a live hold of ours restarts its lease (a resend); an owner that
+    /// reads already (a live hold of `owner` by `owner_of`) re-enters with its outermost
+    /// grant's fence, even while writers wait (re-entry must not queue behind a writer that
+    /// waits for this very reader); anyone else is busy while a live writer waits in line
+    /// (`writers_wait_until`), and otherwise gets a read hold with a new fence.
     pub fn read_acquire(
         &mut self,
+        owner: u8,
+        owner_of: impl Fn(Token) -> u8,
         token: Token,
         now: Time,
         ttl: Time,
         mutants: &[Mutant],
     ) -> Grant {
         if self.holder(now).is_some() {
+            // writers_wait_until purges the writer queue on the way.
+            if !self.queue.is_empty() {
+                self.queue_purge(now, mutants);
+            }
             return Grant::Busy;
         }
         self.purge_reads(now, mutants);
         if let Some(fence) = self.resend_of_entry(token, now, ttl, mutants) {
             return Grant::Granted(Some(fence));
         }
+        // `o:<owner>` exists: the owner reads (f:<owner> is the fence all its holds share).
+        let reading = (self.entries.iter())
+            .find(|(&t, _)| owner_of(t) == owner)
+            .map(|(_, &(_, fence))| fence);
+        if let Some(fence) = reading {
+            self.entries.insert(token, (now + ttl, fence));
+            return Grant::Granted(Some(fence));
+        }
+        if !self.queue.is_empty() {
+            self.queue_purge(now, mutants);
+            if !self.queue.is_empty() {
+                return Grant::Busy; // a writer waits
+            }
+        }
         self.grant_entry(token, now, ttl, mutants)
     }
 
-    /// rwlock/write_acquire.lua (without the writer queue): our own token restarts the
-    /// lease; granted when no writer and no live reader holds, with a fence.
+    /// rwlock/write_acquire.lua: our own token restarts the lease (and answers the last
+    /// fence); otherwise ended read holds and lapsed waiters are purged, and the lock is
+    /// granted (with a fence; the writer leaves the line) when no writer and no live reader
+    /// holds and this writer is first in line, or nobody waits. Anyone else is busy and,
+    /// with `join` (a waiting attempt), takes or keeps its place at the end of the writer
+    /// queue, its waiter lease restarted to `waiter_lease`.
     pub fn write_acquire(
         &mut self,
         token: Token,
         now: Time,
         ttl: Time,
+        waiter_lease: Time,
+        join: bool,
         mutants: &[Mutant],
     ) -> Grant {
         if self.resend_of_own(token, now, ttl, mutants) {
-            return Grant::Granted(Some(self.counter));
+            return Grant::Granted(Some(self.counter)); // last_fence
         }
-        if self.holder(now).is_some() || self.purge_reads(now, mutants) {
-            return Grant::Busy;
+        let current = self.holder(now);
+        let readers = !self.entries.is_empty() && self.purge_reads(now, mutants);
+        self.queue_purge(now, mutants);
+        if current.is_none() && !readers && self.queue_rank(token) == 0 {
+            // grant_in_line
+            let fence = self.draw_fence(mutants);
+            self.lock = Some((token, now + ttl));
+            self.queue.retain(|&(t, _)| t != token);
+            return Grant::Granted(Some(fence));
         }
-        let fence = self.draw_fence(mutants);
-        self.lock = Some((token, now + ttl));
-        Grant::Granted(Some(fence))
+        if join {
+            self.queue_join(token, now, waiter_lease);
+        }
+        Grant::Busy
     }
 
-    /// semaphore/acquire.lua (without the queue): expired permits are purged; a live
-    /// permit of ours restarts its lease (a resend); a free one is granted with a fence.
+    /// semaphore/acquire.lua: ended permits are purged; a live permit of ours restarts its
+    /// lease (a resend); lapsed waiters are purged, and a permit is granted (with a fence;
+    /// the waiter leaves the line) when fewer waiters are ahead of this one (or, for a
+    /// newcomer, in line) than permits are free. Anyone else is busy and, with `join`,
+    /// takes or keeps its place at the end of the line, its waiter lease restarted.
+    #[allow(clippy::too_many_arguments)]
     pub fn permit_acquire(
         &mut self,
         token: Token,
         now: Time,
         ttl: Time,
         permits: usize,
+        waiter_lease: Time,
+        join: bool,
         mutants: &[Mutant],
     ) -> Grant {
         self.purge_reads(now, mutants);
         if let Some(fence) = self.resend_of_entry(token, now, ttl, mutants) {
             return Grant::Granted(Some(fence));
         }
-        let over = if mutants.contains(&Mutant::PermitCountOffByOne) {
-            self.entries.len() > permits
+        self.queue_purge(now, mutants);
+        let held = self.entries.len();
+        let permits = if mutants.contains(&Mutant::PermitCountOffByOne) {
+            permits + 1
         } else {
-            self.entries.len() >= permits
+            permits
         };
-        if over {
-            return Grant::Busy;
+        if self.queue_rank(token) + held < permits {
+            // queue_granted: a waiter granted leaves the line.
+            self.queue.retain(|&(t, _)| t != token);
+            return self.grant_entry(token, now, ttl, mutants);
         }
-        self.grant_entry(token, now, ttl, mutants)
+        if join {
+            self.queue_join(token, now, waiter_lease);
+        }
+        Grant::Busy
     }
 
-    /// rwlock/read_release.lua, semaphore/release.lua: removes our entry. True if it was
-    /// there (live).
-    pub fn entry_release(&mut self, token: Token, now: Time, mutants: &[Mutant]) -> bool {
+    /// Takes back an entry (entries.lua `entry_remove`): ours, or with the mutant
+    /// `release-without-owner-check` whichever comes first. `None` when there was none;
+    /// else whether its lease had not ended.
+    fn remove_entry(&mut self, token: Token, now: Time, mutants: &[Mutant]) -> Option<bool> {
         if mutants.contains(&Mutant::ReleaseWithoutOwnerCheck) {
-            // Takes back whichever entry comes first.
-            let first = self.entries.keys().next().copied();
-            return first.and_then(|t| self.entries.remove(&t)).is_some();
+            let first = self.entries.keys().next().copied()?;
+            self.entries.remove(&first);
+            return Some(true);
         }
-        match self.entries.remove(&token) {
-            Some((end, _)) => end > now,
+        self.entries.remove(&token).map(|(end, _)| end > now)
+    }
+
+    /// semaphore/release.lua: removes our permit (nothing at all when there is none), then
+    /// hands a free permit to the first waiter whose waiter lease has not ended: it leaves
+    /// the line, and a permit is put for it with a fence, for its ttl but no longer than
+    /// the rest of its waiter lease (the script tells it alone). Returns whether our
+    /// permit was live, and the waiter handed a permit with its fence.
+    pub fn permit_release(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        permits: usize,
+        mutants: &[Mutant],
+    ) -> (bool, Option<(Token, u64)>) {
+        let Some(released) = self.remove_entry(token, now, mutants) else {
+            return (false, None);
+        };
+        self.purge_reads(now, mutants);
+        let mut handed = None;
+        let next = self.queue_next(now, mutants);
+        if let Some(at) = next.filter(|_| self.entries.len() < permits) {
+            let (head, lease) = self.queue_take(at, now, ttl);
+            let fence = self.draw_fence(mutants);
+            self.entries.insert(head, (now + lease, fence));
+            handed = Some((head, fence));
+        }
+        (released, handed)
+    }
+
+    /// rwlock/read_release.lua: gives back our read hold (if the key is a read hash at
+    /// all); when no live read hold is left and writers wait, the lock goes straight to
+    /// the first writer in line (`hand_off_string`). Returns whether our hold was live,
+    /// and the writer handed the lock with its fence.
+    pub fn read_release(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> (bool, Option<(Token, u64)>) {
+        if self.entries.is_empty() {
+            return (false, None); // not a read hash
+        }
+        let released = self.remove_entry(token, now, mutants).unwrap_or(false);
+        let mut handed = None;
+        if !self.purge_reads(now, mutants) && !self.queue.is_empty() {
+            handed = self.hand_off_string(now, ttl, mutants);
+        }
+        (released, handed)
+    }
+
+    /// rwlock/downgrade.lua: a read hold `hold` that is there already answers its fence
+    /// again (a resend, its lease restarted); otherwise, only while the key holds our
+    /// write token, the writer's key becomes a read hash with the one hold `hold` of our
+    /// owner, keeping the write grant's `fence`, in one step (no writer can get in
+    /// between). `None`: the write lock was no longer ours.
+    pub fn downgrade(
+        &mut self,
+        writer: Token,
+        hold: Token,
+        now: Time,
+        ttl: Time,
+        fence: u64,
+        mutants: &[Mutant],
+    ) -> Option<u64> {
+        if self.entries.get(&hold).is_some_and(|&(end, _)| end > now) {
+            self.purge_reads(now, mutants);
+            if let Some(fence) = self.resend_of_entry(hold, now, ttl, mutants) {
+                return Some(fence);
+            }
+        }
+        let ours = match self.holder(now) {
+            Some(holder) => {
+                holder == writer || mutants.contains(&Mutant::DowngradeWithoutOwnerCheck)
+            }
             None => false,
+        };
+        if !ours {
+            return None;
         }
+        self.lock = None; // DEL
+        self.entries.clear(); // entries_begin: a new hash
+        self.entries.insert(hold, (now + ttl, fence));
+        Some(fence)
     }
 
     /// queue.lua `queue_purge`: waiters whose lease ended (`end <= now`) leave the queue.
     fn queue_purge(&mut self, now: Time, mutants: &[Mutant]) {
         if !mutants.contains(&Mutant::QueueKeepsLapsedWaiters) {
             self.queue.retain(|&(_, end)| end > now);
+        }
+    }
+
+    /// queue.lua `queue_rank`: a waiter's place, or the place it would take (the queue's
+    /// length).
+    fn queue_rank(&self, token: Token) -> usize {
+        (self.queue.iter().position(|&(t, _)| t == token)).unwrap_or(self.queue.len())
+    }
+
+    /// queue.lua `queue_join`: a new waiter at the end; its lease (re)starts either way.
+    fn queue_join(&mut self, token: Token, now: Time, waiter_lease: Time) {
+        match self.queue.iter_mut().find(|(t, _)| *t == token) {
+            Some((_, end)) => *end = now + waiter_lease,
+            None => self.queue.push((token, now + waiter_lease)),
         }
     }
 
@@ -352,13 +500,7 @@ impl Server {
         }
         let current = self.holder(now);
         self.queue_purge(now, mutants);
-        // queue_rank: its place, or the place it would take (the queue's length).
-        let rank = self
-            .queue
-            .iter()
-            .position(|&(t, _)| t == token)
-            .unwrap_or(self.queue.len());
-        let first = rank == 0 || mutants.contains(&Mutant::GrantIgnoresQueue);
+        let first = self.queue_rank(token) == 0 || mutants.contains(&Mutant::GrantIgnoresQueue);
         if current.is_none() && first {
             // grant_in_line
             let fence = self.draw_fence(mutants);
@@ -367,13 +509,73 @@ impl Server {
             return Grant::Granted(Some(fence));
         }
         if join {
-            // queue_join: a new waiter at the end; its lease (re)starts either way.
-            match self.queue.iter_mut().find(|(t, _)| *t == token) {
-                Some((_, end)) => *end = now + waiter_lease,
-                None => self.queue.push((token, now + waiter_lease)),
-            }
+            self.queue_join(token, now, waiter_lease);
         }
         Grant::Busy
+    }
+
+    /// queue.lua `queue_next_grant`: where the first waiter whose waiter lease has not
+    /// ended stands (a lapsed head makes the script purge every lapsed waiter); `None`
+    /// when nobody waits. With the mutant `queue-skips-head`, the last live waiter's place
+    /// instead.
+    fn queue_next(&mut self, now: Time, mutants: &[Mutant]) -> Option<usize> {
+        if self.queue.first().is_some_and(|&(_, end)| end <= now) {
+            self.queue_purge(now, mutants);
+        }
+        if self.queue.is_empty() {
+            return None;
+        }
+        if mutants.contains(&Mutant::QueueSkipsHead) {
+            return Some((self.queue.iter().rposition(|&(_, end)| end > now)).unwrap_or(0));
+        }
+        Some(0)
+    }
+
+    /// The waiter at `at` leaves the line (`queue_leave`) to be handed a hold directly;
+    /// with the lease that grant gives it: its ttl, but no longer than the rest of its
+    /// waiter lease.
+    fn queue_take(&mut self, at: usize, now: Time, ttl: Time) -> (Token, Time) {
+        let (waiter, lease_end) = self.queue.remove(at);
+        (waiter, ttl.min(lease_end.saturating_sub(now)))
+    }
+
+    /// queue.lua `hand_off_string`: the string lock goes straight to the first waiter in
+    /// line (it leaves the queue, a fence is drawn, the key holds its token). Returns the
+    /// waiter handed the lock, with its fence.
+    fn hand_off_string(
+        &mut self,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> Option<(Token, u64)> {
+        let at = self.queue_next(now, mutants)?;
+        let (head, lease) = self.queue_take(at, now, ttl);
+        let fence = if mutants.contains(&Mutant::HandOffReusesFence) {
+            self.counter
+        } else {
+            self.draw_fence(mutants)
+        };
+        self.lock = Some((head, now + lease));
+        Some((head, fence))
+    }
+
+    /// queue.lua `release_exclusive`: the string hold ends and goes to the first waiter in
+    /// line, or the key is deleted when nobody waits. Returns the waiter handed it.
+    fn release_exclusive(
+        &mut self,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> Option<(Token, u64)> {
+        let handed = if mutants.contains(&Mutant::ReleaseSkipsHandOff) {
+            None
+        } else {
+            self.hand_off_string(now, ttl, mutants)
+        };
+        if handed.is_none() {
+            self.lock = None; // DEL
+        }
+        handed
     }
 
     /// fair/release.lua with queue.lua `release_exclusive`: only if the key holds our
@@ -392,29 +594,28 @@ impl Server {
         if self.holder(now) != Some(token) && !mutants.contains(&Mutant::HandOffWithoutOwnerCheck) {
             return (false, None);
         }
-        // queue_next_grant: a lapsed head makes the script purge every lapsed waiter.
-        if self.queue.first().is_some_and(|&(_, end)| end <= now) {
-            self.queue_purge(now, mutants);
+        (true, self.release_exclusive(now, ttl, mutants))
+    }
+
+    /// rwlock/write_release.lua: only if the key holds our write token (with the mutant
+    /// `release-without-owner-check`, any writer's), the write lock ends and goes to the
+    /// first writer in line (`release_exclusive`, as the fair mutex's release). Returns
+    /// whether it released, and the writer handed the lock with its fence.
+    pub fn write_release(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> (bool, Option<(Token, u64)>) {
+        let ours = match self.holder(now) {
+            Some(holder) => holder == token || mutants.contains(&Mutant::ReleaseWithoutOwnerCheck),
+            None => false,
+        };
+        if !ours {
+            return (false, None);
         }
-        let head = self.queue.first().copied();
-        match head {
-            Some((head, lease_end)) if !mutants.contains(&Mutant::ReleaseSkipsHandOff) => {
-                // queue_leave, then the fence, then SET key head PX lease.
-                self.queue.remove(0);
-                let fence = if mutants.contains(&Mutant::HandOffReusesFence) {
-                    self.counter
-                } else {
-                    self.draw_fence(mutants)
-                };
-                let lease = ttl.min(lease_end.saturating_sub(now));
-                self.lock = Some((head, now + lease));
-                (true, Some((head, fence)))
-            }
-            _ => {
-                self.lock = None; // DEL
-                (true, None)
-            }
-        }
+        (true, self.release_exclusive(now, ttl, mutants))
     }
 
     /// queue/cancel.lua: a waiter that stopped waiting leaves the line. True if it was in

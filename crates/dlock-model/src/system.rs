@@ -18,12 +18,21 @@ pub enum Kind {
         /// Fence drawn with the grant.
         eager: bool,
     },
-    /// The read-write lock (its exclusion and purge; not the writer queue).
-    RwLock,
-    /// The semaphore of `permits` (its count and purge; not the queue).
+    /// The read-write lock (its exclusion and purge); with `waiter_lease`, also its
+    /// writer queue (writers wait in line, a release hands the lock to the first writer),
+    /// a writer's downgrade to a read hold, and read re-entry by owner.
+    RwLock {
+        /// A waiting writer's lease on its place in line; `None`: writers make single
+        /// attempts, which leave no trace in the queue.
+        waiter_lease: Option<Time>,
+    },
+    /// The semaphore of `permits` (its count and purge); with `waiter_lease`, also its
+    /// queue (a busy attempt waits in line, a release hands a free permit to the first).
     Semaphore {
         /// How many may hold at once.
         permits: usize,
+        /// A waiter's lease on its place in line; `None`: single attempts only.
+        waiter_lease: Option<Time>,
     },
     /// The fair mutex: a queue of waiters with leased places, a free lock granted to the
     /// first in line, and a release that hands the lock straight to the first waiter
@@ -39,6 +48,15 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// A waiter's lease on its place in line, for the kinds whose waiters queue.
+    pub fn waiter_lease(self) -> Option<Time> {
+        match self {
+            Kind::Fair { waiter_lease } => Some(waiter_lease),
+            Kind::RwLock { waiter_lease } | Kind::Semaphore { waiter_lease, .. } => waiter_lease,
+            Kind::Mutex { .. } | Kind::Reentrant => None,
+        }
+    }
+
     /// Whether `mutant`'s bug is in a script this kind runs: a model of another kind checks the same
     /// with it as without it, and need not be searched for it.
     pub fn touched_by(self, mutant: Mutant) -> bool {
@@ -57,14 +75,29 @@ impl Kind {
             | Mutant::SkipRaiseAtClock
             | Mutant::RestartNotDelayed => false,
             Mutant::PurgeForgetsLiveReader => {
-                matches!(kind, Kind::RwLock | Kind::Semaphore { .. })
+                matches!(kind, Kind::RwLock { .. } | Kind::Semaphore { .. })
             }
             Mutant::PermitCountOffByOne => matches!(kind, Kind::Semaphore { .. }),
-            Mutant::HandOffWithoutOwnerCheck
-            | Mutant::ReleaseSkipsHandOff
-            | Mutant::HandOffReusesFence
-            | Mutant::QueueKeepsLapsedWaiters
-            | Mutant::GrantIgnoresQueue => matches!(kind, Kind::Fair { .. }),
+            Mutant::HandOffWithoutOwnerCheck | Mutant::GrantIgnoresQueue => {
+                matches!(kind, Kind::Fair { .. })
+            }
+            // The string hand-off (queue.lua) is the fair mutex's and the writers'.
+            Mutant::ReleaseSkipsHandOff | Mutant::HandOffReusesFence => matches!(
+                kind,
+                Kind::Fair { .. }
+                    | Kind::RwLock {
+                        waiter_lease: Some(_)
+                    }
+            ),
+            Mutant::QueueKeepsLapsedWaiters | Mutant::QueueSkipsHead => {
+                kind.waiter_lease().is_some()
+            }
+            Mutant::DowngradeWithoutOwnerCheck => matches!(
+                kind,
+                Kind::RwLock {
+                    waiter_lease: Some(_)
+                }
+            ),
             // guarded.rs's and election.rs's scripts.
             Mutant::ApplyWithoutHoldCheck
             | Mutant::ResendAppliesTwice
@@ -101,8 +134,12 @@ pub struct LockModel {
     pub ttl: Time,
     /// The clock stops here (the bound of the search).
     pub max_time: Time,
-    /// Holds each client may be granted (the bound of the search).
+    /// Holds each client may be granted (the bound of the search); a downgrade's read
+    /// hold is not counted.
     pub max_holds: u8,
+    /// The owner of each client's read holds (the rwlock's: one owner's reads re-enter);
+    /// a client not listed is an owner of its own.
+    pub owners: Vec<u8>,
     /// Bugs put in on purpose.
     pub mutants: Vec<Mutant>,
 }
@@ -186,6 +223,16 @@ pub struct State {
     pub handed: bool,
     /// Ghost: a release of a reentrant hold took other holds with it.
     pub took_others: bool,
+    /// Each client's hold is the read hold its downgrade made (its role is then a
+    /// reader's until it lets go).
+    pub downgraded: Vec<bool>,
+    /// Ghost: a downgrade was granted.
+    pub downgrades: bool,
+    /// Ghost: a granted downgrade left a writer in Redis, or no live read hold of its token
+    /// with the write grant's fence.
+    pub downgrade_broken: bool,
+    /// Ghost: an owner re-entered its read hold while a writer waited in line.
+    pub reentered: bool,
 }
 
 /// A step.
@@ -217,11 +264,53 @@ pub enum Action {
     Retry(usize),
     /// Client `c`, in line, hears that a release handed it the lock.
     Hear(usize),
+    /// Client `c` turns its write lock into a read hold (rwlock/downgrade.lua) and hears
+    /// the answer.
+    Downgrade(usize),
 }
 
 impl LockModel {
     fn role(&self, client: usize) -> Role {
         self.roles[client]
+    }
+
+    /// The role of client `c`'s hold now: a downgraded writer's is a reader's.
+    fn role_now(&self, state: &State, client: usize) -> Role {
+        if state.downgraded[client] {
+            Role::Reader
+        } else {
+            self.role(client)
+        }
+    }
+
+    /// The owner of a client's read holds.
+    fn owner(&self, client: u8) -> u8 {
+        self.owners
+            .get(usize::from(client))
+            .copied()
+            .unwrap_or(client)
+    }
+
+    /// Whether client `c`'s attempts wait in line when busy.
+    fn joins(&self, client: usize) -> bool {
+        self.kind.waiter_lease().is_some() && self.role(client) != Role::Reader
+    }
+
+    /// The role of a waiter in line.
+    fn waiter_role(&self) -> Role {
+        match self.kind {
+            Kind::Semaphore { .. } => Role::Permit,
+            _ => Role::Exclusive,
+        }
+    }
+
+    /// Whether the lock (a permit, for the semaphore) is free now: nothing live holds it.
+    fn free(&self, server: &Server, now: Time) -> bool {
+        let live = server.live_entries(now).count();
+        match self.kind {
+            Kind::Semaphore { permits, .. } => live < permits,
+            _ => server.holder(now).is_none() && live == 0 && server.reentrant_at(now).is_none(),
+        }
     }
 
     /// Whether Redis holds `token` for `role` now.
@@ -240,11 +329,33 @@ impl LockModel {
         let m = &self.mutants;
         match (self.kind, role) {
             (Kind::Mutex { eager }, _) => server.mutex_acquire(token, now, self.ttl, eager, m),
-            (Kind::RwLock, Role::Exclusive) => server.write_acquire(token, now, self.ttl, m),
-            (Kind::RwLock, _) => server.read_acquire(token, now, self.ttl, m),
-            (Kind::Semaphore { permits }, _) => {
-                server.permit_acquire(token, now, self.ttl, permits, m)
+            (Kind::RwLock { waiter_lease }, Role::Exclusive) => server.write_acquire(
+                token,
+                now,
+                self.ttl,
+                waiter_lease.unwrap_or(0),
+                waiter_lease.is_some(),
+                m,
+            ),
+            (Kind::RwLock { .. }, _) => {
+                let owner_of = |t: Token| self.owner(t.client);
+                server.read_acquire(owner_of(token), owner_of, token, now, self.ttl, m)
             }
+            (
+                Kind::Semaphore {
+                    permits,
+                    waiter_lease,
+                },
+                _,
+            ) => server.permit_acquire(
+                token,
+                now,
+                self.ttl,
+                permits,
+                waiter_lease.unwrap_or(0),
+                waiter_lease.is_some(),
+                m,
+            ),
             (Kind::Fair { waiter_lease }, _) => {
                 server.fair_acquire(token, now, self.ttl, waiter_lease, true, m)
             }
@@ -255,54 +366,75 @@ impl LockModel {
     }
 
     /// The release script of the client's role for `token`; true when it answered
-    /// "released". The fair mutex's hands the lock to the first waiter in line: recorded
-    /// as a grant, and told to that waiter.
+    /// "released". A queued kind's hands the lock (a permit) to the first waiter in line:
+    /// recorded as a grant, and told to that waiter.
     fn release(&self, state: &mut State, client: usize, token: Token) -> bool {
         let now = state.now;
+        let m = &self.mutants;
+        let first = state.server.live_waiters(now).next();
+        let role = self.role_now(state, client);
         let server = &mut state.server;
-        match (self.kind, self.role(client)) {
-            (Kind::Fair { .. }, _) => {
-                let first = server.live_waiters(now).next();
-                let (released, handed) = server.fair_release(token, now, self.ttl, &self.mutants);
-                if released && first.is_some() {
-                    state.hand_off_missed |= state.server.holder(now) != first;
-                }
-                if let Some((waiter, fence)) = handed {
-                    granted(state, waiter, Some(fence));
-                    let c = usize::from(waiter.client);
-                    // (A waiter whose reply was lost does not take a direct grant: it resends,
-                    // and finds the lock its own.)
-                    if matches!(state.clients[c], Client::Queued { token, .. } if token == waiter) {
-                        state.told[c] = Some(fence);
-                    }
-                }
-                released
-            }
+        let (released, handed) = match (self.kind, role) {
+            (Kind::Fair { .. }, _) => server.fair_release(token, now, self.ttl, m),
             (_, Role::Owner(owner)) => {
                 let before = live_holds(server, now);
-                let released = server.reentrant_release(owner, token, now, &self.mutants);
+                let released = server.reentrant_release(owner, token, now, m);
                 if released {
                     let mut left = before;
                     left.remove(&token);
                     state.took_others |= live_holds(&state.server, now) != left;
                 }
-                released
+                return released;
             }
-            (_, Role::Exclusive) => server.mutex_release(token, now, &self.mutants),
-            (_, Role::Reader | Role::Permit) => server.entry_release(token, now, &self.mutants),
+            (Kind::RwLock { .. }, Role::Exclusive) => server.write_release(token, now, self.ttl, m),
+            (Kind::RwLock { .. }, _) => server.read_release(token, now, self.ttl, m),
+            (Kind::Semaphore { permits, .. }, _) => {
+                server.permit_release(token, now, self.ttl, permits, m)
+            }
+            (_, _) => (server.mutex_release(token, now, m), None),
+        };
+        if let (true, Some(first)) = (released, first) {
+            state.hand_off_missed |= match self.kind {
+                Kind::Fair { .. } => state.server.holder(now) != Some(first),
+                // Unless the first in line holds now, the lock (a permit) is not free
+                // for it.
+                _ => {
+                    let role = self.waiter_role();
+                    !self.held_by(&state.server, first, role, now) && {
+                        let mut server = state.server.clone();
+                        matches!(
+                            self.acquire(&mut server, first, role, now),
+                            Grant::Granted(_)
+                        )
+                    }
+                }
+            };
         }
+        if let Some((waiter, fence)) = handed {
+            // A direct grant, like an attempt's, goes to the first in line.
+            state.line_jumped |= first != Some(waiter);
+            granted(state, waiter, Some(fence));
+            let c = usize::from(waiter.client);
+            // (A waiter whose reply was lost does not take a direct grant: it resends,
+            // and finds the lock its own.)
+            if matches!(state.clients[c], Client::Queued { token, .. } if token == waiter) {
+                state.told[c] = Some(fence);
+            }
+        }
+        released
     }
 
     /// A wait that ends without a grant gives back what may be its own (wait.rs `Claim`):
     /// its place in line first (queue/cancel.lua), then a grant it may not have heard of.
     fn give_back(&self, state: &mut State, client: usize, token: Token) {
-        if let Kind::Fair { .. } = self.kind {
+        if self.joins(client) {
             state.server.queue_cancel(token);
         }
         self.release(state, client, token);
     }
 
     fn renew(&self, server: &mut Server, token: Token, role: Role, now: Time) -> bool {
+        // (A downgraded writer's read hold renews as a read hold: `role` is its role now.)
         match role {
             Role::Exclusive => server.renew_string(token, now, self.ttl),
             Role::Reader | Role::Permit => server.renew_entry(token, now, self.ttl),
@@ -313,18 +445,38 @@ impl LockModel {
     /// Runs an acquire at `now`; records a new grant in the ghost history.
     fn run_acquire(&self, state: &mut State, client: usize, token: Token) -> Grant {
         let role = self.role(client);
-        // A nested hold is not a grant of the lock: the owner holds it already.
-        let was_held = self.held_by(&state.server, token, role, state.now)
-            || (state.server.reentrant_at(state.now)).is_some_and(|r| Role::Owner(r.owner) == role);
-        let first = state.server.live_waiters(state.now).next();
-        let grant = self.acquire(&mut state.server, token, role, state.now);
+        let now = state.now;
+        let server = &state.server;
+        // A nested hold is not a grant of the lock: the owner holds it already; nor is a
+        // read hold of an owner that reads (a re-entry, with the owner's fence).
+        let owner = self.owner(token.client);
+        let reading = role == Role::Reader
+            && server.holder(now).is_none()
+            && server
+                .live_entries(now)
+                .any(|t| self.owner(t.client) == owner);
+        let was_held = self.held_by(server, token, role, now)
+            || reading
+            || (server.reentrant_at(now)).is_some_and(|r| Role::Owner(r.owner) == role);
+        let line: Vec<Token> = server.live_waiters(now).collect();
+        // How many waiters are ahead of it (all of them, for a newcomer).
+        let ahead = line.iter().position(|&t| t == token).unwrap_or(line.len());
+        let held = server.live_entries(now).count();
+        let grant = self.acquire(&mut state.server, token, role, now);
         if let Grant::Granted(fence) = grant {
             if !was_held {
-                if let Kind::Fair { .. } = self.kind {
-                    // Granted by an attempt: the first in line, or anyone when nobody waits.
-                    state.line_jumped |= first.is_some_and(|first| first != token);
-                }
+                // Granted by an attempt: to no more waiters than there are permits free,
+                // the first in line first; a reader only when no writer waits.
+                state.line_jumped |= match (self.kind, role) {
+                    (Kind::Fair { .. }, _) => ahead > 0,
+                    (Kind::Semaphore { permits, .. }, _) => ahead + held >= permits,
+                    (Kind::RwLock { .. }, Role::Reader) => !line.is_empty(),
+                    (Kind::RwLock { .. }, _) => ahead > 0,
+                    _ => false,
+                };
                 granted(state, token, fence);
+            } else if reading && !line.is_empty() {
+                state.reentered = true;
             }
         }
         grant
@@ -336,6 +488,16 @@ impl LockModel {
     fn fence_cap(&self) -> u64 {
         let holds = self.roles.len() as u64 * u64::from(self.max_holds);
         holds * (1 + u64::from(self.max_time) / 2) + 2
+    }
+
+    /// Whether writers may downgrade: the rwlock with its writer queue.
+    fn downgrades(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::RwLock {
+                waiter_lease: Some(_)
+            }
+        )
     }
 
     fn lazy_fence(&self) -> bool {
@@ -400,7 +562,9 @@ fn believed(model: &LockModel, state: &State) -> Vec<(usize, Role)> {
         .iter()
         .enumerate()
         .filter_map(|(c, client)| match client {
-            Client::Holding { until, .. } if *until > state.now => Some((c, model.role(c))),
+            Client::Holding { until, .. } if *until > state.now => {
+                Some((c, model.role_now(state, c)))
+            }
             _ => None,
         })
         .collect()
@@ -428,6 +592,10 @@ impl Model for LockModel {
             hand_off_missed: false,
             handed: false,
             took_others: false,
+            downgraded: vec![false; self.roles.len()],
+            downgrades: false,
+            downgrade_broken: false,
+            reentered: false,
         }]
     }
 
@@ -468,6 +636,12 @@ impl Model for LockModel {
                         actions.push(Action::Fence(c));
                         actions.push(Action::FenceLost(c));
                     }
+                    // A writer of the rwlock with its queue may downgrade (the guard's
+                    // `downgrade`, valid or not: the script checks). Its read hold's token
+                    // is not counted against `max_holds`.
+                    if self.downgrades() && self.role_now(state, c) == Role::Exclusive {
+                        actions.push(Action::Downgrade(c));
+                    }
                 }
                 _ => {}
             }
@@ -505,7 +679,7 @@ impl Model for LockModel {
                         until: now + self.ttl,
                         fence,
                     };
-                } else if let Kind::Fair { .. } = self.kind {
+                } else if self.joins(c) {
                     // Busy, and in line (the attempt took a place).
                     state.attempts[c] += 1;
                     state.clients[c] = Client::Queued { token, since: now };
@@ -550,6 +724,7 @@ impl Model for LockModel {
                     return None;
                 };
                 let was_held = self.held_by(&state.server, token, self.role(c), now);
+
                 state.clients[c] = match self.run_acquire(&mut state, c, token) {
                     Grant::Granted(fence) => {
                         state.resent |= was_held;
@@ -559,10 +734,8 @@ impl Model for LockModel {
                             fence,
                         }
                     }
-                    Grant::Busy => match self.kind {
-                        Kind::Fair { .. } => Client::Queued { token, since: now },
-                        _ => Client::Idle,
-                    },
+                    Grant::Busy if self.joins(c) => Client::Queued { token, since: now },
+                    Grant::Busy => Client::Idle,
                 };
             }
             Action::GiveUp(c) => {
@@ -577,16 +750,17 @@ impl Model for LockModel {
                 let Client::Holding { token, .. } = state.clients[c] else {
                     return None;
                 };
+                let role = self.role_now(&state, c);
                 let released = self.release(&mut state, c, token);
-                state.release_kept |=
-                    released && self.held_by(&state.server, token, self.role(c), now);
+                state.release_kept |= released && self.held_by(&state.server, token, role, now);
                 state.clients[c] = Client::Idle;
             }
             Action::Renew(c) | Action::RenewLost(c) => {
                 let Client::Holding { token, fence, .. } = state.clients[c] else {
                     return None;
                 };
-                let renewed = self.renew(&mut state.server, token, self.role(c), now);
+                let role = self.role_now(&state, c);
+                let renewed = self.renew(&mut state.server, token, role, now);
                 if let Action::Renew(_) = action {
                     state.clients[c] = if renewed {
                         Client::Holding {
@@ -638,6 +812,47 @@ impl Model for LockModel {
             Action::Crash(c) => {
                 state.clients[c] = Client::Crashed;
             }
+            Action::Downgrade(c) => {
+                let Client::Holding {
+                    token,
+                    fence: Some(fence),
+                    ..
+                } = state.clients[c]
+                else {
+                    return None;
+                };
+                // The read hold's own token (the claim's).
+                let hold = Token {
+                    client: c as u8,
+                    attempt: state.attempts[c],
+                };
+                state.attempts[c] += 1;
+                let m = &self.mutants;
+                let answer = state.server.downgrade(token, hold, now, self.ttl, fence, m);
+                state.clients[c] = match answer {
+                    Some(read_fence) => {
+                        state.downgrades = true;
+                        state.downgraded[c] = true;
+                        // The write lock is gone, and a live read hold of the new token
+                        // keeps the write grant's fence (not a new grant).
+                        let kept = state.server.entries.get(&hold).copied();
+                        state.downgrade_broken |= read_fence != fence
+                            || state.server.holder(now).is_some()
+                            || kept != Some((now + self.ttl, fence));
+                        Client::Holding {
+                            token: hold,
+                            until: now + self.ttl,
+                            fence: Some(read_fence),
+                        }
+                    }
+                    None => {
+                        // Lost: the claim gives back its read hold (none was made), and the
+                        // dropped write guard releases the write lock if still ours.
+                        self.release(&mut state, c, token);
+                        Client::Idle
+                    }
+                };
+            }
         }
         state.server.expire(state.now);
         // A grant whose holder can no longer hear its fence needs no watching.
@@ -665,6 +880,10 @@ impl Model for LockModel {
             if !matches!(client, Client::Queued { .. }) {
                 state.told[c] = None;
             }
+            // A downgraded hold is a read hold until it is let go.
+            if !matches!(client, Client::Holding { .. }) {
+                state.downgraded[c] = false;
+            }
         }
         Some(state)
     }
@@ -676,7 +895,7 @@ impl Model for LockModel {
                 let count = |role| holds.iter().filter(|(_, r)| *r == role).count();
                 let (exclusive, readers) = (count(Role::Exclusive), count(Role::Reader));
                 let permits = match model.kind {
-                    Kind::Semaphore { permits } => permits,
+                    Kind::Semaphore { permits, .. } => permits,
                     _ => 0,
                 };
                 // The reentrant mutex: one owner at a time (its holds are nested).
@@ -733,25 +952,29 @@ impl Model for LockModel {
                 },
             ),
         ];
-        if let Kind::Fair { .. } = self.kind {
+        if self.kind.waiter_lease().is_some() {
             properties.extend([
                 Property::always(
                     "a free lock is granted to the first in line",
                     |model: &LockModel, state: &State| {
-                        // Its next attempt, or anyone's when nobody waits: a lock that
-                        // expired or was released blocks nobody, and a waiter that crashed
-                        // or stopped refreshing its place blocks the line only until its
-                        // waiter lease ends.
-                        if state.server.holder(state.now).is_some() {
+                        // Its next attempt, or anyone's when nobody waits: a lock (a permit)
+                        // that expired or was released blocks nobody, and a waiter that
+                        // crashed or stopped refreshing its place blocks the line only
+                        // until its waiter lease ends.
+                        if !model.free(&state.server, state.now) {
                             return true;
                         }
-                        let first = state.server.live_waiters(state.now).next();
-                        let mut server = state.server.clone();
-                        let token = first.unwrap_or(STRANGER);
-                        matches!(
-                            model.acquire(&mut server, token, Role::Exclusive, state.now),
-                            Grant::Granted(_)
-                        )
+                        let attempt = |token, role| {
+                            let mut server = state.server.clone();
+                            matches!(
+                                model.acquire(&mut server, token, role, state.now),
+                                Grant::Granted(_)
+                            )
+                        };
+                        match state.server.live_waiters(state.now).next() {
+                            Some(first) => attempt(first, model.waiter_role()),
+                            None => model.roles.iter().all(|&role| attempt(STRANGER, role)),
+                        }
                     },
                 ),
                 Property::always(
@@ -765,6 +988,19 @@ impl Model for LockModel {
                     state.handed
                 }),
             ]);
+            if self.downgrades() {
+                properties.extend([
+                    Property::always(
+                        "a downgrade keeps its hold and fence",
+                        |_, state: &State| !state.downgrade_broken,
+                    ),
+                    Property::sometimes("a writer downgrades", |_, state: &State| state.downgrades),
+                    Property::sometimes(
+                        "an owner re-enters its read hold while a writer waits",
+                        |_, state: &State| state.reentered,
+                    ),
+                ]);
+            }
         } else {
             properties.push(Property::always(
                 "a free lock is granted to the next attempt",

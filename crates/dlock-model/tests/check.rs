@@ -364,3 +364,35 @@ fn a_reused_fence_makes_the_election_terms_stall() {
         "{failed:?}"
     );
 }
+
+/// The queue's bugs are caught by the semaphore's and the writers' queued models on their
+/// own, not only by the fair mutex's: a release (or a grant) past the first in line breaks
+/// "grants follow the line" in each, and a downgrade that does not check its writer breaks
+/// mutual exclusion in the rwlock's.
+#[test]
+fn the_queued_semaphore_and_rwlock_models_catch_their_bugs() {
+    let cases = [
+        (Mutant::QueueSkipsHead, "semaphore of 2, waiting in line"),
+        (Mutant::QueueSkipsHead, "semaphore of 1, waiting in line"),
+        (Mutant::QueueSkipsHead, "rwlock, writers in line"),
+        (
+            Mutant::DowngradeWithoutOwnerCheck,
+            "rwlock, writers in line",
+        ),
+    ];
+    for (mutant, name) in cases {
+        let model = models(BOUNDS, &[mutant])
+            .into_iter()
+            .find(|m| m.name.starts_with(name))
+            .expect("the model");
+        let failed = failures_of(model.name, model, true);
+        assert!(
+            failed
+                .iter()
+                .any(|(p, e)| *e == Expectation::Always && p.ends_with(mutant.breaks())),
+            "{} did not break \"{}\" in {name}: {failed:?}",
+            mutant.name(),
+            mutant.breaks()
+        );
+    }
+}

@@ -37,10 +37,16 @@ use library::LibraryScript;
 /// to report; this only calls the scripts.
 fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
     let _ = run(seed, &scripts(), conn, &[]);
-    let _ = run_semaphore(seed, &semaphore_scripts(), conn, &[]);
+    let _ = run_semaphore(
+        seed,
+        &semaphore_scripts(),
+        conn,
+        &[],
+        &mut SemaphoreReached::default(),
+    );
     let _ = run_fair(seed, &fair_scripts(), conn, &[]);
     let _ = run_reentrant(seed, &reentrant_scripts(), conn, &[]);
-    let _ = run_rw(seed, &rw_scripts(), conn, &[]);
+    let _ = run_rw(seed, &rw_scripts(), conn, &[], &mut RwReached::default());
     let raise = LibraryScript::named("redlock fence raise");
     let mut reached = RedlockReached::default();
     let _ = run_redlock_master(seed, &scripts(), &raise, conn, None, &mut reached);
@@ -395,6 +401,8 @@ fn a_model_with_a_bug_is_told_apart_from_the_scripts() {
 const PERMITS: &str = "s";
 const PERMITS_INDEX: &str = "s:index";
 const PERMITS_FENCE: &str = "s:fence";
+const PERMITS_QUEUE: &str = "s:queue";
+const PERMITS_LEASES: &str = "s:queue-leases";
 
 /// A tick on the server for a hash of leased entries (the semaphore's permits, the
 /// rwlock's read holds; a writer's string is left as it is): every entry's end, its index
@@ -431,8 +439,10 @@ end
 struct SemaphoreScripts {
     acquire: LibraryScript,
     release: LibraryScript,
+    cancel: LibraryScript,
     renew: LibraryScript,
     shift: redis::Script,
+    shift_queue: redis::Script,
 }
 
 /// The entries of the hash at `key` (entries.lua's `h:<token>` = `<end>|...`), by the
@@ -457,18 +467,70 @@ fn entries_at(conn: &mut redis::Connection, key: &str) -> (Vec<String>, usize) {
     (live, ended)
 }
 
+/// A semaphore waiter's token as the library writes it (`QueueKeys::waiter_token`): what a
+/// direct grant gives it, its ttl in ms and its N, follows its token.
+fn permit_text(token: Token) -> String {
+    format!("{}~{}~2", token_text(token), u64::from(TTL) * TICK_MS)
+}
+
+/// queue/cancel.lua (a waiter leaves the `line`: its queue, leases and wake prefix) beside
+/// the model's `queue_cancel`. Their answers (whether it was in line) are compared for a
+/// waiter whose waiter lease had not ended: a lapsed one the script finds until another
+/// script purges it, while the model forgets a line all of whose leases ended (`expire`);
+/// what is left in line is compared after the step either way.
+fn leave_line(
+    conn: &mut redis::Connection,
+    cancel: &LibraryScript,
+    (queue, leases, prefix): (&str, &str, &str),
+    text: &str,
+    model: &mut Server,
+    token: Token,
+    now: u8,
+) -> Result<(), String> {
+    let was_live = line_at(conn, queue, leases).iter().any(|w| w == text);
+    let modelled_live = model.live_waiters(now).any(|t| t == token);
+    let expected = model.queue_cancel(token);
+    let left: i64 = cancel
+        .key(queue)
+        .key(leases)
+        .arg(text)
+        .arg(prefix)
+        .invoke(conn)
+        .unwrap();
+    same(was_live, modelled_live, "in line before it left")?;
+    if modelled_live {
+        same(left == 1, expected, "left the line")?;
+    }
+    Ok(())
+}
+
+/// What the semaphore's runs reached.
+#[derive(Default)]
+struct SemaphoreReached {
+    /// Releases that handed a permit to the first in line.
+    hand_offs: usize,
+    /// A waiter's next attempt (its token in line) granted.
+    from_line: usize,
+}
+
+/// One random run of the semaphore of 2: three clients acquire (a wait, which takes a
+/// place in line, or a single attempt that does not), try again with their token, resend
+/// the last attempt, release (a hand-off of the freed permit to the first in line), leave
+/// the line, renew; the clock ticks. The live permits, the counter and the live waiters in
+/// line (in order) are compared after every step.
 fn run_semaphore(
     seed: u64,
     scripts: &SemaphoreScripts,
     conn: &mut redis::Connection,
     mutants: &[Mutant],
+    reached: &mut SemaphoreReached,
 ) -> Result<(), String> {
     let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model = Server::default();
     let mut now: u8 = 0;
     let mut attempts = [0u8; 3];
-    let mut last: Option<Token> = None;
+    let mut last: Option<(Token, bool)> = None;
     let mut fences = Fences::default();
     let lease_ms = u64::from(TTL) * TICK_MS;
     for step in 0..40 {
@@ -477,43 +539,49 @@ fn run_semaphore(
             client,
             attempt: attempts[client as usize].saturating_sub(1),
         };
-        let choice = rng.random_range(0..10);
+        let choice = rng.random_range(0..12);
         let context = format!("seed {seed}, step {step}: choice {choice}, client {client}");
         match choice {
-            0..=3 => {
-                let token = if choice == 3 {
-                    // A resend of the last attempt, as after a lost reply.
-                    match last {
-                        Some(token) => token,
-                        None => continue,
+            // A new wait's first attempt, a single attempt, a resend of the last attempt
+            // (as after a lost reply), or a waiter's next attempt with its token.
+            0..=5 => {
+                let (token, join) = match choice {
+                    0..=2 => {
+                        let token = Token {
+                            client,
+                            attempt: attempts[client as usize],
+                        };
+                        attempts[client as usize] += 1;
+                        (token, choice != 2)
                     }
-                } else {
-                    let token = Token {
-                        client,
-                        attempt: attempts[client as usize],
-                    };
-                    attempts[client as usize] += 1;
-                    token
+                    3 => match last {
+                        Some(last) => last,
+                        None => continue,
+                    },
+                    _ => (latest, true),
                 };
-                last = Some(token);
-                let expected = model.permit_acquire(token, now, TTL, 2, mutants);
+                last = Some((token, join));
+                let in_line = model.live_waiters(now).any(|t| t == token);
+                let expected =
+                    model.permit_acquire(token, now, TTL, 2, WAITER_LEASE, join, mutants);
                 let reply: Vec<i64> = scripts
                     .acquire
                     .key(PERMITS)
                     .key(PERMITS_FENCE)
-                    .key("s:queue")
-                    .key("s:queue-leases")
+                    .key(PERMITS_QUEUE)
+                    .key(PERMITS_LEASES)
                     .key(PERMITS_INDEX)
-                    .arg(token_text(token))
+                    .arg(permit_text(token))
                     .arg(lease_ms)
                     .arg(2)
-                    .arg(lease_ms)
+                    .arg(u64::from(WAITER_LEASE) * TICK_MS)
                     .arg("s:wake:")
-                    .arg("0")
+                    .arg(if join { "1" } else { "0" })
                     .invoke(conn)
                     .unwrap();
                 match (reply.as_slice(), expected) {
                     ([1, fence], Grant::Granted(Some(modelled))) => {
+                        reached.from_line += usize::from(in_line);
                         fences.check(*fence as u64, modelled, &context)?
                     }
                     ([0, ..], Grant::Busy) => {}
@@ -522,30 +590,42 @@ fn run_semaphore(
                     }
                 }
             }
-            4 | 5 => {
-                let expected = model.entry_release(latest, now, mutants);
+            6 | 7 => {
+                let (expected, handed) = model.permit_release(latest, now, TTL, 2, mutants);
                 let released: i64 = scripts
                     .release
                     .key(PERMITS)
-                    .key("s:queue")
-                    .key("s:queue-leases")
+                    .key(PERMITS_QUEUE)
+                    .key(PERMITS_LEASES)
                     .key(PERMITS_INDEX)
                     .key(PERMITS_FENCE)
-                    .arg(token_text(latest))
+                    .arg(permit_text(latest))
                     .arg("s:wake:")
                     .arg(2)
                     .invoke(conn)
                     .unwrap();
                 same(released == 1, expected, &context)?;
+                if let Some((_, fence)) = handed {
+                    reached.hand_offs += 1;
+                    // The hand-off's fence is the counter now (compared in order).
+                    let counter: u64 = redis::cmd("GET").arg(PERMITS_FENCE).query(conn).unwrap();
+                    fences.check(counter, fence, &format!("{context}: hand-off fence"))?;
+                }
             }
-            6 => {
+            8 => {
+                let line = (PERMITS_QUEUE, PERMITS_LEASES, "s:wake:");
+                let text = permit_text(latest);
+                leave_line(conn, &scripts.cancel, line, &text, &mut model, latest, now)
+                    .map_err(|e| format!("{context}: {e}"))?;
+            }
+            9 => {
                 let expected = model.renew_entry(latest, now, TTL);
                 let renewed: Vec<i64> = scripts
                     .renew
                     .key(PERMITS)
                     .key(PERMITS_INDEX)
                     .arg("e")
-                    .arg(token_text(latest))
+                    .arg(permit_text(latest))
                     .arg(lease_ms)
                     .invoke(conn)
                     .unwrap();
@@ -561,14 +641,28 @@ fn run_semaphore(
                     .arg(TICK_MS)
                     .invoke(conn)
                     .unwrap();
+                let _: () = scripts
+                    .shift_queue
+                    .key(PERMITS_QUEUE)
+                    .key(PERMITS_LEASES)
+                    .arg(TICK_MS)
+                    .arg(SLACK_MS)
+                    .invoke(conn)
+                    .unwrap();
             }
         }
-        let mut modelled: Vec<String> = model.live_entries(now).map(token_text).collect();
+        let mut modelled: Vec<String> = model.live_entries(now).map(permit_text).collect();
         modelled.sort();
         same(
             entries_at(conn, PERMITS).0,
             modelled,
             &format!("{context}: live permits"),
+        )?;
+        fences.check_counter(conn, PERMITS_FENCE, model.counter, &context)?;
+        same(
+            line_at(conn, PERMITS_QUEUE, PERMITS_LEASES),
+            model.live_waiters(now).map(permit_text).collect::<Vec<_>>(),
+            &format!("{context}: the line"),
         )?;
     }
     Ok(())
@@ -578,8 +672,10 @@ fn semaphore_scripts() -> SemaphoreScripts {
     SemaphoreScripts {
         acquire: LibraryScript::named("semaphore acquire"),
         release: LibraryScript::named("semaphore release"),
+        cancel: LibraryScript::named("queue leave"),
         renew: renew_script(),
         shift: redis::Script::new(SHIFT_ENTRIES),
+        shift_queue: redis::Script::new(SHIFT_QUEUE),
     }
 }
 
@@ -588,19 +684,36 @@ fn the_semaphore_scripts_do_what_the_model_says() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let scripts = semaphore_scripts();
+    let mut reached = SemaphoreReached::default();
     for seed in 0..200 {
-        if let Err(divergence) = run_semaphore(seed, &scripts, &mut conn, &[]) {
+        if let Err(divergence) = run_semaphore(seed, &scripts, &mut conn, &[], &mut reached) {
             panic!("{divergence}");
         }
     }
+    // The runs reach what they are for: releases that hand a permit on, and waiters
+    // granted by their next attempt.
+    let SemaphoreReached {
+        hand_offs,
+        from_line,
+    } = reached;
+    // (122 hand-offs and 44 grants from the line in these runs.)
+    assert!(hand_offs >= 100, "only {hand_offs} hand-offs in 200 runs");
+    assert!(
+        from_line >= 30,
+        "only {from_line} grants from the line in 200 runs"
+    );
     // The negative control: bugs in the model's semaphore are told apart.
     for mutant in [
         Mutant::PermitCountOffByOne,
         Mutant::PurgeForgetsLiveReader,
         Mutant::ResendKeepsOldLease,
+        Mutant::QueueSkipsHead,
+        Mutant::QueueKeepsLapsedWaiters,
     ] {
-        let caught =
-            (0..200).find_map(|seed| run_semaphore(seed, &scripts, &mut conn, &[mutant]).err());
+        let caught = (0..200).find_map(|seed| {
+            let reached = &mut SemaphoreReached::default();
+            run_semaphore(seed, &scripts, &mut conn, &[mutant], reached).err()
+        });
         assert!(caught.is_some(), "{mutant:?} went unnoticed in 200 runs");
     }
 }
@@ -661,10 +774,16 @@ fn waiter_text(token: Token) -> String {
 /// The waiters in line whose waiter lease has not ended (by the server's clock), in
 /// arrival order.
 fn live_waiters(conn: &mut redis::Connection) -> Vec<String> {
+    line_at(conn, FAIR_QUEUE, FAIR_LEASES)
+}
+
+/// The waiters in the line at `queue` whose waiter lease (at `leases`) has not ended, by
+/// the server's clock, in arrival order.
+fn line_at(conn: &mut redis::Connection, queue: &str, leases: &str) -> Vec<String> {
     let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
     let now_ms = seconds * 1000 + micros / 1000;
     let line: Vec<String> = redis::cmd("ZRANGE")
-        .arg(FAIR_QUEUE)
+        .arg(queue)
         .arg(0)
         .arg(-1)
         .query(conn)
@@ -672,7 +791,7 @@ fn live_waiters(conn: &mut redis::Connection) -> Vec<String> {
     line.into_iter()
         .filter(|waiter| {
             let end: Option<f64> = redis::cmd("ZSCORE")
-                .arg(FAIR_LEASES)
+                .arg(leases)
                 .arg(waiter)
                 .query(conn)
                 .unwrap();
@@ -1035,14 +1154,20 @@ const RW_FENCE: &str = "w:fence";
 const RW_QUEUE: &str = "w:queue";
 const RW_LEASES: &str = "w:queue-leases";
 const RW_INDEX: &str = "w:read-expiry";
+/// The owner of each client's read holds (and of a downgrade's): clients 0 and 2 read for
+/// one owner, so one re-enters the other's read hold.
+const RW_OWNERS: [u8; 3] = [0, 1, 0];
 
 struct RwScripts {
     read_acquire: LibraryScript,
     read_release: LibraryScript,
     write_acquire: LibraryScript,
     write_release: LibraryScript,
+    downgrade: LibraryScript,
+    cancel: LibraryScript,
     renew: LibraryScript,
     shift: redis::Script,
+    shift_queue: redis::Script,
 }
 
 fn rw_scripts() -> RwScripts {
@@ -1051,8 +1176,11 @@ fn rw_scripts() -> RwScripts {
         read_release: LibraryScript::named("read lock release"),
         write_acquire: LibraryScript::named("write lock acquire"),
         write_release: LibraryScript::named("write lock release"),
+        downgrade: LibraryScript::named("downgrade"),
+        cancel: LibraryScript::named("queue leave"),
         renew: renew_script(),
         shift: redis::Script::new(SHIFT_ENTRIES),
+        shift_queue: redis::Script::new(SHIFT_QUEUE),
     }
 }
 
@@ -1073,78 +1201,137 @@ fn rw_holds(conn: &mut redis::Connection) -> (Vec<String>, usize, Option<String>
     }
 }
 
-/// One random run of the read-write lock without its writer queue (writers make single
-/// attempts, which leave no trace in it): three clients take read holds (each hold its own
-/// owner, so none re-enters) or the write lock, resend, release, renew; the clock ticks.
-/// Returns how many write attempts found ended read holds in the key, which the script
-/// purges before it decides (a write is never granted over ended holds alone here: the
-/// hash expires with its latest lease, so only live ones keep it, and they make it busy).
+/// What the rwlock's runs reached.
+#[derive(Default)]
+struct RwReached {
+    /// Write attempts that found ended read holds in the key, which the script purges
+    /// before it decides (a write is never granted over ended holds alone here: the hash
+    /// expires with its latest lease, so only live ones keep it, and they make it busy).
+    purged_for_write: usize,
+    /// Releases (a writer's, the last reader's) that handed the write lock to the first
+    /// writer in line.
+    hand_offs: usize,
+    /// A waiting writer's next attempt (its token in line) granted.
+    from_line: usize,
+    /// Read holds granted to an owner that read already (a new hold token, not a resend).
+    reentries: usize,
+    /// ... of which while a writer waited in line.
+    reentries_past_writer: usize,
+    /// Downgrades granted (a write lock turned into a read hold).
+    downgrades: usize,
+    /// Downgrades refused: the write lock was not the client's.
+    downgrades_refused: usize,
+}
+
+/// A client's latest hold in a run of the rwlock.
+#[derive(Clone, Copy, Default)]
+struct RwLatest {
+    /// Its token is a write's (else a read hold's).
+    write: bool,
+    /// A write that waits (takes a place in line when busy).
+    join: bool,
+    /// The fence of its write grant, the server's and the model's.
+    fence: Option<(u64, u64)>,
+    /// A read hold made by a downgrade: the writer's token (a resend sends it again).
+    downgraded_from: Option<Token>,
+}
+
+/// One random run of the read-write lock with its writer queue: three clients take read
+/// holds (two of them for one owner, who re-enters) or the write lock (a wait, which takes
+/// a place in line, or a single attempt that does not), try again with their token, resend,
+/// release (the write lock handed to the first writer in line), leave the line, downgrade
+/// a write lock to a read hold (and resend that), renew; the clock ticks. The read holds,
+/// the writer, the counter and the live writers in line (in order) are compared after
+/// every step.
 fn run_rw(
     seed: u64,
     scripts: &RwScripts,
     conn: &mut redis::Connection,
     mutants: &[Mutant],
-) -> Result<usize, String> {
+    reached: &mut RwReached,
+) -> Result<(), String> {
     let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model = Server::default();
     let mut now: u8 = 0;
     let mut attempts = [0u8; 3];
-    // Whether each client's latest token is a write.
-    let mut writes = [false; 3];
+    let mut latests = [RwLatest::default(); 3];
     let mut fences = Fences::default();
     let lease_ms = u64::from(TTL) * TICK_MS;
-    let mut purged_for_write = 0;
+    let owner_of = |t: Token| RW_OWNERS[usize::from(t.client)];
     for step in 0..40 {
         let client = rng.random_range(0..3u8);
         let c = client as usize;
+        let owner = RW_OWNERS[c];
+        let owner_text = format!("o{owner}");
         let latest = Token {
             client,
             attempt: attempts[c].saturating_sub(1),
         };
-        let choice = rng.random_range(0..9);
+        let choice = rng.random_range(0..14);
         let context = format!("seed {seed}, step {step}: choice {choice}, client {client}");
         match choice {
-            // A new read hold or write attempt, or a resend of the latest.
-            0..=3 => {
-                let (token, write) = if choice <= 2 {
+            // A new read hold, a new write (a wait or a single attempt), or the latest
+            // again (a resend, or a waiting writer's next attempt).
+            0..=5 => {
+                let (token, this) = if choice <= 2 {
                     attempts[c] += 1;
-                    writes[c] = choice == 2;
-                    (latest_after(client, &attempts), choice == 2)
-                } else if attempts[c] == 0 {
+                    let this = RwLatest {
+                        write: choice >= 1,
+                        join: choice == 1,
+                        ..RwLatest::default()
+                    };
+                    (latest_after(client, &attempts), this)
+                } else if attempts[c] == 0 || latests[c].downgraded_from.is_some() {
                     continue;
                 } else {
-                    (latest, writes[c])
+                    (latest, latests[c])
                 };
-                let text = token_text(token);
+                latests[c] = this;
                 // Ended read holds the write finds in the key, which its script must
                 // purge before it decides.
-                let finds_ended = write && rw_holds(conn).1 > 0;
-                let (expected, reply): (Grant, Vec<i64>) = if write {
-                    let expected = model.write_acquire(token, now, TTL, mutants);
+                let finds_ended = this.write && rw_holds(conn).1 > 0;
+                let in_line = model.live_waiters(now).any(|t| t == token);
+                let waiting = model.live_waiters(now).next().is_some();
+                let reading = !this.write
+                    && model.holder(now).is_none()
+                    && model
+                        .live_entries(now)
+                        .any(|t| t != token && owner_of(t) == owner)
+                    && !model.live_entries(now).any(|t| t == token);
+                let (expected, reply): (Grant, Vec<i64>) = if this.write {
+                    let expected =
+                        model.write_acquire(token, now, TTL, WAITER_LEASE, this.join, mutants);
                     let reply = with_keys(&scripts.write_acquire)
-                        .arg(&text)
+                        .arg(waiter_text(token))
                         .arg(lease_ms)
-                        .arg(lease_ms)
+                        .arg(u64::from(WAITER_LEASE) * TICK_MS)
                         .arg("w:wake:")
-                        .arg("0")
+                        .arg(if this.join { "1" } else { "0" })
                         .invoke(conn)
                         .unwrap();
                     (expected, reply)
                 } else {
-                    let expected = model.read_acquire(token, now, TTL, mutants);
+                    let expected = model.read_acquire(owner, owner_of, token, now, TTL, mutants);
                     let reply = with_keys(&scripts.read_acquire)
-                        .arg(&text)
+                        .arg(&owner_text)
                         .arg(lease_ms)
-                        .arg(&text)
+                        .arg(token_text(token))
                         .invoke(conn)
                         .unwrap();
                     (expected, reply)
                 };
-                purged_for_write += usize::from(finds_ended);
+                reached.purged_for_write += usize::from(finds_ended);
                 match (reply.as_slice(), expected) {
                     ([1, fence, ..], Grant::Granted(Some(modelled))) => {
-                        fences.check(*fence as u64, modelled, &context)?
+                        fences.check(*fence as u64, modelled, &context)?;
+                        if this.write {
+                            latests[c].fence = Some((*fence as u64, modelled));
+                            reached.from_line += usize::from(in_line);
+                        } else if reading {
+                            reached.reentries += 1;
+                            reached.reentries_past_writer += usize::from(waiting);
+                        }
                     }
                     ([0, ..], Grant::Busy) => {}
                     (other, _) => {
@@ -1152,35 +1339,100 @@ fn run_rw(
                     }
                 }
             }
-            4 | 5 => {
-                let (expected, released): (bool, i64) = if writes[c] {
-                    let expected = model.mutex_release(latest, now, mutants);
-                    let released = with_keys(&scripts.write_release)
-                        .arg(token_text(latest))
+            6..=8 => {
+                let (_, handed) = if latests[c].write {
+                    let expected = model.write_release(latest, now, TTL, mutants);
+                    let released: i64 = with_keys(&scripts.write_release)
+                        .arg(waiter_text(latest))
                         .arg("w:wake:")
                         .arg("w:released")
                         .invoke(conn)
                         .unwrap();
-                    (expected, released)
+                    same(released == 1, expected.0, &context)?;
+                    expected
                 } else {
-                    let expected = model.entry_release(latest, now, mutants);
-                    let released = with_keys(&scripts.read_release)
+                    let expected = model.read_release(latest, now, TTL, mutants);
+                    let released: i64 = with_keys(&scripts.read_release)
                         .arg(token_text(latest))
                         .arg("w:wake:")
                         .invoke(conn)
                         .unwrap();
-                    (expected, released)
+                    same(released == 1, expected.0, &context)?;
+                    expected
                 };
-                same(released == 1, expected, &context)?;
+                if let Some((writer, fence)) = handed {
+                    reached.hand_offs += 1;
+                    // The hand-off's fence is the counter now (compared in order).
+                    let counter: u64 = redis::cmd("GET").arg(RW_FENCE).query(conn).unwrap();
+                    fences.check(counter, fence, &format!("{context}: hand-off fence"))?;
+                    // The writer handed the lock is told its fence (its downgrade sends it).
+                    let w = usize::from(writer.client);
+                    if latests[w].write && latest_after(writer.client, &attempts) == writer {
+                        latests[w].fence = Some((counter, fence));
+                    }
+                }
             }
-            6 => {
-                let (expected, renewed): (bool, Vec<i64>) = if writes[c] {
+            9 => {
+                if !latests[c].write {
+                    continue;
+                }
+                let line = (RW_QUEUE, RW_LEASES, "w:wake:");
+                let text = waiter_text(latest);
+                leave_line(conn, &scripts.cancel, line, &text, &mut model, latest, now)
+                    .map_err(|e| format!("{context}: {e}"))?;
+            }
+            // A downgrade of the latest write (held or not: the script checks), or the
+            // resend of a downgrade made.
+            10 => {
+                let this = latests[c];
+                let (writer, hold) = match this.downgraded_from {
+                    Some(writer) => (writer, latest),
+                    None if this.write && attempts[c] > 0 => {
+                        attempts[c] += 1;
+                        (latest, latest_after(client, &attempts))
+                    }
+                    None => continue,
+                };
+                // A writer never granted sends what the guard would not have: no fence.
+                let (server_fence, model_fence) = this.fence.unwrap_or((0, 0));
+                let expected = model.downgrade(writer, hold, now, TTL, model_fence, mutants);
+                let reply: Vec<i64> = with_keys(&scripts.downgrade)
+                    .arg(waiter_text(writer))
+                    .arg(&owner_text)
+                    .arg(lease_ms)
+                    .arg(token_text(hold))
+                    .arg(server_fence)
+                    .arg("w:released")
+                    .invoke(conn)
+                    .unwrap();
+                match (reply.as_slice(), expected) {
+                    ([1, fence, _], Some(modelled)) => {
+                        fences.check(*fence as u64, modelled, &context)?;
+                        reached.downgrades += 1;
+                        latests[c] = RwLatest {
+                            downgraded_from: Some(writer),
+                            ..this
+                        };
+                    }
+                    ([0, -1], None) => {
+                        reached.downgrades_refused += 1;
+                        if this.downgraded_from.is_none() {
+                            attempts[c] -= 1; // no read hold was made: the write is latest
+                        }
+                    }
+                    (other, _) => {
+                        return Err(format!("{context}: {other:?}, the model says {expected:?}"))
+                    }
+                }
+            }
+            11 => {
+                let (expected, renewed): (bool, Vec<i64>) = if latests[c].write {
                     let expected = model.renew_string(latest, now, TTL);
                     let renewed = scripts
                         .renew
                         .key(RW)
                         .arg("s")
-                        .arg(token_text(latest))
+                        .arg(waiter_text(latest))
                         .arg(lease_ms)
                         .invoke(conn)
                         .unwrap();
@@ -1212,6 +1464,14 @@ fn run_rw(
                     .arg(TICK_MS)
                     .invoke(conn)
                     .unwrap();
+                let _: () = scripts
+                    .shift_queue
+                    .key(RW_QUEUE)
+                    .key(RW_LEASES)
+                    .arg(TICK_MS)
+                    .arg(SLACK_MS)
+                    .invoke(conn)
+                    .unwrap();
             }
         }
         let (reads, _, writer) = rw_holds(conn);
@@ -1220,12 +1480,17 @@ fn run_rw(
         same(reads, modelled, &format!("{context}: read holds"))?;
         same(
             writer,
-            model.holder(now).map(token_text),
+            model.holder(now).map(waiter_text),
             &format!("{context}: writer"),
         )?;
         fences.check_counter(conn, RW_FENCE, model.counter, &context)?;
+        same(
+            line_at(conn, RW_QUEUE, RW_LEASES),
+            model.live_waiters(now).map(waiter_text).collect::<Vec<_>>(),
+            &format!("{context}: the line"),
+        )?;
     }
-    Ok(purged_for_write)
+    Ok(())
 }
 
 /// A read-write lock script with its keys.
@@ -1253,26 +1518,64 @@ fn the_rwlock_scripts_do_what_the_model_says() {
     let server = RedisServer::start();
     let mut conn = server.connection();
     let scripts = rw_scripts();
-    let mut purges = 0;
-    for seed in 0..200 {
-        match run_rw(seed, &scripts, &mut conn, &[]) {
-            Ok(count) => purges += count,
-            Err(divergence) => panic!("{divergence}"),
+    let mut reached = RwReached::default();
+    for seed in 0..400 {
+        if let Err(divergence) = run_rw(seed, &scripts, &mut conn, &[], &mut reached) {
+            panic!("{divergence}");
         }
     }
-    // The runs reach what they are for: write attempts that find ended read holds, which
-    // the script purges first (34 in these runs: a hold must end while another lives).
+    // The runs reach what they are for: writes that find ended read holds (which the
+    // script purges first), hand-offs to the first writer in line, writers granted by
+    // their next attempt, owners that re-enter their read hold (also past a waiting
+    // writer), downgrades made and refused.
+    let RwReached {
+        purged_for_write,
+        hand_offs,
+        from_line,
+        reentries,
+        reentries_past_writer,
+        downgrades,
+        downgrades_refused,
+    } = reached;
+    // (In these runs: 33 purges, 95 hand-offs, 34 grants from the line, 291 re-entries, 110
+    // of them past a waiting writer, 107 downgrades and 408 refused.)
     assert!(
-        purges >= 25,
-        "only {purges} writes found ended read holds in 200 runs"
+        purged_for_write >= 25,
+        "only {purged_for_write} writes found ended read holds"
+    );
+    assert!(hand_offs >= 75, "only {hand_offs} hand-offs in 400 runs");
+    assert!(
+        from_line >= 25,
+        "only {from_line} grants from the line in 400 runs"
+    );
+    assert!(
+        reentries >= 200,
+        "only {reentries} read re-entries in 400 runs"
+    );
+    assert!(
+        reentries_past_writer >= 75,
+        "only {reentries_past_writer} read re-entries past a waiting writer in 400 runs"
+    );
+    assert!(downgrades >= 75, "only {downgrades} downgrades in 400 runs");
+    assert!(
+        downgrades_refused >= 200,
+        "only {downgrades_refused} refused downgrades"
     );
     // The negative control: bugs in the model's rwlock are told apart.
     for mutant in [
         Mutant::PurgeForgetsLiveReader,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::ResendKeepsOldLease,
+        Mutant::QueueSkipsHead,
+        Mutant::QueueKeepsLapsedWaiters,
+        Mutant::ReleaseSkipsHandOff,
+        Mutant::HandOffReusesFence,
+        Mutant::DowngradeWithoutOwnerCheck,
     ] {
-        let caught = (0..200).find_map(|seed| run_rw(seed, &scripts, &mut conn, &[mutant]).err());
+        let caught = (0..200).find_map(|seed| {
+            let reached = &mut RwReached::default();
+            run_rw(seed, &scripts, &mut conn, &[mutant], reached).err()
+        });
         assert!(caught.is_some(), "{mutant:?} went unnoticed in 200 runs");
     }
 }
