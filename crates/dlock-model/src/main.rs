@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use dlock_model::mutant::Mutant;
-use dlock_model::{models, redlock_models, Bounds, Verdict};
+use dlock_model::{force_models, models, pair_models, redlock_models, Bounds, Verdict};
 use stateright::{Checker, HasDiscoveries, Model};
 
 /// Prints a line of output. A closed pipe (a reader that stopped: `| head`) ends the
@@ -124,6 +124,8 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         |name: &str| (only.as_deref()).is_none_or(|text| name.to_lowercase().contains(text));
     let names: Vec<&str> = (models(bounds, mutants).iter().map(|m| m.name))
         .chain(redlock_models(bounds, mutants).iter().map(|m| m.name))
+        .chain(force_models(bounds, mutants).iter().map(|m| m.name))
+        .chain(pair_models(bounds, mutants).iter().map(|m| m.name))
         .collect();
     if !names.iter().any(|name| chosen(name)) {
         eprintln!(
@@ -146,6 +148,18 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         }
     }
     for model in redlock_models(bounds, mutants) {
+        let acts = mutants.iter().any(|m| model.touched_by(*m));
+        if chosen(model.name) && run.model(model.name, model, acts).is_break() {
+            return ExitCode::FAILURE;
+        }
+    }
+    for model in force_models(bounds, mutants) {
+        let acts = mutants.iter().any(|m| model.touched_by(*m));
+        if chosen(model.name) && run.model(model.name, model, acts).is_break() {
+            return ExitCode::FAILURE;
+        }
+    }
+    for model in pair_models(bounds, mutants) {
         let acts = mutants.iter().any(|m| model.touched_by(*m));
         if chosen(model.name) && run.model(model.name, model, acts).is_break() {
             return ExitCode::FAILURE;

@@ -49,11 +49,17 @@ pub enum Mutant {
     SettleTakesSmallestFence,
     /// A Redlock master restarted empty answers at once, not after a lease.
     RestartNotDelayed,
+    /// An operator's forced release ignores the record of its request id: a resend whose
+    /// first send ran evicts again, a holder granted in between.
+    ForceEvictsTwice,
+    /// Companion keys by the scheme before issue 32: `K:suffix` for a tagged key `K`, so
+    /// `{acct}` and `acct` share `{acct}:fence`, their queue and the rest.
+    SharedCompanion,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -71,6 +77,8 @@ impl Mutant {
         Mutant::SettleTakesSmallestFence,
         Mutant::SkipRaiseAtClock,
         Mutant::RestartNotDelayed,
+        Mutant::ForceEvictsTwice,
+        Mutant::SharedCompanion,
     ];
 
     /// The name on the command line.
@@ -93,6 +101,8 @@ impl Mutant {
             Mutant::SettleTakesSmallestFence => "settle-takes-smallest-fence",
             Mutant::SkipRaiseAtClock => "skip-raise-at-clock",
             Mutant::RestartNotDelayed => "restart-not-delayed",
+            Mutant::ForceEvictsTwice => "force-evicts-twice",
+            Mutant::SharedCompanion => "shared-companion",
         }
     }
 
@@ -116,6 +126,8 @@ impl Mutant {
             Mutant::GrantIgnoresQueue => "grants follow the line",
             Mutant::ReentrantFreedAtFirstRelease => "a release gives back its hold alone",
             Mutant::ResendCountedTwice => "the last hold given back frees the lock",
+            Mutant::ForceEvictsTwice => "a forced release evicts exactly once under resend",
+            Mutant::SharedCompanion => "each lock's keys are its own",
         }
     }
 

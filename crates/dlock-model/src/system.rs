@@ -65,6 +65,8 @@ impl Kind {
             | Mutant::HandOffReusesFence
             | Mutant::QueueKeepsLapsedWaiters
             | Mutant::GrantIgnoresQueue => matches!(kind, Kind::Fair { .. }),
+            // The operator's and the look-alike names' models (force.rs, pair.rs).
+            Mutant::ForceEvictsTwice | Mutant::SharedCompanion => false,
         }
     }
 }

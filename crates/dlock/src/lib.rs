@@ -57,8 +57,8 @@
 
 mod any;
 mod backend;
-mod catalog;
 pub mod blocking;
+mod catalog;
 mod client;
 mod election;
 mod error;
@@ -89,7 +89,7 @@ mod wait;
 pub use any::{AnyGuard, AnyKind, AnyLock};
 pub use backend::MIN_REDIS_VERSION;
 #[doc(hidden)]
-pub use catalog::__library_scripts;
+pub use catalog::{__library_scripts, __lock_names};
 pub use client::{
     Client, ClientBuilder, RawConnection, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     MAX_HOLDER_LABEL, MAX_TIMEOUT,
@@ -117,9 +117,9 @@ pub use redlock::{
 };
 pub use reentrant::{Owner, ReentrantGuard, ReentrantMutex};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
-pub use semaphore::{Semaphore, SemaphorePermit};
 #[doc(hidden)]
 pub use script::LibraryScript;
+pub use semaphore::{Semaphore, SemaphorePermit};
 pub use session::{token_tag_and_random, LostHolds, Session};
 pub use signal::{LostHold, LostReason, LostSignal};
 

@@ -16,8 +16,10 @@ use crate::signal::{LostReason, LostSignal};
 
 pub(crate) static PROCLAIM: LazyLock<LuaScript> =
     lua_script!(bare "election proclaim", "mutex/bare.lua", "election/proclaim.lua");
-pub(crate) static RESIGN: LazyLock<LuaScript> = lua_script!(bare "election resign", "election/resign.lua");
-pub(crate) static LOOK: LazyLock<LuaScript> = lua_script!(bare "election leader", "election/leader.lua");
+pub(crate) static RESIGN: LazyLock<LuaScript> =
+    lua_script!(bare "election resign", "election/resign.lua");
+pub(crate) static LOOK: LazyLock<LuaScript> =
+    lua_script!(bare "election leader", "election/leader.lua");
 
 /// The suffix of an election's leader record and of its observers' channel.
 const LEADER: &str = "leader";

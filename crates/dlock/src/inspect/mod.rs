@@ -10,7 +10,8 @@ use crate::keys::LockKeys;
 use crate::queue::QueueKeys;
 use crate::script::{lua_script, LuaScript};
 
-pub(crate) static INSPECT: LazyLock<LuaScript> = lua_script!("inspect", "entries.lua", "inspect/inspect.lua");
+pub(crate) static INSPECT: LazyLock<LuaScript> =
+    lua_script!("inspect", "entries.lua", "inspect/inspect.lua");
 pub(crate) static FORCE_RELEASE: LazyLock<LuaScript> = lua_script!(
     "forced release",
     "queue/queue.lua",

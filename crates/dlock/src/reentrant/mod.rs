@@ -21,7 +21,8 @@ pub use crate::session::Owner;
 
 pub(crate) static ACQUIRE: LazyLock<LuaScript> =
     lua_script!(grant "reentrant acquire", "reentrant/acquire.lua");
-pub(crate) static RELEASE: LazyLock<LuaScript> = lua_script!("reentrant release", "reentrant/release.lua");
+pub(crate) static RELEASE: LazyLock<LuaScript> =
+    lua_script!("reentrant release", "reentrant/release.lua");
 
 /// A named reentrant distributed mutex, acting for the [`Owner`] bound to the handle: the
 /// one [`Lock`] handle over the reentrant protocol. Made by [`Client::reentrant_mutex`]

@@ -56,7 +56,8 @@ pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> =
     rw_script!(grant "read lock acquire", "rwlock/read_acquire.lua");
 pub(crate) static READ_RELEASE: LazyLock<LuaScript> =
     rw_script!("read lock release", "rwlock/read_release.lua");
-pub(crate) static DOWNGRADE: LazyLock<LuaScript> = rw_script!(grant "downgrade", "rwlock/downgrade.lua");
+pub(crate) static DOWNGRADE: LazyLock<LuaScript> =
+    rw_script!(grant "downgrade", "rwlock/downgrade.lua");
 
 /// One read hold of a [`RwLock`]. See [`Guard`] for what every guard does.
 pub type ReadGuard = Guard<Reading>;
