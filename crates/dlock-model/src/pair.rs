@@ -346,7 +346,9 @@ impl Model for PairModel {
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut state = last.clone();
         let now = state.now;
-        let m = &self.mutants;
+        // The scripts run as they are: their bugs are the one-lock models' to find; the
+        // bug searched for here is in the names.
+        let m: &[Mutant] = &[];
         match action {
             Action::Tick => state.now += 1,
             Action::Attempt(c) | Action::Retry(c) => {

@@ -28,6 +28,10 @@ use rand::{Rng, SeedableRng};
 
 mod library;
 
+mod admin;
+mod kinds;
+mod tokens;
+
 use library::LibraryScript;
 
 /// Every suite's run for one seed, as the coverage test runs them: a suite added for a
@@ -42,6 +46,7 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
     let raise = LibraryScript::named("redlock fence raise");
     let mut reached = RedlockReached::default();
     let _ = run_redlock_master(seed, &scripts(), &raise, conn, None, &mut reached);
+    admin::run_suites(seed, conn);
 }
 
 /// Every script the library sends (`dlock::__library_scripts`, not a list kept here) is
