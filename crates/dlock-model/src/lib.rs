@@ -13,6 +13,10 @@ pub mod system;
 
 use election::ElectionModel;
 use guarded::GuardedModel;
+pub mod admin;
+pub mod force;
+pub mod pair;
+
 use mutant::Mutant;
 use redlock::RedlockModel;
 use stateright::Expectation;
@@ -282,4 +286,46 @@ pub fn election_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<ElectionModel>
         max_holds: bounds.max_holds,
         mutants: mutants.to_vec(),
     }]
+}
+
+/// The models of an operator's forced release racing a lock's clients, with `mutants`
+/// put in: the plain mutex (fence drawn at grant) and the fair mutex with waiters in
+/// line, two clients each, and an operator who calls twice (a reply may be lost and the
+/// call resent, another call coming in between). The operator makes these models large:
+/// the clock stops two ticks before the others' (at a lease at least), and the fair
+/// mutex's clients hold once each.
+pub fn force_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<force::ForceModel> {
+    let model = |name, kind, max_holds: u8| force::ForceModel {
+        name,
+        lock: LockModel {
+            name,
+            kind,
+            roles: vec![Role::Exclusive, Role::Exclusive],
+            ttl: 2,
+            max_time: bounds.max_time.saturating_sub(2).max(2),
+            max_holds: max_holds.min(bounds.max_holds),
+            owners: Vec::new(),
+            mutants: mutants.to_vec(),
+        },
+        max_forces: 2,
+    };
+    vec![
+        model("forced release, mutex", Kind::Mutex { eager: true }, 2),
+        model(
+            "forced release, fair mutex",
+            Kind::Fair { waiter_lease: 2 },
+            1,
+        ),
+    ]
+}
+
+/// The model of two locks with look-alike names side by side on one keyspace, their keys
+/// named by the library, with `mutants` put in.
+pub fn pair_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<pair::PairModel> {
+    vec![pair::PairModel::new(
+        "two look-alike locks side by side",
+        &[("acct", "{acct}"), ("x{t}y", "{t}"), ("{t}", "{t}:data")],
+        (bounds.max_time / 2).max(2),
+        mutants,
+    )]
 }

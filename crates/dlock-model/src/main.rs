@@ -11,7 +11,10 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use dlock_model::mutant::Mutant;
-use dlock_model::{election_models, guarded_models, models, redlock_models, Bounds, Verdict};
+use dlock_model::{
+    election_models, force_models, guarded_models, models, pair_models, redlock_models, Bounds,
+    Verdict,
+};
 use stateright::{Checker, HasDiscoveries, Model};
 
 /// Prints a line of output. A closed pipe (a reader that stopped: `| head`) ends the
@@ -126,6 +129,8 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         .chain(redlock_models(bounds, mutants).iter().map(|m| m.name))
         .chain(guarded_models(bounds, mutants).iter().map(|m| m.name))
         .chain(election_models(bounds, mutants).iter().map(|m| m.name))
+        .chain(force_models(bounds, mutants).iter().map(|m| m.name))
+        .chain(pair_models(bounds, mutants).iter().map(|m| m.name))
         .collect();
     if !names.iter().any(|name| chosen(name)) {
         eprintln!(
@@ -160,6 +165,18 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         }
     }
     for model in election_models(bounds, mutants) {
+        let acts = mutants.iter().any(|m| model.touched_by(*m));
+        if chosen(model.name) && run.model(model.name, model, acts).is_break() {
+            return ExitCode::FAILURE;
+        }
+    }
+    for model in force_models(bounds, mutants) {
+        let acts = mutants.iter().any(|m| model.touched_by(*m));
+        if chosen(model.name) && run.model(model.name, model, acts).is_break() {
+            return ExitCode::FAILURE;
+        }
+    }
+    for model in pair_models(bounds, mutants) {
         let acts = mutants.iter().any(|m| model.touched_by(*m));
         if chosen(model.name) && run.model(model.name, model, acts).is_break() {
             return ExitCode::FAILURE;

@@ -67,11 +67,17 @@ pub enum Mutant {
     /// The rwlock's downgrade turns the write lock into a read hold whoever holds it: a
     /// writer past its lease takes the lock from the one who holds it now.
     DowngradeWithoutOwnerCheck,
+    /// An operator's forced release ignores the record of its request id: a resend whose
+    /// first send ran evicts again, a holder granted in between.
+    ForceEvictsTwice,
+    /// Companion keys by the scheme before issue 32: `K:suffix` for a tagged key `K`, so
+    /// `{acct}` and `acct` share `{acct}:fence`, their queue and the rest.
+    SharedCompanion,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 23] = [
+    pub const ALL: [Mutant; 25] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -95,6 +101,8 @@ impl Mutant {
         Mutant::LeaderWithoutHoldCheck,
         Mutant::QueueSkipsHead,
         Mutant::DowngradeWithoutOwnerCheck,
+        Mutant::ForceEvictsTwice,
+        Mutant::SharedCompanion,
     ];
 
     /// The name on the command line.
@@ -123,6 +131,8 @@ impl Mutant {
             Mutant::LeaderWithoutHoldCheck => "leader-without-hold-check",
             Mutant::QueueSkipsHead => "queue-skips-head",
             Mutant::DowngradeWithoutOwnerCheck => "downgrade-without-owner-check",
+            Mutant::ForceEvictsTwice => "force-evicts-twice",
+            Mutant::SharedCompanion => "shared-companion",
         }
     }
 
@@ -153,6 +163,8 @@ impl Mutant {
             }
             Mutant::QueueSkipsHead => "grants follow the line",
             Mutant::DowngradeWithoutOwnerCheck => "mutual exclusion",
+            Mutant::ForceEvictsTwice => "a forced release evicts exactly once under resend",
+            Mutant::SharedCompanion => "each lock's keys are its own",
         }
     }
 

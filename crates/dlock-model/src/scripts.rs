@@ -120,7 +120,7 @@ impl Server {
 
     /// fencing.lua `draw_fence`: the next fence (the clock floor is not modelled: with the
     /// data kept, the counter alone orders fences).
-    fn draw_fence(&mut self, mutants: &[Mutant]) -> u64 {
+    pub(crate) fn draw_fence(&mut self, mutants: &[Mutant]) -> u64 {
         if !(mutants.contains(&Mutant::FenceReused) && self.counter > 0) {
             self.counter += 1;
         }
@@ -460,7 +460,7 @@ impl Server {
     }
 
     /// queue.lua `queue_purge`: waiters whose lease ended (`end <= now`) leave the queue.
-    fn queue_purge(&mut self, now: Time, mutants: &[Mutant]) {
+    pub(crate) fn queue_purge(&mut self, now: Time, mutants: &[Mutant]) {
         if !mutants.contains(&Mutant::QueueKeepsLapsedWaiters) {
             self.queue.retain(|&(_, end)| end > now);
         }

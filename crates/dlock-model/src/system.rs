@@ -103,6 +103,8 @@ impl Kind {
             | Mutant::ResendAppliesTwice
             | Mutant::ProclaimWithoutOwnerCheck
             | Mutant::LeaderWithoutHoldCheck => false,
+            // The operator's and the look-alike names' models (force.rs, pair.rs).
+            Mutant::ForceEvictsTwice | Mutant::SharedCompanion => false,
         }
     }
 }

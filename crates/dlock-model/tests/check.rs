@@ -3,7 +3,10 @@
 
 use dlock_model::mutant::Mutant;
 use dlock_model::redlock::{Action, RedlockModel, State};
-use dlock_model::{election_models, guarded_models, models, redlock_models, Bounds, Verdict};
+use dlock_model::{
+    election_models, force_models, guarded_models, models, pair_models, redlock_models, Bounds,
+    Verdict,
+};
 use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
 
 const BOUNDS: Bounds = Bounds {
@@ -61,6 +64,19 @@ fn failures(mutants: &[Mutant]) -> Vec<(String, Expectation)> {
     for model in election_models(BOUNDS, mutants) {
         if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
             continue;
+        }
+        // The operator's forced release, and two look-alike locks side by side.
+        for model in force_models(BOUNDS, mutants) {
+            if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
+                continue;
+            }
+            failed.extend(failures_of(model.name, model, hunting));
+        }
+        for model in pair_models(BOUNDS, mutants) {
+            if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
+                continue;
+            }
+            failed.extend(failures_of(model.name, model, hunting));
         }
         failed.extend(failures_of(model.name, model, hunting));
     }
@@ -126,6 +142,8 @@ fn a_bug_changes_only_the_models_it_touches() {
         .into_iter()
         .map(outcome)
         .collect();
+    let clean_force: Vec<_> = force_models(small, &[]).into_iter().map(outcome).collect();
+    let clean_pair: Vec<_> = pair_models(small, &[]).into_iter().map(outcome).collect();
     for mutant in Mutant::ALL {
         let mut touched = 0;
         for (model, clean) in models(small, &[mutant]).into_iter().zip(&clean) {
@@ -162,6 +180,24 @@ fn a_bug_changes_only_the_models_it_touches() {
             .into_iter()
             .zip(&clean_election)
         {
+            if model.touched_by(mutant) {
+                touched += 1;
+                continue;
+            }
+            let name = model.name;
+            assert_eq!(&outcome(model), clean, "{} changes {name}", mutant.name());
+        }
+        // The operator's and the look-alike names' models: a bug they are not searched
+        // for leaves them as they are.
+        for (model, clean) in force_models(small, &[mutant]).into_iter().zip(&clean_force) {
+            if model.touched_by(mutant) {
+                touched += 1;
+                continue;
+            }
+            let name = model.name;
+            assert_eq!(&outcome(model), clean, "{} changes {name}", mutant.name());
+        }
+        for (model, clean) in pair_models(small, &[mutant]).into_iter().zip(&clean_pair) {
             if model.touched_by(mutant) {
                 touched += 1;
                 continue;

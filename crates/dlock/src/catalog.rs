@@ -50,6 +50,28 @@ pub fn __library_scripts() -> Vec<LibraryScript> {
     all().into_iter().map(|script| script.source()).collect()
 }
 
+/// The keys and channels the library names for the lock `name` under `prefix`, each with
+/// what it is (its suffix, or `key` for the lock key itself), as the kinds compute them:
+/// for the model of two look-alike locks side by side, which must find them disjoint.
+/// Refused names are refused here too. Not a stable API.
+#[doc(hidden)]
+pub fn __lock_names(prefix: &str, name: &str) -> crate::Result<Vec<(&'static str, String)>> {
+    let keys = crate::keys::LockKeys::new(prefix, name)?;
+    let queue = crate::queue::QueueKeys::new(&keys);
+    Ok(vec![
+        ("key", keys.key.clone()),
+        ("fence", keys.fence.clone()),
+        ("fenced", keys.companion("fenced")),
+        ("forced", keys.companion("forced")),
+        ("queue", queue.queue),
+        ("queue-leases", queue.leases),
+        ("expiry", crate::keys::expiry_index_of(&keys.key)),
+        ("leader", keys.companion("leader")),
+        ("released", keys.channel.clone()),
+        ("wake:", queue.wake_prefix),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;

@@ -30,6 +30,10 @@ mod election;
 mod guarded;
 mod library;
 
+mod admin;
+mod kinds;
+mod tokens;
+
 use library::LibraryScript;
 
 /// Every suite's run for one seed, as the coverage test runs them: a suite added for a
@@ -64,6 +68,7 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
         &[],
         &mut Default::default(),
     );
+    admin::run_suites(seed, conn);
 }
 
 /// Every script the library sends (`dlock::__library_scripts`, not a list kept here) is

@@ -1,0 +1,460 @@
+//! States of one lock name built by the real scripts of every kind, beside the model's
+//! transitions (`scripts.rs`): what the scripts that look at a lock or act on it from
+//! outside its holder (`admin.rs`, `tokens.rs`) are run over. The lock is named `a`, its
+//! keys and channels as the library names them (`dlock::__lock_names`).
+
+use dlock_model::mutant::Mutant;
+use dlock_model::scripts::{Grant, Server, Token};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+use super::library::LibraryScript;
+use super::{
+    entries_at, fair_scripts, reentrant_scripts, rw_scripts, same, scripts, semaphore_scripts,
+    tick_keys, token_text, waiter_text, FairScripts, Fences, ReentrantScripts, RwScripts, Scripts,
+    SemaphoreScripts, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
+};
+
+/// The kind whose scripts build a run's states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Mutex,
+    Fair,
+    Semaphore,
+    RwLock,
+    Reentrant,
+}
+
+impl Kind {
+    /// The kind of a run with this seed: every kind in turn.
+    pub fn of_seed(seed: u64) -> Kind {
+        [
+            Kind::Mutex,
+            Kind::Fair,
+            Kind::Semaphore,
+            Kind::RwLock,
+            Kind::Reentrant,
+        ][(seed % 5) as usize]
+    }
+}
+
+/// The permits of the semaphore.
+const PERMITS: usize = 2;
+/// The owner of each client's reentrant holds: clients 0 and 1 are one owner's.
+const OWNERS: [u8; 3] = [0, 0, 1];
+
+/// A read hold's owner in the model: each read hold here is its own owner (the script is
+/// sent the hold's token as its owner), so one id per token (a run's 40 steps keep a
+/// client's attempts below 64).
+fn owner_of(token: Token) -> u8 {
+    assert!(token.attempt < 64 && token.client < 3);
+    token.client * 64 + token.attempt
+}
+
+/// The keys and channels of the lock `a`, as the library names them.
+pub struct Names {
+    pub key: String,
+    pub fence: String,
+    pub queue: String,
+    pub leases: String,
+    pub expiry: String,
+    pub forced: String,
+    pub released: String,
+    pub wake: String,
+    pub leader: String,
+}
+
+impl Names {
+    pub fn of(name: &str) -> Names {
+        let named = dlock::__lock_names("", name).unwrap();
+        let get = |what: &str| {
+            named
+                .iter()
+                .find(|(w, _)| *w == what)
+                .map(|(_, n)| n.clone())
+                .unwrap()
+        };
+        Names {
+            key: get("key"),
+            fence: get("fence"),
+            queue: get("queue"),
+            leases: get("queue-leases"),
+            expiry: get("expiry"),
+            forced: get("forced"),
+            released: get("released"),
+            wake: get("wake:"),
+            leader: get("leader"),
+        }
+    }
+}
+
+/// Every kind's scripts.
+pub struct KindScripts {
+    mutex: Scripts,
+    fair: FairScripts,
+    semaphore: SemaphoreScripts,
+    rw: RwScripts,
+    reentrant: ReentrantScripts,
+}
+
+impl KindScripts {
+    pub fn new() -> KindScripts {
+        KindScripts {
+            mutex: scripts(),
+            fair: fair_scripts(),
+            semaphore: semaphore_scripts(),
+            rw: rw_scripts(),
+            reentrant: reentrant_scripts(),
+        }
+    }
+}
+
+/// One run: the lock's keys on the server and in the model, built by one kind's scripts.
+pub struct Run<'a> {
+    pub conn: &'a mut redis::Connection,
+    pub rng: StdRng,
+    pub kind: Kind,
+    pub names: Names,
+    pub model: Server,
+    pub now: u8,
+    pub attempts: [u8; 3],
+    /// Whether each client's latest token is a write (the read-write lock).
+    pub writes: [bool; 3],
+    pub fences: Fences,
+    pub mutants: Vec<Mutant>,
+    /// Releases that handed the lock to a waiter.
+    pub hand_offs: usize,
+}
+
+impl<'a> Run<'a> {
+    pub fn new(seed: u64, conn: &'a mut redis::Connection, mutants: &[Mutant]) -> Run<'a> {
+        use rand::SeedableRng;
+        let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
+        Run {
+            conn,
+            rng: StdRng::seed_from_u64(seed),
+            kind: Kind::of_seed(seed),
+            names: Names::of("a"),
+            model: Server::default(),
+            now: 0,
+            attempts: [0; 3],
+            writes: [false; 3],
+            fences: Fences::default(),
+            mutants: mutants.to_vec(),
+            hand_offs: 0,
+        }
+    }
+
+    /// The latest token of `client`.
+    pub fn latest(&self, client: u8) -> Token {
+        Token {
+            client,
+            attempt: self.attempts[client as usize].saturating_sub(1),
+        }
+    }
+
+    /// A token as this run's kind writes it (a fair waiter's names its ttl).
+    pub fn text(&self, token: Token) -> String {
+        match self.kind {
+            Kind::Fair => waiter_text(token),
+            _ => token_text(token),
+        }
+    }
+
+    /// Whether `token` of `client` is a string hold (mutex, fair mutex, write lock).
+    pub fn is_string(&self, client: u8) -> bool {
+        match self.kind {
+            Kind::Mutex | Kind::Fair => true,
+            Kind::RwLock => self.writes[client as usize],
+            Kind::Semaphore | Kind::Reentrant => false,
+        }
+    }
+
+    /// A step of the kind's own scripts (an acquire, its resend, a release) or a tick,
+    /// beside the model's transitions; replies compared.
+    pub fn kind_step(&mut self, ks: &KindScripts, context: &str) -> Result<(), String> {
+        let client = self.rng.random_range(0..3u8);
+        let c = client as usize;
+        let lease_ms = u64::from(TTL) * TICK_MS;
+        let n = &self.names;
+        let m = &self.mutants;
+        let now = self.now;
+        match self.rng.random_range(0..8) {
+            choice @ 0..=3 => {
+                let (token, write) = if choice <= 2 || self.attempts[c] == 0 {
+                    self.attempts[c] += 1;
+                    self.writes[c] = self.kind == Kind::RwLock && choice == 2;
+                    (self.latest(client), self.writes[c])
+                } else {
+                    (self.latest(client), self.writes[c]) // a resend
+                };
+                let text = self.text(token);
+                let (expected, reply): (Grant, Vec<i64>) = match self.kind {
+                    Kind::Mutex => (
+                        self.model.mutex_acquire(token, now, TTL, true, m),
+                        (ks.mutex.acquire.key(&n.key).key(&n.fence))
+                            .arg(&text)
+                            .arg(lease_ms)
+                            .arg("1")
+                            .arg("0")
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::Fair => (
+                        self.model
+                            .fair_acquire(token, now, TTL, WAITER_LEASE, true, m),
+                        (ks.fair.acquire.key(&n.key).key(&n.fence))
+                            .key(&n.queue)
+                            .key(&n.leases)
+                            .arg(&text)
+                            .arg(lease_ms)
+                            .arg(u64::from(WAITER_LEASE) * TICK_MS)
+                            .arg(&n.wake)
+                            .arg("1")
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::Semaphore => (
+                        self.model
+                            .permit_acquire(token, now, TTL, PERMITS, TTL, false, m),
+                        (ks.semaphore.acquire.key(&n.key).key(&n.fence))
+                            .key(&n.queue)
+                            .key(&n.leases)
+                            .key(&n.expiry)
+                            .arg(&text)
+                            .arg(lease_ms)
+                            .arg(PERMITS)
+                            .arg(lease_ms)
+                            .arg(&n.wake)
+                            .arg("0")
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::RwLock if write => (
+                        self.model.write_acquire(token, now, TTL, TTL, false, m),
+                        rw_call(&ks.rw.write_acquire, n)
+                            .arg(&text)
+                            .arg(lease_ms)
+                            .arg(lease_ms)
+                            .arg(&n.wake)
+                            .arg("0")
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::RwLock => (
+                        self.model
+                            .read_acquire(owner_of(token), owner_of, token, now, TTL, m),
+                        rw_call(&ks.rw.read_acquire, n)
+                            .arg(&text)
+                            .arg(lease_ms)
+                            .arg(&text)
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::Reentrant => (
+                        (self.model).reentrant_acquire(OWNERS[c], token, now, TTL, m),
+                        (ks.reentrant.acquire.key(&n.key).key(&n.fence))
+                            .arg(format!("o{}", OWNERS[c]))
+                            .arg(lease_ms)
+                            .arg(&text)
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                };
+                match (reply.as_slice(), expected) {
+                    ([1, fence, ..], Grant::Granted(Some(modelled))) => {
+                        self.fences.check(*fence as u64, modelled, context)?
+                    }
+                    ([0, ..], Grant::Busy) => {}
+                    (other, _) => {
+                        return Err(format!("{context}: {other:?}, the model says {expected:?}"))
+                    }
+                }
+            }
+            4 | 5 => {
+                let token = self.latest(client);
+                let text = self.text(token);
+                let (expected, released): (bool, i64) = match self.kind {
+                    Kind::Mutex => (
+                        self.model.mutex_release(token, now, m),
+                        (ks.mutex.release.key(&n.key))
+                            .arg(&text)
+                            .arg(&n.released)
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::Fair => {
+                        let (released, handed) = self.model.fair_release(token, now, TTL, m);
+                        let reply = (ks.fair.release.key(&n.key).key(&n.queue))
+                            .key(&n.leases)
+                            .key(&n.fence)
+                            .arg(&text)
+                            .arg(&n.wake)
+                            .invoke(self.conn)
+                            .unwrap();
+                        self.hand_offs += usize::from(handed.is_some());
+                        (released, reply)
+                    }
+                    Kind::Semaphore => (
+                        self.model.permit_release(token, now, TTL, PERMITS, m).0,
+                        (ks.semaphore.release.key(&n.key).key(&n.queue))
+                            .key(&n.leases)
+                            .key(&n.expiry)
+                            .key(&n.fence)
+                            .arg(&text)
+                            .arg(&n.wake)
+                            .arg(PERMITS)
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::RwLock if self.writes[c] => (
+                        self.model.write_release(token, now, TTL, m).0,
+                        rw_call(&ks.rw.write_release, n)
+                            .arg(&text)
+                            .arg(&n.wake)
+                            .arg(&n.released)
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::RwLock => (
+                        self.model.read_release(token, now, TTL, m).0,
+                        rw_call(&ks.rw.read_release, n)
+                            .arg(&text)
+                            .arg(&n.wake)
+                            .invoke(self.conn)
+                            .unwrap(),
+                    ),
+                    Kind::Reentrant => {
+                        let released = (self.model).reentrant_release(OWNERS[c], token, now, m);
+                        let left: i64 = (ks.reentrant.release.key(&n.key))
+                            .arg(format!("o{}", OWNERS[c]))
+                            .arg(&n.released)
+                            .arg(&text)
+                            .invoke(self.conn)
+                            .unwrap();
+                        (released, i64::from(left >= 0))
+                    }
+                };
+                same(released == 1, expected, context)?;
+            }
+            _ => self.tick(ks),
+        }
+        Ok(())
+    }
+
+    /// The clock moves a tick, on the server too: every lease a tick shorter (entries'
+    /// ends and waiter leases moved a tick earlier, so the scripts' own `end <= now`
+    /// decides). The fencing counter never expires, and the record of forced releases
+    /// outlives a run.
+    pub fn tick(&mut self, ks: &KindScripts) {
+        self.now += 1;
+        self.model.expire(self.now);
+        let n = &self.names;
+        match self.kind {
+            Kind::Semaphore | Kind::RwLock => {
+                let _: () = (ks.semaphore.shift.key(&n.key).key(&n.expiry))
+                    .arg(TICK_MS)
+                    .invoke(self.conn)
+                    .unwrap();
+            }
+            Kind::Fair => {
+                let _: () = (ks.fair.shift.key(&n.key).key(&n.leases).key(&n.queue))
+                    .arg(TICK_MS)
+                    .arg(SLACK_MS)
+                    .invoke(self.conn)
+                    .unwrap();
+            }
+            Kind::Mutex | Kind::Reentrant => tick_keys(self.conn, &[&n.key]),
+        }
+    }
+
+    /// The holds on the server now, sorted: a string's token, a reentrant hash's holds, a
+    /// hash of entries' live ones.
+    pub fn holds_on_server(&mut self) -> Vec<String> {
+        let key = self.names.key.clone();
+        let kind: String = redis::cmd("TYPE").arg(&key).query(self.conn).unwrap();
+        match kind.as_str() {
+            "string" => vec![redis::cmd("GET").arg(&key).query(self.conn).unwrap()],
+            "hash" => {
+                let reentrant: Option<String> = redis::cmd("HGET")
+                    .arg(&key)
+                    .arg("~kind")
+                    .query(self.conn)
+                    .unwrap();
+                if reentrant.as_deref() == Some("reentrant") {
+                    let fields: Vec<String> =
+                        redis::cmd("HKEYS").arg(&key).query(self.conn).unwrap();
+                    let mut holds: Vec<String> = fields
+                        .iter()
+                        .filter_map(|f| f.strip_prefix("h:").map(str::to_string))
+                        .collect();
+                    holds.sort();
+                    holds
+                } else {
+                    entries_at(self.conn, &key).0
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The model's holds now, as the server writes them, sorted.
+    pub fn holds_in_model(&self) -> Vec<String> {
+        let now = self.now;
+        let mut holds: Vec<String> = if let Some(holder) = self.model.holder(now) {
+            vec![self.text(holder)]
+        } else if let Some(hash) = self.model.reentrant_at(now) {
+            hash.holds.iter().map(|&t| self.text(t)).collect()
+        } else {
+            self.model.live_entries(now).map(|t| self.text(t)).collect()
+        };
+        holds.sort();
+        holds
+    }
+
+    /// The keys on the server against the model's: the holds, the fencing counter, the
+    /// live waiters in line.
+    pub fn compare(&mut self, context: &str) -> Result<(), String> {
+        let server = self.holds_on_server();
+        same(server, self.holds_in_model(), &format!("{context}: holds"))?;
+        let fence = self.names.fence.clone();
+        (self.fences).check_counter(self.conn, &fence, self.model.counter, context)?;
+        let line = live_waiters_at(self.conn, &self.names);
+        let modelled: Vec<String> = self.model.live_waiters(self.now).map(waiter_text).collect();
+        same(line, modelled, &format!("{context}: the line"))
+    }
+}
+
+/// A read-write lock script with the lock's keys.
+fn rw_call<'s>(script: &'s LibraryScript, n: &Names) -> redis::ScriptInvocation<'s> {
+    let mut invocation = script.prepare_invoke();
+    invocation
+        .key(&n.key)
+        .key(&n.fence)
+        .key(&n.queue)
+        .key(&n.leases)
+        .key(&n.expiry);
+    invocation
+}
+
+/// The waiters in line whose waiter lease has not ended (by the server's clock), in order.
+pub fn live_waiters_at(conn: &mut redis::Connection, n: &Names) -> Vec<String> {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
+    let now_ms = seconds * 1000 + micros / 1000;
+    let line: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&n.queue)
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    line.into_iter()
+        .filter(|waiter| {
+            let end: Option<f64> = redis::cmd("ZSCORE")
+                .arg(&n.leases)
+                .arg(waiter)
+                .query(conn)
+                .unwrap();
+            end.is_some_and(|end| end as u64 > now_ms)
+        })
+        .collect()
+}

@@ -1,0 +1,183 @@
+//! The scripts that ask about or act on a hold by its token alone, run for real beside the
+//! model's `admin.rs` over states the kinds' own scripts build (`kinds.rs`): whether a
+//! hold is still held (renew/held.lua, asked with the hold's own form and with another
+//! one), and a release by token whatever kind took it (release_token.lua: a string hold
+//! released and handed to the first in line; a hash at the key is a type error). Replies
+//! and keys compared after every step.
+
+use dlock_model::admin::Form;
+use dlock_model::mutant::Mutant;
+use dlock_testkit::RedisServer;
+use rand::Rng;
+
+use super::kinds::{Kind, KindScripts, Run};
+use super::library::LibraryScript;
+use super::same;
+
+/// A test-local bug in the model's `held`, for the negative control.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bug {
+    /// An entry whose lease ended is still held.
+    EndedEntryHeld,
+}
+
+struct TokenScripts {
+    kinds: KindScripts,
+    held: LibraryScript,
+    release: LibraryScript,
+}
+
+fn token_scripts() -> TokenScripts {
+    TokenScripts {
+        kinds: KindScripts::new(),
+        held: LibraryScript::named("held"),
+        release: LibraryScript::named("release by token"),
+    }
+}
+
+/// What the runs reached.
+#[derive(Default, Debug)]
+struct Reached {
+    held: usize,
+    released: usize,
+    handed: usize,
+    refused_kind: usize,
+}
+
+/// The form of `client`'s latest hold in this run.
+fn form_of(run: &Run, client: u8) -> Form {
+    match run.kind {
+        Kind::Reentrant => Form::Reentrant,
+        _ if run.is_string(client) => Form::String,
+        _ => Form::Entry,
+    }
+}
+
+fn run_tokens(
+    seed: u64,
+    scripts: &TokenScripts,
+    conn: &mut redis::Connection,
+    mutants: &[Mutant],
+    bug: Option<Bug>,
+    reached: &mut Reached,
+) -> Result<(), String> {
+    let mut run = Run::new(seed, conn, mutants);
+    for step in 0..40 {
+        let choice = run.rng.random_range(0..12);
+        let client = run.rng.random_range(0..3u8);
+        let context = format!(
+            "seed {seed} ({:?}), step {step}: choice {choice}, client {client}",
+            run.kind
+        );
+        let now = run.now;
+        let token = run.latest(client);
+        match choice {
+            0..=5 => run.kind_step(&scripts.kinds, &context)?,
+            6..=8 => {
+                // Mostly the hold's own form; else a string's asked of a hash or the
+                // reverse (a hold of another kind now at the key is not ours). An entry's
+                // form is not asked of a reentrant hash, nor a reentrant hold's of a hash of
+                // entries: the library never does.
+                let own = form_of(&run, client);
+                let form = if run.rng.random_bool(0.7) {
+                    own
+                } else {
+                    match own {
+                        Form::String if run.kind == Kind::RwLock => Form::Entry,
+                        Form::String => Form::Reentrant,
+                        _ => Form::String,
+                    }
+                };
+                let held: i64 = (scripts.held.key(&run.names.key))
+                    .arg(form.code())
+                    .arg(run.text(token))
+                    .invoke(run.conn)
+                    .unwrap();
+                let mut expected = run.model.held(form, token, now);
+                if bug == Some(Bug::EndedEntryHeld) && form == Form::Entry {
+                    expected |= run.model.entries.contains_key(&token);
+                }
+                reached.held += usize::from(expected);
+                same(held == 1, expected, &format!("{context}: held {form:?}"))?;
+            }
+            _ => {
+                let n = &run.names;
+                let reply: redis::RedisResult<i64> = (scripts.release.key(&n.key))
+                    .key(&n.queue)
+                    .key(&n.leases)
+                    .key(&n.fence)
+                    .arg(run.text(token))
+                    .arg(&n.released)
+                    .arg(&n.wake)
+                    .invoke(run.conn);
+                let expected = run.model.release_by_token(token, now, 2, mutants);
+                match (&reply, &expected) {
+                    (Ok(released), Ok((modelled, handed))) => {
+                        same(*released == 1, *modelled, &context)?;
+                        reached.released += usize::from(*modelled);
+                        reached.handed += usize::from(handed.is_some());
+                    }
+                    (Err(err), Err(_)) if err.to_string().contains("DLOCKTYPE") => {
+                        reached.refused_kind += 1;
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{context}: release by token says {reply:?}, the model {expected:?}"
+                        ))
+                    }
+                }
+            }
+        }
+        run.compare(&context)?;
+    }
+    Ok(())
+}
+
+/// Every run of the suite, for the coverage test.
+pub fn run_tokens_suite(seed: u64, conn: &mut redis::Connection) {
+    let mut reached = Reached::default();
+    let _ = run_tokens(seed, &token_scripts(), conn, &[], None, &mut reached);
+}
+
+#[test]
+fn held_and_release_by_token_do_what_the_model_says() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let scripts = token_scripts();
+    let mut reached = Reached::default();
+    for seed in 0..250 {
+        if let Err(divergence) = run_tokens(seed, &scripts, &mut conn, &[], None, &mut reached) {
+            panic!("{divergence}");
+        }
+    }
+    let Reached {
+        held,
+        released,
+        handed,
+        refused_kind,
+    } = reached;
+    for (what, count, least) in [
+        ("held answers", held, 200),
+        ("releases by token", released, 100),
+        ("hand-offs by a release by token", handed, 10),
+        ("refusals of a hash at the key", refused_kind, 50),
+    ] {
+        assert!(count >= least, "only {count} {what} in 250 runs");
+    }
+    // The negative control: bugs in the model are told apart within the same runs.
+    for (mutant, bug) in [
+        (Some(Mutant::ReleaseSkipsHandOff), None),
+        (Some(Mutant::HandOffWithoutOwnerCheck), None),
+        (None, Some(Bug::EndedEntryHeld)),
+    ] {
+        let mutants: Vec<Mutant> = mutant.into_iter().collect();
+        let mut ignored = Reached::default();
+        let caught = (0..250).find_map(|seed| {
+            run_tokens(seed, &scripts, &mut conn, &mutants, bug, &mut ignored).err()
+        });
+        assert!(
+            caught.is_some(),
+            "{mutant:?} {bug:?} went unnoticed in 250 runs"
+        );
+    }
+}
