@@ -16,35 +16,13 @@ use std::time::Duration;
 use dlock::{Client, Error, LockOptions, Owner, Wait};
 use dlock_testkit::{IndependentMasters, RedisServer};
 
-/// The names of every script the library builds (`lua_script!("name", ...)` and the
-/// read-write lock's `rw_script!`), read from its source.
+/// The names of every script the library sends: its catalogue, which its own tests hold to
+/// every `lua_script!`/`rw_script!` in the sources (catalog.rs).
 fn scripts_in_source() -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut dirs = vec![std::path::PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src"
-    ))];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let source = std::fs::read_to_string(&path).unwrap();
-                for marker in ["lua_script!(", "rw_script!("] {
-                    for (at, _) in source.match_indices(marker) {
-                        let rest = source[at + marker.len()..].trim_start();
-                        let rest = rest.strip_prefix("grant").unwrap_or(rest).trim_start();
-                        let rest = rest.strip_prefix("bare").unwrap_or(rest).trim_start();
-                        if let Some(rest) = rest.strip_prefix('"') {
-                            names.insert(rest[..rest.find('"').unwrap()].to_string());
-                        }
-                    }
-                }
-            }
-        }
-    }
-    names
+    dlock::__library_scripts()
+        .into_iter()
+        .map(|script| script.name.to_string())
+        .collect()
 }
 
 fn manual(ttl_ms: u64) -> LockOptions {
