@@ -41,7 +41,7 @@ const CLOCK_PER_TICK: u64 = 32;
 /// orders fences there), its acquire has the resend branch and its mutants, and it carries
 /// the other kinds' keys; putting the clock and the restart's absence into it would change
 /// every one-server model's transitions for this model's sake. Both are checked against the
-/// same real scripts instead (`tests/conformance.rs`), this one with the clock flag on.
+/// same real scripts instead (`tests/conformance/`), this one with the clock flag on.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Master {
     /// The lock key: the holder's token and when it expires.

@@ -1,6 +1,6 @@
 //! The Redis side: what one lock name's keys hold, and each Lua script of the modelled
 //! kinds as a transition on them, written from the script line by line (the file each
-//! mirrors is named on it). `tests/conformance.rs` runs the real scripts of every kind here
+//! mirrors is named on it). `tests/conformance/` runs the real scripts of every kind here
 //! on a real server beside these transitions and compares replies and keys after every
 //! step.
 //!
