@@ -199,8 +199,8 @@ impl<R: RawLock> Guard<R> {
     /// type, a value that is not a number) fails the batch with [`Error::Refused`] naming
     /// it; the commands before it stay applied, as in `MULTI`, since Redis has no
     /// rollback. A batch resent after a lost reply is applied once; it is resent only
-    /// within a lease of its first send (while Redis keeps its record), and a connection
-    /// back later than that fails the call with [`Error::Connection`]: whether the batch
+    /// when the connection is back within a lease of its first send (while Redis keeps
+    /// its record), and a connection back later than that fails the call with [`Error::Connection`]: whether the batch
     /// was applied is then unknown, as after a response timeout. The batches of one
     /// guard are applied one at a time, in the order they are called.
     pub async fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {

@@ -172,9 +172,10 @@ impl Call<'_> {
         self
     }
 
-    /// Resends after a dropped connection only until `deadline`: for a script that is
-    /// safe to run twice only while a record it left lives (a guarded batch's). Later, the
-    /// call fails with the dropped connection's error: whether it ran is unknown.
+    /// Resends after a dropped connection only if the connection is back before
+    /// `deadline` ([`ResendGate`]): for a script that grants nothing and is safe to run
+    /// twice only while a record it left lives (a guarded batch's). Otherwise the call
+    /// fails with the dropped connection's error: whether it ran is unknown.
     pub fn resend_before(mut self, deadline: std::time::Instant) -> Self {
         self.resend_before = Some(deadline);
         self
@@ -257,17 +258,22 @@ impl Call<'_> {
         let backend = on.backend();
         let replicas = on.replicas().filter(|_| self.script.grants);
         let Some(replicas) = replicas else {
-            return resent_once(self.script.name, self.resend_before, || {
-                self.run_on(backend)
-            })
-            .await
-            .map_err(|err| script_error(self.script.name, err));
+            let gate = self.resend_before.map(|deadline| ResendGate {
+                deadline,
+                backend,
+                key: self.keys.first().map_or(&[][..], Vec::as_slice),
+            });
+            return resent_once(self.script.name, gate, || self.run_on(backend))
+                .await
+                .map_err(|err| script_error(self.script.name, err));
         };
-        let (reply, acknowledged) = resent_once(self.script.name, self.resend_before, || {
-            self.with_wait(backend, replicas)
-        })
-        .await
-        .map_err(|err| script_error(self.script.name, err))?;
+        // A script with a resend deadline grants nothing (a guarded batch), so it never
+        // comes here.
+        debug_assert!(self.resend_before.is_none());
+        let (reply, acknowledged) =
+            resent_once(self.script.name, None, || self.with_wait(backend, replicas))
+                .await
+                .map_err(|err| script_error(self.script.name, err))?;
         let granted = matches!(&reply, redis::Value::Array(items) if matches!(items.first(), Some(redis::Value::Int(1))));
         if granted && acknowledged < replicas.count {
             let key = self
@@ -352,12 +358,35 @@ fn one_server_error(err: redis::RedisError) -> redis::RedisError {
     }
 }
 
+/// When a request that is safe to run twice only for a while may be sent again: the
+/// connection is back (a read of `key`, routed as the request is), and `deadline` has not
+/// passed then. Checked after the reconnection, not before it: a reconnect can take
+/// seconds (connect timeouts, retries), and the resend runs only once it is done.
+pub(crate) struct ResendGate<'a> {
+    pub deadline: std::time::Instant,
+    pub backend: &'a Backend,
+    pub key: &'a [u8],
+}
+
+impl ResendGate<'_> {
+    async fn open(&self) -> bool {
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(self.key);
+        let reconnected = exists
+            .query_async::<i64>(&mut self.backend.connection())
+            .await
+            .is_ok();
+        reconnected && std::time::Instant::now() < self.deadline
+    }
+}
+
 /// Sends a request, and once more on the reconnected connection when the first met a
-/// dropped one (unless `before` has passed by then). Only for requests that are safe to
-/// run twice (until `before`); timeouts are not resent (the caller's wait decides).
+/// dropped one (when a `gate` is given, only if it opens). Only for requests that are
+/// safe to run twice (while the gate is open); timeouts are not resent (the caller's wait
+/// decides).
 pub(crate) async fn resent_once<T, F, Fut>(
     what: &str,
-    before: Option<std::time::Instant>,
+    gate: Option<ResendGate<'_>>,
     send: F,
 ) -> redis::RedisResult<T>
 where
@@ -367,9 +396,11 @@ where
     let reply = send().await;
     match &reply {
         Err(err) if !err.is_timeout() && (err.is_connection_dropped() || err.is_io_error()) => {
-            if before.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
-                tracing::debug!(request = what, error = %err, "connection dropped too late to send again");
-                return reply;
+            if let Some(gate) = gate {
+                if !gate.open().await {
+                    tracing::debug!(request = what, error = %err, "connection dropped, and not back before the resend's deadline");
+                    return reply;
+                }
             }
             tracing::debug!(request = what, error = %err, "connection dropped; sending again");
             send().await

@@ -387,24 +387,35 @@ fn the_blocking_api_applies_too() {
     ));
 }
 
-/// The reply the proxy swallows below: a batch of one `INCRBY n 1000` on a fresh key,
-/// applied (`{1, {1000}}`).
-fn is_the_batch_applied(reply: &[u8]) -> bool {
-    reply == b"*2\r\n:1\r\n*1\r\n:1000\r\n"
+/// The proxy of `a_batch_is_not_resent_after_its_record_expired`: its reply filter (a plain
+/// `fn`) stalls it the moment it swallows the batch's reply.
+static SLOW_RECONNECT: std::sync::OnceLock<dlock_testkit::Proxy> = std::sync::OnceLock::new();
+
+/// The reply swallowed there: a batch of one `INCRBY n 1000` on a fresh key, applied
+/// (`{1, {1000}}`). Swallowing it closes the batch's connection; the proxy is stalled at
+/// once, so the client's reconnection (and any resend) waits until it is resumed.
+fn swallow_and_stall(reply: &[u8]) -> bool {
+    let matched = reply == b"*2\r\n:1\r\n*1\r\n:1000\r\n";
+    if matched {
+        SLOW_RECONNECT.get().unwrap().pause();
+    }
+    matched
 }
 
-/// A batch whose reply is lost with its connection is resent only while Redis keeps its
-/// record (a lease from the first send): a resend after that finds no record, and would
-/// apply the batch a second time if the hold still holds (or answer "not held" though it
-/// applied). So a connection that comes back later fails `apply` with
-/// `Error::Connection` (the outcome unknown), and the batch stays applied once. The
-/// model found it (`dlock-model`'s guarded writes: `a_resend_after_the_record_expired_
-/// applies_again`). The negative control sends the same batch again by hand after its
-/// record is gone, as the late resend did, and the check sees it applied twice.
+/// A batch whose reply is lost with its connection is resent only if the connection is
+/// back while Redis still keeps the batch's record (a lease from the first send): a resend
+/// after that finds no record, and would apply the batch a second time if the hold still
+/// holds (or answer "not held" though it applied). Here the reconnection takes twice the
+/// lease, so `apply` fails with `Error::Connection` (the outcome unknown), and the batch
+/// stays applied once. The guarded writes' model found it (`dlock-model`,
+/// `a_resend_after_the_record_expired_applies_again`); review found the first fix checked
+/// the deadline before the reconnection, which this test's stalled reconnect catches. The
+/// negative control sends the same batch again by hand after its record is gone, as the
+/// late resend did, and the check sees it applied twice.
 #[tokio::test]
 async fn a_batch_is_not_resent_after_its_record_expired() {
     let server = RedisServer::start();
-    let proxy = dlock_testkit::Proxy::start(server.port());
+    let proxy = SLOW_RECONNECT.get_or_init(|| dlock_testkit::Proxy::start(server.port()));
     let client = Client::connect(&proxy.url()).await.unwrap();
     let guard = client
         .mutex_with("acct", fixed(Duration::from_millis(300)))
@@ -414,27 +425,24 @@ async fn a_batch_is_not_resent_after_its_record_expired() {
         .unwrap();
     // The hold outlives the slow reconnect (as a renewal on another connection would
     // keep it): without it, the late resend would answer "not held" instead.
-    let keep = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let keeper = {
-        let (keep, url) = (keep.clone(), server.url());
-        std::thread::spawn(move || {
-            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
-            while keep.load(std::sync::atomic::Ordering::Acquire) {
-                let _: i64 = redis::cmd("PEXPIRE")
-                    .arg("acct")
-                    .arg(5_000)
-                    .query(&mut conn)
-                    .unwrap();
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
-    // The batch runs; its reply comes back after the record's lease, and not at all:
-    // its connection is closed then.
-    proxy.delay_replies(Duration::from_millis(700));
-    proxy.drop_next_replies_where(1, is_the_batch_applied);
+    let _: i64 = server.cmd(&["PEXPIRE", "acct", "60000"]);
+    // The script is loaded first, so the batch below is one EVALSHA and its reply the
+    // first the proxy sees.
+    guard
+        .apply(&Guarded::new().incr_by("warm", 1))
+        .await
+        .unwrap();
+    proxy.drop_next_replies_where(1, swallow_and_stall);
+    let resume = std::thread::spawn(|| {
+        let proxy = SLOW_RECONNECT.get().unwrap();
+        while proxy.dropped() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(600)); // twice the record's lease
+        proxy.resume();
+    });
     let applied = guard.apply(&Guarded::new().incr_by("n", 1000)).await;
-    proxy.delay_replies(Duration::ZERO);
+    resume.join().unwrap();
     assert_eq!(proxy.dropped(), 1, "the reply was not lost: {applied:?}");
     let key = guard.data_key("n");
     let value = || server.cmd::<String>(&["GET", &key]);
@@ -455,7 +463,7 @@ async fn a_batch_is_not_resent_after_its_record_expired() {
             .arg("s")
             .arg(guard.token())
             .arg("the-batch")
-            .arg(300)
+            .arg(60_000)
             .arg(1)
             .arg("INCRBY")
             .arg(1)
@@ -473,6 +481,4 @@ async fn a_batch_is_not_resent_after_its_record_expired() {
         "3000",
         "the check cannot see a batch applied twice"
     );
-    keep.store(false, std::sync::atomic::Ordering::Release);
-    keeper.join().unwrap();
 }
