@@ -104,13 +104,16 @@ else
 fi
 # nextest's "Summary [...] N tests run: P passed, F failed, S skipped" and cargo test's
 # "test result: ok. P passed; F failed; I ignored" lines, added up.
-awk '
+awk -v status="$status" '
   function count(pattern) { return match($0, pattern) ? substr($0, RSTART, RLENGTH) + 0 : 0 }
   /^ *Summary \[/ || /^test result: / {
     passed += count("[0-9]+ passed")
     failed += count("[0-9]+ failed") + count("[0-9]+ timed out")
     skipped += count("[0-9]+ skipped") + count("[0-9]+ ignored")
   }
-  END { printf "summary: %d passed, %d failed, %d skipped%s\n", passed, failed, skipped, (failed ? "; the failures are listed above" : "") }
+  END {
+    note = failed ? "; the failures are listed above" : (status ? "; the run failed (exit " status "): its errors are above" : "")
+    printf "summary: %d passed, %d failed, %d skipped%s\n", passed, failed, skipped, note
+  }
 ' "$log"
 exit $status

@@ -745,6 +745,23 @@ pub fn die_by(signal: i32, with_group: bool) {
     DIE_WITH_GROUP.store(with_group, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Stderr for the logs, write errors dropped: tracing-subscriber reports a failed write
+/// with std's `eprintln!`, which panics (exit 101) on the same closed or broken stderr, and a
+/// log line nobody can read must not change the exit code.
+struct QuietStderr;
+
+impl std::io::Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 /// Logs go to stderr: warnings by default (e.g. a wait retrying against a Redis that went
 /// away), errors only with -q, more with -v; RUST_LOG overrides.
 fn init_logging(cli: &Cli) {
@@ -758,7 +775,7 @@ fn init_logging(cli: &Cli) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| QuietStderr)
         // Colours only for a terminal: cron mail and log files get plain text.
         // SAFETY: isatty only queries the descriptor.
         .with_ansi(unsafe { libc::isatty(2) == 1 })

@@ -1311,6 +1311,41 @@ exit 100
         last.contains("15 passed") && last.contains("1 failed") && last.contains("5 skipped"),
         "the summary is the last line: {text}"
     );
+
+    // A run that fails before any test (a build error) says so on its last line too,
+    // rather than a clean-looking "0 failed".
+    std::fs::write(
+        &fake,
+        r#"#!/bin/sh
+case "$*" in
+  "nextest --version") echo "cargo-nextest 0.9.0"; exit 0 ;;
+  *--doc*) echo "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured"; exit 0 ;;
+  *--features*) echo "     Summary [   1.000s] 1 test run: 1 passed, 0 skipped"; exit 0 ;;
+esac
+echo "error[E0308]: mismatched types" >&2
+exit 101
+"#,
+    )
+    .unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("\"$0\" 2>&1")
+        .arg(root.join("scripts/test.sh"))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                dir.path().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(101), "the runner's status is kept");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.contains("the run failed (exit 101)"), "{text}");
 }
 
 #[test]
@@ -1513,6 +1548,36 @@ fn usage_errors_to_a_broken_stderr_exit_64_quietly() {
             .unwrap();
         assert_eq!(status.code(), Some(64), "{args:?}");
     }
+}
+
+/// Log lines (the warning of a forced release, -vv's debug lines) written to a broken
+/// stderr change no exit code: the logger's own error report used to panic (101) after
+/// the work was done.
+#[test]
+fn logs_to_a_broken_stderr_change_no_exit_code() {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let server = RedisServer::start();
+    assert_eq!(code(dlock(&server).args(["acquire", "forced"])), 0);
+    for args in [
+        &["release", "--force", "forced"][..],
+        &["-vv", "acquire", "--ttl", "1s", "free"],
+    ] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(read);
+        let status = dlock(&server)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(write))
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?}");
+    }
+    // The forced release was done.
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "forced"]), 0);
 }
 
 #[test]
