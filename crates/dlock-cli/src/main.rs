@@ -864,7 +864,11 @@ fn diagnose(err: &dlock::Error, cli: &Cli) -> (i32, &'static str) {
         hint = "Redis refused the command (its words above): a data key of another type, a value that is not a number, wrong arguments for the command, or the ACL or maxmemory; the hold is untouched";
     }
     if by_token && matches!(err, dlock::Error::WrongType { .. }) {
-        hint = "the name holds another kind of lock than the flag says: pass the kind flag the token was acquired with, or none (release and extend find the kind the key holds)";
+        hint = match cli.command {
+            // `guarded` does not look up the kind the key holds.
+            Command::Guarded(_) => "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)",
+            _ => "the name holds another kind of lock than the flag says: pass the kind flag the token was acquired with, or none (release and extend find the kind the key holds)",
+        };
     }
     // A command that only reads holds nothing that could be lost.
     let reads_only = matches!(cli.command, Command::Inspect(_) | Command::Leader(_));
