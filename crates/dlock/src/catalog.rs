@@ -61,12 +61,12 @@ pub fn __lock_names(prefix: &str, name: &str) -> crate::Result<Vec<(&'static str
     Ok(vec![
         ("key", keys.key.clone()),
         ("fence", keys.fence.clone()),
-        ("fenced", keys.companion("fenced")),
-        ("forced", keys.companion("forced")),
+        ("fenced", keys.companion(crate::keys::FENCE_RECORD)),
+        ("forced", keys.companion(crate::keys::FORCED_RECORD)),
         ("queue", queue.queue),
         ("queue-leases", queue.leases),
         ("expiry", crate::keys::expiry_index_of(&keys.key)),
-        ("leader", keys.companion("leader")),
+        ("leader", keys.companion(crate::keys::LEADER_RECORD)),
         ("released", keys.channel.clone()),
         ("wake:", queue.wake_prefix),
     ])

@@ -88,11 +88,18 @@ pub(crate) fn is_companion(key: &str) -> bool {
 }
 
 /// The fixed suffixes of companion keys, and the families of guarded writes.
+/// The plain mutex's record of its lazily drawn fence (`{K}:fenced`).
+pub(crate) const FENCE_RECORD: &str = "fenced";
+/// The record of the last forced releases of a name (`{K}:forced`).
+pub(crate) const FORCED_RECORD: &str = "forced";
+/// An election's leader record (`{K}:leader`).
+pub(crate) const LEADER_RECORD: &str = "leader";
+
 const COMPANIONS: [&str; 8] = [
     "fence",
-    "fenced",
-    "forced",
-    "leader",
+    FENCE_RECORD,
+    FORCED_RECORD,
+    LEADER_RECORD,
     "queue",
     "queue-leases",
     // Written by dlock before waiters' tokens named their ttl; expires by itself.

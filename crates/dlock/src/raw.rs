@@ -430,7 +430,7 @@ async fn draw_fence_on_server<R: private::OnOneServer>(raw: &R, token: &str) -> 
         .call()
         .key(&core.keys.key)
         .key(&core.keys.fence)
-        .key(core.keys.companion("fenced"))
+        .key(core.keys.companion(crate::keys::FENCE_RECORD))
         .arg(token)
         .run(&core.client)
         .await?;

@@ -22,7 +22,7 @@ pub(crate) static LOOK: LazyLock<LuaScript> =
     lua_script!(bare "election leader", "election/leader.lua");
 
 /// The suffix of an election's leader record and of its observers' channel.
-const LEADER: &str = "leader";
+const LEADER: &str = crate::keys::LEADER_RECORD;
 
 /// How long an observer waits for a message when it cannot know better (no leader whose
 /// lease end it could wait for): a message normally comes first.

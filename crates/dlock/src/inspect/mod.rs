@@ -2,7 +2,7 @@
 //! locks by pattern; and an operator's forced release.
 
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -199,19 +199,24 @@ impl Client {
     pub async fn force_release(&self, name: &str) -> Result<Option<u64>> {
         let keys = LockKeys::new(self.prefix(), name)?;
         let queue = QueueKeys::new(&keys);
+        // A resend finds this call's outcome in the record only while the record lives
+        // (a minute after the last forced release of the name): not resent later, or it
+        // could evict a holder granted since (as a guarded batch is not: script.rs).
+        let record_life = Duration::from_secs(60);
         let fence: u64 = FORCE_RELEASE
             .call()
+            .resend_before(crate::lease::valid_until(Instant::now(), record_life))
             .key(&keys.key)
             .key(&keys.fence)
             .key(&queue.queue)
             .key(&queue.leases)
-            .key(keys.companion("forced"))
+            .key(keys.companion(crate::keys::FORCED_RECORD))
             .key(crate::keys::expiry_index_of(&keys.key))
             .arg(&keys.channel)
             .arg(&queue.wake_prefix)
             // The request id that makes a resend of this call a no-op.
             .arg(crate::session::random_token())
-            .arg(keys.companion("leader"))
+            .arg(keys.companion(crate::keys::LEADER_RECORD))
             .run(self)
             .await?;
         if fence > 0 {
