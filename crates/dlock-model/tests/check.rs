@@ -65,18 +65,18 @@ fn failures(mutants: &[Mutant]) -> Vec<(String, Expectation)> {
         if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
             continue;
         }
-        // The operator's forced release, and two look-alike locks side by side.
-        for model in force_models(BOUNDS, mutants) {
-            if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
-                continue;
-            }
-            failed.extend(failures_of(model.name, model, hunting));
+        failed.extend(failures_of(model.name, model, hunting));
+    }
+    // The operator's forced release, and two look-alike locks side by side.
+    for model in force_models(BOUNDS, mutants) {
+        if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
+            continue;
         }
-        for model in pair_models(BOUNDS, mutants) {
-            if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
-                continue;
-            }
-            failed.extend(failures_of(model.name, model, hunting));
+        failed.extend(failures_of(model.name, model, hunting));
+    }
+    for model in pair_models(BOUNDS, mutants) {
+        if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
+            continue;
         }
         failed.extend(failures_of(model.name, model, hunting));
     }
