@@ -6,8 +6,10 @@
 //! Where two names meet, the two locks share what is stored there, as Redis would.
 //!
 //! The properties: *each lock's keys are its own* (no step of one lock names a key or a
-//! channel a step of the other named), *each companion names its own lock* (the library's
-//! `companion_owner` reads every companion back to its lock), and *mutual exclusion per
+//! channel a step of the other named, and no name the library gives one lock, those no
+//! step here uses as `fenced` included, is one of the other's), *each lock's names are
+//! distinct*, *each companion names its own lock* (the library's `companion_owner` reads
+//! every companion `__lock_names` gives back to its lock), and *mutual exclusion per
 //! name*. The state space is tiny on purpose: this is about which keys the two locks
 //! touch, not about the interleavings of one lock, which the other models search.
 
@@ -40,6 +42,23 @@ pub struct Slots {
     pub leader: usize,
 }
 
+impl Slots {
+    /// Every name this model's steps use.
+    fn each(&self) -> [usize; 9] {
+        [
+            self.key,
+            self.fence,
+            self.queue,
+            self.leases,
+            self.forced,
+            self.expiry,
+            self.released,
+            self.wake,
+            self.leader,
+        ]
+    }
+}
+
 /// Two look-alike lock names and what their scripts name.
 #[derive(Clone, Debug)]
 pub struct Pair {
@@ -49,9 +68,18 @@ pub struct Pair {
     pub names: Vec<String>,
     /// Each lock's names.
     pub slots: [Slots; 2],
+    /// Every name `dlock::__lock_names` gives each lock, as indices into `names` (the
+    /// slots' and those no step of this model uses, as `fenced`).
+    pub all: [Vec<usize>; 2],
     /// Every companion of each lock reads back (`dlock::companion_owner`) to its own key.
     pub owners_agree: bool,
+    /// Each lock's names differ from each other (no two of its keys or channels meet).
+    pub distinct: bool,
 }
+
+/// The names `dlock::__lock_names` gives that are channels, not keys (no companion to read
+/// back to its lock).
+const CHANNELS: [&str; 2] = ["released", "wake:"];
 
 impl Pair {
     /// The pair `a`, `b` as the library names their keys (`shared_companion`: by the
@@ -59,34 +87,40 @@ impl Pair {
     pub fn new(a: &str, b: &str, shared_companion: bool) -> Pair {
         let mut names: Vec<String> = Vec::new();
         let mut owners_agree = true;
+        let mut distinct = true;
         let mut slots_of = |lock: &str| {
             let named = dlock::__lock_names("", lock)
                 .unwrap_or_else(|err| panic!("the library refuses the name {lock:?}: {err}"));
             let key = named[0].1.clone();
-            let mut slot = |what: &str| {
-                let (_, real) = named
-                    .iter()
-                    .find(|(w, _)| *w == what)
-                    .unwrap_or_else(|| panic!("the library names no {what}"));
-                let name = if shared_companion && what != "key" && key.contains('{') {
+            // Every name the library gives the lock, not only those the steps below use:
+            // each companion must read back to its lock, and no two may meet.
+            let mut all = Vec::new();
+            for (what, real) in &named {
+                let name = if shared_companion && *what != "key" && key.contains('{') {
                     format!("{key}:{what}")
                 } else {
                     real.clone()
                 };
-                // The lock's companion keys (its channels are no keys: `released`, and the
-                // wake channels' prefix; `leader` is a key too, an election's record).
-                if !matches!(what, "key" | "released" | "wake:") {
+                // The lock's companion keys (its channels are no keys; `leader` is a key
+                // too, an election's record).
+                if *what != "key" && !CHANNELS.contains(what) {
                     owners_agree &= dlock::companion_owner(&name).as_deref() == Some(&key);
                 }
-                match names.iter().position(|n| *n == name) {
+                let at = match names.iter().position(|n| *n == name) {
                     Some(at) => at,
                     None => {
                         names.push(name);
                         names.len() - 1
                     }
-                }
+                };
+                distinct &= !all.contains(&at);
+                all.push(at);
+            }
+            let slot = |what: &str| {
+                let at = named.iter().position(|(w, _)| *w == what);
+                all[at.unwrap_or_else(|| panic!("the library names no {what}"))]
             };
-            Slots {
+            let slots = Slots {
                 key: slot("key"),
                 fence: slot("fence"),
                 queue: slot("queue"),
@@ -96,14 +130,18 @@ impl Pair {
                 released: slot("released"),
                 wake: slot("wake:"),
                 leader: slot("leader"),
-            }
+            };
+            (slots, all)
         };
-        let slots = [slots_of(a), slots_of(b)];
+        let (slots_a, all_a) = slots_of(a);
+        let (slots_b, all_b) = slots_of(b);
         Pair {
             locks: [a.to_string(), b.to_string()],
             names,
-            slots,
+            slots: [slots_a, slots_b],
+            all: [all_a, all_b],
             owners_agree,
+            distinct,
         }
     }
 }
@@ -445,9 +483,19 @@ impl Model for PairModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("each lock's keys are its own", |_, state: &State| {
-                state.touched.iter().all(|&by| by != 0b11)
-            }),
+            // The steps' names, and every other name the library gives either lock (which
+            // no step here uses, as `fenced`): none is both locks'.
+            Property::always(
+                "each lock's keys are its own",
+                |model: &PairModel, state: &State| {
+                    let [a, b] = &model.pairs[state.pair].all;
+                    state.touched.iter().all(|&by| by != 0b11) && !a.iter().any(|n| b.contains(n))
+                },
+            ),
+            Property::always(
+                "each lock's names are distinct",
+                |model: &PairModel, state: &State| model.pairs[state.pair].distinct,
+            ),
             Property::always(
                 "each companion names its own lock",
                 |model: &PairModel, state: &State| model.pairs[state.pair].owners_agree,
@@ -460,10 +508,10 @@ impl Model for PairModel {
                 state.both_held
             }),
             Property::sometimes(
-                "every name of both locks is used",
+                "every name the steps use is used",
                 |model: &PairModel, state: &State| {
-                    state.touched.len() == model.pairs[state.pair].names.len()
-                        && state.touched.iter().all(|&by| by != 0)
+                    let slots = &model.pairs[state.pair].slots;
+                    (slots.iter().flat_map(Slots::each)).all(|n| state.touched[n] != 0)
                 },
             ),
         ]
