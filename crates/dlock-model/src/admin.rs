@@ -220,7 +220,9 @@ impl Server {
         let fence = if self.key_exists(now) {
             let fence = self.draw_fence(mutants);
             // DEL KEYS[1], KEYS[6]
-            self.lock = None;
+            if !mutants.contains(&Mutant::ForceKeepsLockKey) {
+                self.lock = None;
+            }
             self.reentrant = None;
             self.entries.clear();
             self.queue_purge(now, mutants);

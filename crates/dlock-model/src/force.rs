@@ -98,7 +98,8 @@ impl ForceModel {
     /// Whether `mutant`'s bug is in a script this model runs (the operator's, or one of
     /// its lock's).
     pub fn touched_by(&self, mutant: Mutant) -> bool {
-        mutant == Mutant::ForceEvictsTwice || self.lock.kind.touched_by(mutant)
+        matches!(mutant, Mutant::ForceEvictsTwice | Mutant::ForceKeepsLockKey)
+            || self.lock.kind.touched_by(mutant)
     }
 
     /// The most fences the search lets be drawn: the clients' grants (one fence each, and
@@ -114,6 +115,7 @@ impl ForceModel {
         let before = holds(&state.lock.server, now);
         let counter = state.lock.server.counter;
         let repeat = state.ran.contains(&request);
+        let record = state.record.clone();
         let fence =
             (state.lock.server).force_release(&mut state.record, request, now, &self.lock.mutants);
         let after = holds(&state.lock.server, now);
@@ -123,10 +125,10 @@ impl ForceModel {
         } else {
             state.ran.push(request);
         }
-        if !before.is_empty() && after == before {
-            return; // answered from the record
+        if state.record == record {
+            return; // answered from the record (a run records itself, evicting or not)
         }
-        state.left_held |= !before.is_empty() && !after.is_empty();
+        state.left_held |= !after.is_empty();
         for token in before {
             if !state.evicted.contains(&token) {
                 state.evicted.push(token);

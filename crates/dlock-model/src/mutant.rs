@@ -73,11 +73,20 @@ pub enum Mutant {
     /// Companion keys by the scheme before issue 32: `K:suffix` for a tagged key `K`, so
     /// `{acct}` and `acct` share `{acct}:fence`, their queue and the rest.
     SharedCompanion,
+    /// The rwlock's downgrade draws a new fence for the read hold it makes, not the write
+    /// grant's: the read hold is a new grant, not the writer's hold kept.
+    DowngradeNewFence,
+    /// The operator's forced release deletes the expiry index and draws its fence but
+    /// leaves the lock key (`DEL KEYS[6]` alone): the holder keeps holding in Redis.
+    ForceKeepsLockKey,
+    /// A renewal that finds the key gone sets it again with its token (`SET` without
+    /// `XX`, no `GET` first): a holder evicted by force renews and holds again.
+    RenewRecreatesKey,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 25] = [
+    pub const ALL: [Mutant; 28] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -103,6 +112,9 @@ impl Mutant {
         Mutant::DowngradeWithoutOwnerCheck,
         Mutant::ForceEvictsTwice,
         Mutant::SharedCompanion,
+        Mutant::DowngradeNewFence,
+        Mutant::ForceKeepsLockKey,
+        Mutant::RenewRecreatesKey,
     ];
 
     /// The name on the command line.
@@ -133,6 +145,9 @@ impl Mutant {
             Mutant::DowngradeWithoutOwnerCheck => "downgrade-without-owner-check",
             Mutant::ForceEvictsTwice => "force-evicts-twice",
             Mutant::SharedCompanion => "shared-companion",
+            Mutant::DowngradeNewFence => "downgrade-new-fence",
+            Mutant::ForceKeepsLockKey => "force-keeps-lock-key",
+            Mutant::RenewRecreatesKey => "renew-recreates-key",
         }
     }
 
@@ -165,6 +180,9 @@ impl Mutant {
             Mutant::DowngradeWithoutOwnerCheck => "mutual exclusion",
             Mutant::ForceEvictsTwice => "a forced release evicts exactly once under resend",
             Mutant::SharedCompanion => "each lock's keys are its own",
+            Mutant::DowngradeNewFence => "a downgrade keeps its hold and fence",
+            Mutant::ForceKeepsLockKey => "a forced release leaves the lock free",
+            Mutant::RenewRecreatesKey => "an evicted hold is never held in Redis again",
         }
     }
 

@@ -189,6 +189,26 @@ impl Server {
         }
     }
 
+    /// `renew_string`, or with the mutant `renew-recreates-key`, a renewal that sets a key
+    /// gone with its token.
+    pub fn renew_string_mutated(
+        &mut self,
+        token: Token,
+        now: Time,
+        ttl: Time,
+        mutants: &[Mutant],
+    ) -> bool {
+        if mutants.contains(&Mutant::RenewRecreatesKey)
+            && self.holder(now).is_none()
+            && self.entries.is_empty()
+            && self.reentrant.is_none()
+        {
+            self.lock = Some((token, now + ttl));
+            return true;
+        }
+        self.renew_string(token, now, ttl)
+    }
+
     /// mutex/fence.lua: the plain mutex's lazily drawn fence, only while the hold is held;
     /// a resend answers the recorded fence. `None`: not held any more (nothing drawn).
     pub fn mutex_fence(&mut self, token: Token, now: Time, mutants: &[Mutant]) -> Option<u64> {
@@ -453,6 +473,11 @@ impl Server {
         if !ours {
             return None;
         }
+        let fence = if mutants.contains(&Mutant::DowngradeNewFence) {
+            self.draw_fence(mutants)
+        } else {
+            fence
+        };
         self.lock = None; // DEL
         self.entries.clear(); // entries_begin: a new hash
         self.entries.insert(hold, (now + ttl, fence));

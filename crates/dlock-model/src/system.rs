@@ -92,7 +92,7 @@ impl Kind {
             Mutant::QueueKeepsLapsedWaiters | Mutant::QueueSkipsHead => {
                 kind.waiter_lease().is_some()
             }
-            Mutant::DowngradeWithoutOwnerCheck => matches!(
+            Mutant::DowngradeWithoutOwnerCheck | Mutant::DowngradeNewFence => matches!(
                 kind,
                 Kind::RwLock {
                     waiter_lease: Some(_)
@@ -104,7 +104,14 @@ impl Kind {
             | Mutant::ProclaimWithoutOwnerCheck
             | Mutant::LeaderWithoutHoldCheck => false,
             // The operator's and the look-alike names' models (force.rs, pair.rs).
-            Mutant::ForceEvictsTwice | Mutant::SharedCompanion => false,
+            Mutant::ForceEvictsTwice | Mutant::SharedCompanion | Mutant::ForceKeepsLockKey => false,
+            // The string lock's renewal (the mutex's, the fair mutex's, the writers').
+            Mutant::RenewRecreatesKey => {
+                matches!(
+                    kind,
+                    Kind::Mutex { .. } | Kind::Fair { .. } | Kind::RwLock { .. }
+                )
+            }
         }
     }
 }
@@ -438,7 +445,7 @@ impl LockModel {
     fn renew(&self, server: &mut Server, token: Token, role: Role, now: Time) -> bool {
         // (A downgraded writer's read hold renews as a read hold: `role` is its role now.)
         match role {
-            Role::Exclusive => server.renew_string(token, now, self.ttl),
+            Role::Exclusive => server.renew_string_mutated(token, now, self.ttl, &self.mutants),
             Role::Reader | Role::Permit => server.renew_entry(token, now, self.ttl),
             Role::Owner(_) => server.renew_reentrant(token, now, self.ttl),
         }
@@ -830,6 +837,12 @@ impl Model for LockModel {
                 };
                 state.attempts[c] += 1;
                 let m = &self.mutants;
+                // What Redis held before: only our write lock may turn into the read hold
+                // (or a read hold of ours made already, a resend), and it keeps the write
+                // grant's fence, drawing none.
+                let was_ours = state.server.holder(now) == Some(token)
+                    || (state.server.entries.get(&hold)).is_some_and(|&(end, _)| end > now);
+                let counter = state.server.counter;
                 let answer = state.server.downgrade(token, hold, now, self.ttl, fence, m);
                 state.clients[c] = match answer {
                     Some(read_fence) => {
@@ -839,6 +852,8 @@ impl Model for LockModel {
                         // keeps the write grant's fence (not a new grant).
                         let kept = state.server.entries.get(&hold).copied();
                         state.downgrade_broken |= read_fence != fence
+                            || !was_ours
+                            || state.server.counter != counter
                             || state.server.holder(now).is_some()
                             || kept != Some((now + self.ttl, fence));
                         Client::Holding {
