@@ -1054,15 +1054,7 @@ fn run_unwritable(command: &mut Command, how: Unwritable) -> (Option<i32>, Strin
             }
         }
         Unwritable::ReaderGone => {
-            let mut fds = [0; 2];
-            // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
-            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-            let (read, write) = unsafe {
-                use std::os::fd::{FromRawFd, OwnedFd};
-                (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
-            };
-            drop(read);
-            command.stdout(Stdio::from(write));
+            command.stdout(reader_gone());
         }
     }
     let mut child = command.spawn().unwrap();
@@ -1210,17 +1202,14 @@ fn printing_subcommands_write_to_a_read_write_dev_null() {
 #[test]
 fn help_and_version_exit_0_when_the_reader_leaves_after_reading_some() {
     use std::io::Read as _;
-    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    use std::os::fd::AsRawFd as _;
     for args in [
         vec!["--help"],
         vec!["help", "run"],
         vec!["run", "--help"],
         vec!["--version"],
     ] {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = pipe();
         // SAFETY: F_SETPIPE_SZ resizes the pipe just made.
         assert!(unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) } >= 4096);
         let child = Command::new(env!("CARGO_BIN_EXE_dlock"))
@@ -1527,23 +1516,17 @@ fn inspect_columns_fit_clock_floor_fences_and_say_what_is_queued() {
 
 #[test]
 fn usage_errors_to_a_broken_stderr_exit_64_quietly() {
-    use std::os::fd::{FromRawFd as _, OwnedFd};
     for args in [
         &["acquire", "--bogus"][..],
         &["acquire", "x", "--ttl", "0s"],
         &["acquire", ""],
     ] {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        drop(read);
         let status = Command::new(env!("CARGO_BIN_EXE_dlock"))
             .env("DLOCK_REDIS", "redis://127.0.0.1:1")
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::from(write))
+            .stderr(reader_gone())
             .status()
             .unwrap();
         assert_eq!(status.code(), Some(64), "{args:?}");
@@ -1555,23 +1538,17 @@ fn usage_errors_to_a_broken_stderr_exit_64_quietly() {
 /// the work was done.
 #[test]
 fn logs_to_a_broken_stderr_change_no_exit_code() {
-    use std::os::fd::{FromRawFd as _, OwnedFd};
     let server = RedisServer::start();
     assert_eq!(code(dlock(&server).args(["acquire", "forced"])), 0);
     for args in [
         &["release", "--force", "forced"][..],
         &["-vv", "acquire", "--ttl", "1s", "free"],
     ] {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        drop(read);
         let status = dlock(&server)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::from(write))
+            .stderr(reader_gone())
             .status()
             .unwrap();
         assert_eq!(status.code(), Some(0), "{args:?}");
@@ -1600,4 +1577,20 @@ fn an_interrupted_wait_says_so_in_one_line() {
         assert_eq!(stderr.lines().count(), 1, "{command:?}: {stderr}");
         assert!(stderr.contains("interrupted"), "{stderr}");
     }
+}
+
+/// A pipe: its read end, then its write end.
+fn pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors, owned here from now on.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// The write end of a pipe whose reader is gone: writing to it fails with EPIPE.
+fn reader_gone() -> Stdio {
+    let (read, write) = pipe();
+    drop(read);
+    Stdio::from(write)
 }

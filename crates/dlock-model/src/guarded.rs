@@ -198,7 +198,7 @@ impl GuardedKeys {
 
 /// A batch whose reply was lost: the library resends it once on the reconnected connection
 /// (script.rs `resent_once`), only before the record's lease from the first send has passed
-/// (`Call::resend_before`).
+/// (`Call::resend_within`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Pending {
     /// The batch.

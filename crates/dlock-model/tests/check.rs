@@ -350,7 +350,7 @@ fn with_a_jumped_clock_the_double_grant_decides_in_either_order() {
 /// batch is kept a lease (guarded/mod.rs `record_ms`), and the hold may be renewed past
 /// it. A resend that comes later than that (a reconnection that took longer than the
 /// lease: `resent_once` set no limit until the model found this; a writing batch now
-/// carries `Call::resend_before`) finds no record: while the hold still holds (it
+/// carries `Call::resend_within`) finds no record: while the hold still holds (it
 /// was renewed), the batch applies a second time; once it ended, the resend answers "not
 /// held", though the first send applied.
 #[test]

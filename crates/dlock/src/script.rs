@@ -157,7 +157,7 @@ pub(crate) struct Call<'a> {
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
     /// After this instant a dropped connection is not followed by a resend (see
-    /// [`Call::resend_before`]).
+    /// [`Call::resend_within`]).
     resend_before: Option<std::time::Instant>,
 }
 
@@ -172,12 +172,15 @@ impl Call<'_> {
         self
     }
 
-    /// Resends after a dropped connection only if the connection is back before
-    /// `deadline` ([`ResendGate`]): for a script that grants nothing and is safe to run
-    /// twice only while a record it left lives (a guarded batch's). Otherwise the call
-    /// fails with the dropped connection's error: whether it ran is unknown.
-    pub fn resend_before(mut self, deadline: std::time::Instant) -> Self {
-        self.resend_before = Some(deadline);
+    /// Resends after a dropped connection only if the connection is back while a record
+    /// the script leaves for its resend still lives: `record_life` from now, counted as a
+    /// lease is (less the drift allowance; [`ResendGate`]). For a script that grants
+    /// nothing and is safe to run twice only while that record lives (a guarded batch's,
+    /// a forced release's). Otherwise the call fails with the dropped connection's error:
+    /// whether it ran is unknown.
+    pub fn resend_within(mut self, record_life: std::time::Duration) -> Self {
+        let now = std::time::Instant::now();
+        self.resend_before = Some(crate::lease::valid_until(now, record_life));
         self
     }
 

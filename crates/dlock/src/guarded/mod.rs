@@ -6,7 +6,7 @@
 //! fenced store (see `docs/decisions.md`).
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -327,9 +327,7 @@ pub(crate) async fn apply(
         // The record lives `record_ms` from when the script ran, so at least that long
         // from now: a resend later than that (a reconnect slower than a lease) could find
         // no record and apply the batch again, or answer "not held" though it applied.
-        // Counted as a lease is (less the drift allowance), and not resent after it.
-        let record = Duration::from_millis(record_ms.max(1));
-        call = call.resend_before(crate::lease::valid_until(Instant::now(), record));
+        call = call.resend_within(Duration::from_millis(record_ms.max(1)));
     }
     let mut call = call
         .key(&keys.key)

@@ -2,7 +2,7 @@
 //! locks by pattern; and an operator's forced release.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -205,7 +205,7 @@ impl Client {
         let record_life = Duration::from_secs(60);
         let fence: u64 = FORCE_RELEASE
             .call()
-            .resend_before(crate::lease::valid_until(Instant::now(), record_life))
+            .resend_within(record_life)
             .key(&keys.key)
             .key(&keys.fence)
             .key(&queue.queue)
