@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::hold::KindArgs;
-use crate::run::RunArgs;
+use crate::run::{RunArgs, ScheduleArgs};
 use crate::{duration, exit, LeaseArgs};
 
 /// `dlock elect`: `dlock run` on the election's lock, proclaiming a value while it runs.
@@ -24,6 +24,8 @@ pub struct ElectArgs {
     /// [default: a quarter of --ttl, at most 10s]
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub kill_after: Option<Duration>,
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -37,6 +39,7 @@ impl ElectArgs {
             lease: self.lease.clone(),
             kill_after: self.kill_after,
             kind: KindArgs::default(),
+            schedule: self.schedule.clone(),
             command: self.command.clone(),
         }
     }

@@ -623,6 +623,14 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
             ));
         }
     }
+    if let Command::Run(run::RunArgs { schedule, .. }) = &cli.command {
+        if schedule.skip_if_ran_within.is_some() {
+            return Err((
+                "--skip-if-ran-within cannot be used with several --redis URLs (Redlock): its record is a guarded write, which needs the lock and the record on one server".into(),
+                "use --hold-at-least alone with Redlock, or give one --redis URL (or --cluster, --sentinel)",
+            ));
+        }
+    }
     if let Command::Release { force: true, .. } = cli.command {
         return Err((
             "release --force cannot be used with several --redis URLs (Redlock) yet".into(),
@@ -1219,7 +1227,11 @@ async fn dispatch(
         Locks::Redlock(_) => None,
     };
     match &cli.command {
-        Command::Run(args) => run::run(locks, args.clone(), cli.replication(), None).await,
+        Command::Run(args) => {
+            let mut args = args.clone();
+            args.schedule.quiet = cli.quiet;
+            run::run(locks, args, cli.replication(), None).await
+        }
         Command::Elect(args) => {
             // Refused with several masters before connecting (see redlock_usage).
             let Some(client) = client else {
@@ -1232,7 +1244,9 @@ async fn dispatch(
                 election: &election,
                 value: &args.value,
             };
-            run::run(locks, args.run_args(), cli.replication(), Some(leading)).await
+            let mut run_args = args.run_args();
+            run_args.schedule.quiet = cli.quiet;
+            run::run(locks, run_args, cli.replication(), Some(leading)).await
         }
         Command::Leader(args) => match client {
             Some(client) => elect::leader(client, args).await,

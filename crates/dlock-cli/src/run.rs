@@ -27,9 +27,58 @@ pub struct RunArgs {
     pub kill_after: Option<Duration>,
     #[command(flatten)]
     pub kind: KindArgs,
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// What a job started on every replica (by cron, a timer) needs to run once.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ScheduleArgs {
+    /// Keep the lock until DUR after it was granted even when CMD ends sooner, so a
+    /// replica whose timer fires later finds it held (cron: longer than the replicas'
+    /// timers drift apart; 1ms to 24h)
+    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    pub hold_at_least: Option<Duration>,
+    /// Do not run CMD if it succeeded under this lock within DUR (by Redis's clock): exit
+    /// as when busy (75, or -E N); after CMD exits 0, record its success for DUR
+    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    pub skip_if_ran_within: Option<Duration>,
+    /// Set from the global --quiet: a skip says nothing either.
+    #[arg(skip)]
+    pub quiet: bool,
+}
+
+impl ScheduleArgs {
+    /// `options` with --hold-at-least, checked.
+    pub fn options(&self, options: dlock::LockOptions) -> dlock::Result<dlock::LockOptions> {
+        let options = match self.hold_at_least {
+            Some(least) => options.hold_at_least(least),
+            None => options,
+        };
+        options.validate().map_err(|err| match err {
+            dlock::Error::InvalidArgument(_) if options.hold_at_least.is_some() => {
+                dlock::Error::InvalidArgument(format!(
+                    "--hold-at-least {} is out of range; use 1ms to {}",
+                    dlock::humane(options.hold_at_least.unwrap_or_default()),
+                    dlock::humane(dlock::MAX_TTL)
+                ))
+            }
+            err => err,
+        })?;
+        if let Some(within) = self.skip_if_ran_within {
+            if within.is_zero() || within > dlock::MAX_SUCCESS_MEMORY {
+                return Err(dlock::Error::InvalidArgument(format!(
+                    "--skip-if-ran-within {} is out of range; use 1ms to {}",
+                    dlock::humane(within),
+                    dlock::humane(dlock::MAX_SUCCESS_MEMORY)
+                )));
+            }
+        }
+        Ok(options)
+    }
 }
 
 /// `run --help`'s epilogue: how it works, then the exit codes.
@@ -111,6 +160,7 @@ pub async fn run(
     // The client's watchdog renews the lease every third of --ttl while the command runs.
     // With --replicas, every renewal waits for the replicas too.
     let options = args.lease.options(replication)?.renewed(args.lease.ttl);
+    let options = args.schedule.options(options)?;
     let guard = tokio::select! {
         hold = hold::take(locks, &args.kind, &args.name, options) => hold?,
         signal = signals.next() => {
@@ -124,6 +174,28 @@ pub async fn run(
         }
     };
     let (guard, fence) = hold::fenced(guard).await?;
+    if let Some(within) = args.schedule.skip_if_ran_within {
+        let last = match guard.last_success().await {
+            Ok(last) => last,
+            Err(err) => {
+                let _ = guard.unlock().await;
+                return Err(err);
+            }
+        };
+        if let Some(success) = last.filter(|success| success.ago < within) {
+            // Given back as any hold is (kept until --hold-at-least ends).
+            let _ = guard.unlock().await;
+            if !args.schedule.quiet {
+                eprintln!(
+                    "dlock: skipped: the command under {:?} succeeded {} ago, within --skip-if-ran-within {}",
+                    args.name,
+                    dlock::humane(success.ago),
+                    dlock::humane(within)
+                );
+            }
+            return Ok(args.lease.conflict_exit_code.map_or(exit::BUSY, i32::from));
+        }
+    }
     let mut env = vec![
         ("DLOCK_NAME", args.name.clone()),
         ("DLOCK_TOKEN", guard.token().to_string()),
@@ -214,6 +286,15 @@ pub async fn run(
                 crate::die_by(signal, had_terminal);
             }
             step_down().await;
+            if let (Some(within), true) = (args.schedule.skip_if_ran_within, status.success()) {
+                // Recorded only while the hold holds: a success after the lock was lost
+                // does not count (the unlock below says it was lost).
+                if let Err(err) = guard.record_success(within).await {
+                    if !matches!(err, dlock::Error::Lost { .. }) {
+                        eprintln!("dlock: warning: could not record the success of the command under {:?}: {err}; the next run will not skip", args.name);
+                    }
+                }
+            }
             match guard.unlock().await {
                 Ok(()) => Ok(exit_code(status)),
                 Err(dlock::Error::Lost { .. }) => {
@@ -319,7 +400,10 @@ fn kill_after(args: &RunArgs) -> dlock::Result<Duration> {
 
 /// Checks a run's arguments before connecting.
 pub fn check(args: &RunArgs) -> dlock::Result<()> {
-    kill_after(args).map(drop)
+    kill_after(args)?;
+    args.schedule
+        .options(dlock::LockOptions::default())
+        .map(drop)
 }
 
 enum Why {

@@ -56,6 +56,28 @@ impl Entries {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WrongKind;
 
+/// What renew/linger.lua did with a hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lingered {
+    /// Not held: nothing touched (0).
+    NotHeld,
+    /// Held until the rest ends (1).
+    Held,
+    /// A reentrant hold whose owner has others, given back at once (2).
+    GivenBack,
+}
+
+impl Lingered {
+    /// The script's reply.
+    pub fn code(self) -> i64 {
+        match self {
+            Lingered::NotHeld => 0,
+            Lingered::Held => 1,
+            Lingered::GivenBack => 2,
+        }
+    }
+}
+
 /// What inspect.lua answers, in the model's terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inspection {
@@ -111,6 +133,55 @@ impl Server {
             }
             Form::Entry => self.live_entries(now).any(|t| t == token),
         }
+    }
+
+    /// renew/linger.lua (`LockOptions::hold_at_least`): the hold `token` of `form`, if
+    /// held, stays until `rest` from now, its lease set to end then (shorter or longer);
+    /// but a reentrant hold whose owner has other holds is given back at once, as its
+    /// release would. Another kind at the key is a type error. (An entry's form is not
+    /// asked of a reentrant hash, nor a reentrant hold's of a hash of entries: the library
+    /// never does.)
+    pub fn linger(
+        &mut self,
+        form: Form,
+        token: Token,
+        now: Time,
+        rest: Time,
+    ) -> Result<Lingered, WrongKind> {
+        let wrong_kind = match form {
+            Form::String => self.hash_at(now),
+            Form::Reentrant | Form::Entry => self.holder(now).is_some(),
+        };
+        if wrong_kind {
+            return Err(WrongKind);
+        }
+        let lingered = match form {
+            Form::String if self.holder(now) == Some(token) => {
+                self.lock = Some((token, now + rest));
+                Lingered::Held
+            }
+            Form::Entry => match self.entries.get_mut(&token) {
+                Some((end, _)) if *end > now => {
+                    *end = now + rest;
+                    Lingered::Held
+                }
+                _ => Lingered::NotHeld,
+            },
+            Form::Reentrant => match self.reentrant.as_mut().filter(|r| r.expires > now) {
+                Some(hash) if hash.holds.contains(&token) && hash.count > 1 => {
+                    hash.holds.remove(&token);
+                    hash.count -= 1;
+                    Lingered::GivenBack
+                }
+                Some(hash) if hash.holds.contains(&token) => {
+                    hash.expires = now + rest;
+                    Lingered::Held
+                }
+                _ => Lingered::NotHeld,
+            },
+            Form::String => Lingered::NotHeld,
+        };
+        Ok(lingered)
     }
 
     /// release_token.lua: a string hold released by its token whatever kind took it

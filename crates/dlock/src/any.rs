@@ -162,6 +162,10 @@ impl RawProtocol for AnyKind {
         delegate!(self, raw => raw.extend(token, ttl).await)
     }
 
+    async fn linger(&self, token: &str, rest: Duration) -> Result<()> {
+        delegate!(self, raw => raw.linger(token, rest).await)
+    }
+
     async fn is_held(&self, token: &str) -> Result<bool> {
         delegate!(self, raw => raw.is_held(token).await)
     }

@@ -11,13 +11,14 @@ use std::sync::LazyLock;
 use crate::script::{LibraryScript, LuaScript};
 
 /// The library's scripts, in the order of its layout.
-fn all() -> [&'static LazyLock<LuaScript>; 27] {
+fn all() -> [&'static LazyLock<LuaScript>; 28] {
     [
         &crate::mutex::ACQUIRE,
         &crate::mutex::RELEASE,
         &crate::raw::FENCE,
         &crate::renew::RENEW,
         &crate::raw::HELD,
+        &crate::raw::LINGER,
         &crate::raw::RELEASE_TOKEN,
         &crate::mutex::FAIR_ACQUIRE,
         &crate::mutex::FAIR_RELEASE,

@@ -43,6 +43,9 @@ pub struct Guard<R: RawLock> {
     /// attempt's send).
     #[cfg(feature = "metrics")]
     started: Instant,
+    /// Until when a give-back keeps the lock ([`LockOptions::hold_at_least`] after the
+    /// grant's reply: never earlier than the holder knew it held it).
+    keep_until: Option<Instant>,
     /// The hold's length was recorded, or is not to be (handed on as a token, converted).
     measured: bool,
     /// Taken while a guarded batch is in flight: one record per holder recognises a resend
@@ -67,7 +70,9 @@ impl<R: RawLock> Guard<R> {
             &token,
             raw.session().sink(),
         );
-        let hold_id = track_hold(&raw, &token, &cell)?;
+        let keep_until =
+            (options.hold_at_least).and_then(|least| Instant::now().checked_add(least));
+        let hold_id = track_hold(&raw, &token, &cell, keep_until)?;
         let held = Held::start(raw.renewer(), &token, sent, raw.hold_key(), options, cell);
         Some(Guard {
             raw,
@@ -79,6 +84,7 @@ impl<R: RawLock> Guard<R> {
             done: false,
             #[cfg(feature = "metrics")]
             started: Instant::now(),
+            keep_until,
             measured: false,
             applying: tokio::sync::Mutex::new(()),
         })
@@ -236,13 +242,14 @@ impl<R: RawLock> Guard<R> {
         self.raw.is_held(&self.token).await
     }
 
-    /// Stops renewal (waiting out a renewal in flight), then gives the hold back. Fails
-    /// with [`Error::Lost`] when the lease had already ended or another owner holds the
-    /// lock now (which is left untouched), or when
-    /// [`Client::shutdown`](crate::Client::shutdown) already released it.
+    /// Stops renewal (waiting out a renewal in flight), then gives the hold back (with
+    /// [`LockOptions::hold_at_least`], one that began less than that ago keeps the lock
+    /// until then and frees by itself). Fails with [`Error::Lost`] when the lease had
+    /// already ended or another owner holds the lock now (which is left untouched), or
+    /// when [`Client::shutdown`](crate::Client::shutdown) already released it.
     pub async fn unlock(mut self) -> Result<()> {
         self.held.stop_renewal().await;
-        let released = self.raw.release(&self.token).await;
+        let released = give_back(&self.raw, &self.token, self.keep_until).await;
         // Only now: if this future is dropped before, the drop releases in the background
         // (releasing twice is harmless, the second finds the token gone).
         self.done = true;
@@ -395,16 +402,37 @@ impl std::fmt::Debug for Held {
     }
 }
 
-/// Records a live hold in its client's session, which releases it at shutdown; returns its
-/// id, or `None` once shutdown began.
-fn track_hold<R: RawLock>(raw: &R, token: &str, cell: &LeaseCell) -> Option<u64> {
+/// Gives the hold `token` back (renewal stopped): released at once, or, until
+/// `keep_until` ([`LockOptions::hold_at_least`]), kept and left to end by itself then. The
+/// one way every end of a guard (unlock, drop, shutdown) gives a hold back.
+async fn give_back<R: RawLock>(raw: &R, token: &str, keep_until: Option<Instant>) -> Result<()> {
+    let rest = keep_until.and_then(|until| until.checked_duration_since(Instant::now()));
+    match rest {
+        Some(rest) if !rest.is_zero() => {
+            // A renewal sent after the linger would restart the whole lease (at
+            // shutdown, the lost signal has just taken the hold out of renewal).
+            raw.renewer().settled().await;
+            raw.linger(token, rest).await
+        }
+        _ => raw.release(token).await,
+    }
+}
+
+/// Records a live hold in its client's session, which gives it back at shutdown; returns
+/// its id, or `None` once shutdown began.
+fn track_hold<R: RawLock>(
+    raw: &R,
+    token: &str,
+    cell: &LeaseCell,
+    keep_until: Option<Instant>,
+) -> Option<u64> {
     let (raw, token) = (raw.clone(), token.to_string());
     let session = raw.session().clone();
     session.track_hold(
         cell,
         Box::new(move || {
             Box::pin(async move {
-                if let Err(err) = raw.release(&token).await {
+                if let Err(err) = give_back(&raw, &token, keep_until).await {
                     tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lease will expire");
                 }
             })
@@ -439,12 +467,13 @@ impl<R: RawLock> Drop for Guard<R> {
         }
         let renewal = self.held.detach();
         let (raw, token) = (self.raw.clone(), std::mem::take(&mut self.token));
+        let keep_until = self.keep_until;
         // Nobody waits for it here; shutdown does.
         drop(session.spawn_background(async move {
             if let Some(renewal) = renewal {
                 renewal.cancel().await;
             }
-            if let Err(err) = raw.release(&token).await {
+            if let Err(err) = give_back(&raw, &token, keep_until).await {
                 tracing::debug!(lock = %raw.name(), error = %err, "background release failed; the lease will expire");
             }
         }));

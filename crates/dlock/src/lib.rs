@@ -84,6 +84,7 @@ mod script;
 pub mod semaphore;
 mod session;
 mod signal;
+mod success;
 mod wait;
 
 pub use any::{AnyGuard, AnyKind, AnyLock};
@@ -122,6 +123,7 @@ pub use script::LibraryScript;
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use session::{token_tag_and_random, LostHolds, Session};
 pub use signal::{LostHold, LostReason, LostSignal};
+pub use success::{Success, MAX_SUCCESS_MEMORY, SUCCESS_RECORD};
 
 /// A test hook, not part of the API: runs every script twice and checks the second run
 /// changes nothing (see `tests/resend.rs`).

@@ -53,6 +53,9 @@ pub struct LockOptions {
     /// Replica acknowledgement of grants, extends and renewals (see
     /// [`LockOptions::replicas`]); `None` (the default) trusts the master's reply alone.
     pub replicas: Option<Replicas>,
+    /// The least time a hold keeps the lock (see [`LockOptions::hold_at_least`]); `None`
+    /// (the default): unlock frees it at once.
+    pub hold_at_least: Option<Duration>,
 }
 
 /// How many replicas must acknowledge a lock's writes, and how long to wait for them
@@ -94,6 +97,7 @@ impl Default for LockOptions {
             waiter_lease: DEFAULT_WAITER_LEASE,
             fence_at_grant: false,
             replicas: None,
+            hold_at_least: None,
         }
     }
 }
@@ -158,6 +162,47 @@ impl LockOptions {
         self
     }
 
+    /// Keeps every hold at least `least` from its grant: an earlier
+    /// [`unlock`](crate::Guard::unlock), drop of the guard, or
+    /// [`Client::shutdown`](crate::Client::shutdown) stops renewal and shortens the lease to
+    /// end `least` after the grant instead of freeing the lock at once; it then frees by
+    /// itself, and whoever waits is told when. A hold that lasts longer is given back as
+    /// usual. ShedLock's `lockAtLeastFor`: a job started by cron on every replica runs
+    /// once, because a replica whose timer fires a little later than another's still finds
+    /// the lock held although the job took less time than the drift.
+    ///
+    /// The grant's moment is when its reply arrived, so the lock is held at least `least`
+    /// (by the local clock) from any point at which the holder knew it held it. At most
+    /// [`MAX_TTL`](crate::MAX_TTL): the rest becomes a lease. A reentrant hold whose owner
+    /// holds others is given back at once (the last of them keeps the lock). When Redis
+    /// cannot be reached at unlock the lock keeps the lease it had, which may end
+    /// sooner; a failover to a replica that missed the shortened lease may too.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// use dlock::LockOptions;
+    ///
+    /// // Every replica's cron fires at 03:00, give or take a few minutes: the report runs
+    /// // on the first, and the lock stays held for 10 minutes whatever the report takes.
+    /// let options = LockOptions::default()
+    ///     .wait(dlock::Wait::NoWait)
+    ///     .hold_at_least(Duration::from_secs(600));
+    /// match client.mutex_with("nightly-report", options)?.lock().await {
+    ///     Ok(guard) => {
+    ///         // ... make the report ...
+    ///         guard.unlock().await?; // still held until 10 minutes after the grant
+    ///     }
+    ///     Err(dlock::Error::Busy { .. }) => {} // another replica has it, or had it lately
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_at_least(mut self, least: Duration) -> Self {
+        self.hold_at_least = Some(least);
+        self
+    }
+
     /// Sets the polling bounds.
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff = Backoff { min, max };
@@ -196,6 +241,15 @@ impl LockOptions {
                 return Err(Error::InvalidArgument(
                     "max_hold must be greater than zero".into(),
                 ));
+            }
+        }
+        if let Some(least) = self.hold_at_least {
+            if least.is_zero() || least > lease::MAX_TTL {
+                return Err(Error::InvalidArgument(format!(
+                    "hold_at_least {} is out of range; use above zero and at most {} (it becomes the lock's lease)",
+                    crate::humane(least),
+                    crate::humane(lease::MAX_TTL)
+                )));
             }
         }
         if let Some(replicas) = self.replicas {

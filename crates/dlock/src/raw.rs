@@ -191,6 +191,10 @@ pub mod private {
         /// Restarts the lease of the hold `token` at `ttl`; [`crate::Error::Lost`] when it
         /// is not held.
         fn extend(&self, token: &str, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
+        /// Keeps the hold `token` until `rest` from now, renewal already stopped, and
+        /// lets its lease end it then ([`LockOptions::hold_at_least`]); whoever waits is
+        /// told when it ends. [`crate::Error::Lost`] when it is not held.
+        fn linger(&self, token: &str, rest: Duration) -> impl Future<Output = Result<()>> + Send;
         /// Whether the hold `token` is still held.
         fn is_held(&self, token: &str) -> impl Future<Output = Result<bool>> + Send;
         /// Draws the fence of a hold granted without one, while held;
@@ -304,6 +308,16 @@ pub mod private {
             extend_on_server(self, token, ttl).await
         }
 
+        async fn linger(&self, token: &str, rest: Duration) -> Result<()> {
+            let core = self.core();
+            match linger_on(&core.client, &core.keys, T::HOLD, token, rest).await? {
+                Lingered::Held | Lingered::GivenBack => Ok(()),
+                Lingered::NotHeld => Err(Error::Lost {
+                    name: core.keys.name.clone(),
+                }),
+            }
+        }
+
         async fn is_held(&self, token: &str) -> Result<bool> {
             let (key, kind) = self.hold_key();
             held_on(&self.core().client, key, kind, token).await
@@ -375,6 +389,14 @@ pub(crate) static HELD: LazyLock<LuaScript> =
 pub(crate) static FENCE: LazyLock<LuaScript> =
     lua_script!(bare "fence", "mutex/bare.lua", "fencing.lua", "mutex/fence.lua");
 
+pub(crate) static LINGER: LazyLock<LuaScript> = lua_script!(
+    "linger",
+    "queue/queue.lua",
+    "entries.lua",
+    "renew/holds.lua",
+    "renew/linger.lua"
+);
+
 pub(crate) static RELEASE_TOKEN: LazyLock<LuaScript> =
     lua_script!("release by token", "queue/queue.lua", "release_token.lua");
 
@@ -398,6 +420,49 @@ async fn release_string_hold(core: &LockCore, token: &str) -> Result<()> {
         0 => Err(Error::Lost {
             name: core.keys.name.clone(),
         }),
+        other => Err(Error::unexpected_reply(other)),
+    }
+}
+
+/// What [`linger_on`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lingered {
+    /// The hold stays until the rest ends.
+    Held,
+    /// A reentrant owner's other holds keep the lock: this one was given back at once.
+    GivenBack,
+    /// The hold was not held (nothing touched).
+    NotHeld,
+}
+
+/// Keeps the hold `token` of `kind` at `keys` on `client`'s server until `rest` from now,
+/// then lets it end by itself, telling whoever waits (see `renew/linger.lua`).
+pub(crate) async fn linger_on(
+    client: &Client,
+    keys: &LockKeys,
+    kind: HoldKind,
+    token: &str,
+    rest: Duration,
+) -> Result<Lingered> {
+    let queue = QueueKeys::new(keys);
+    let lingered: i64 = LINGER
+        .call()
+        .key(&keys.key)
+        .key(&queue.queue)
+        .key(crate::keys::expiry_index_of(&keys.key))
+        .arg(kind.code())
+        .arg(token)
+        // At least a millisecond: PEXPIRE 0 would end it at once, unannounced.
+        .arg(rest.as_millis().max(1) as u64)
+        .arg(&keys.channel)
+        .arg(&queue.wake_prefix)
+        .run(client)
+        .await?;
+    match lingered {
+        1 => Ok(Lingered::Held),
+        2 => Ok(Lingered::GivenBack),
+        0 => Ok(Lingered::NotHeld),
+        -1 => Err(client.wrong_type(&keys.key, kind.wanted()).await),
         other => Err(Error::unexpected_reply(other)),
     }
 }

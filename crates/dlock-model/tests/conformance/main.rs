@@ -32,6 +32,7 @@ mod library;
 
 mod admin;
 mod kinds;
+mod linger;
 mod tokens;
 
 use library::LibraryScript;
@@ -69,6 +70,7 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
         &mut Default::default(),
     );
     admin::run_suites(seed, conn);
+    linger::run_linger_suite(seed, conn);
 }
 
 /// Every script the library sends (`dlock::__library_scripts`, not a list kept here) is

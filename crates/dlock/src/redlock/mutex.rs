@@ -649,6 +649,44 @@ impl RawProtocol for RawRedlock {
         self.extend_on_majority(token, ttl).await
     }
 
+    /// Lingers on every master that holds it; done when a majority did (the rest keep
+    /// their own lease, which renewal no longer restarts).
+    async fn linger(&self, token: &str, rest: Duration) -> Result<()> {
+        let timeout = self.redlock.node_timeout(self.options.ttl);
+        let (nodes, quorum) = (self.redlock.nodes(), self.quorum());
+        let (mut lingered, mut not_held, mut failures) = (0, 0, Vec::new());
+        let (keys, token) = (self.keys.clone(), token.to_string());
+        self.redlock
+            .fan_out(
+                timeout,
+                Rest::Finish,
+                move |client| {
+                    let (keys, token) = (keys.clone(), token.clone());
+                    async move {
+                        crate::raw::linger_on(&client, &keys, HoldKind::String, &token, rest).await
+                    }
+                },
+                |(index, vote)| {
+                    match vote {
+                        Ok(crate::raw::Lingered::NotHeld) => not_held += 1,
+                        Ok(_) => lingered += 1,
+                        Err(err) => failures.push((index, err)),
+                    }
+                    lingered >= quorum || not_held > nodes - quorum
+                },
+            )
+            .await;
+        if lingered >= quorum {
+            Ok(())
+        } else if not_held > nodes - quorum {
+            Err(Error::Lost {
+                name: self.keys.name.clone(),
+            })
+        } else {
+            Err(self.no_quorum(lingered, self.describe(failures)))
+        }
+    }
+
     /// Held when a majority of the masters hold it; [`Error::NoQuorum`] when too few
     /// answered to tell.
     async fn is_held(&self, token: &str) -> Result<bool> {

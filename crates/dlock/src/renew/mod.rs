@@ -140,6 +140,12 @@ pub struct Renewer {
 }
 
 impl Renewer {
+    /// Waits out a renewal round on the wire: one that began before a lease was dropped
+    /// from renewal (by unregistering it, or by its lost signal) renews nothing after.
+    pub(crate) async fn settled(&self) {
+        drop(self.shared.in_flight.lock().await);
+    }
+
     pub(crate) fn start(target: Arc<dyn RenewTarget>, runtime: &tokio::runtime::Handle) -> Renewer {
         let (wake, wakeups) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {

@@ -1,0 +1,179 @@
+//! renew/linger.lua (`LockOptions::hold_at_least`: a hold given back early stays until a set
+//! time), run for real beside the model's `Server::linger` (`admin.rs`) over states the
+//! kinds' own scripts build (`kinds.rs`): a held hold of every form kept until the rest
+//! ends (shorter or longer than its lease), a reentrant hold with others given back at
+//! once, a hold no longer held untouched, another kind at the key a type error. Replies
+//! and keys compared after every step; later ticks show a lease set differently.
+
+use dlock_model::admin::{Form, Lingered};
+use dlock_model::mutant::Mutant;
+use dlock_testkit::RedisServer;
+use rand::Rng;
+
+use super::kinds::{Kind, KindScripts, Run};
+use super::library::LibraryScript;
+use super::{same, TICK_MS};
+
+/// A test-local bug in the model's `linger`, for the negative control.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bug {
+    /// The lease is left as it was.
+    KeepsTheLease,
+    /// A reentrant hold lingers even when its owner has others.
+    ReentrantLingersWithOthers,
+}
+
+struct LingerScripts {
+    kinds: KindScripts,
+    linger: LibraryScript,
+}
+
+fn linger_scripts() -> LingerScripts {
+    LingerScripts {
+        kinds: KindScripts::new(),
+        linger: LibraryScript::named("linger"),
+    }
+}
+
+/// What the runs reached.
+#[derive(Default, Debug)]
+struct Reached {
+    held: usize,
+    given_back: usize,
+    not_held: usize,
+    refused_kind: usize,
+}
+
+/// The form of `client`'s latest hold in this run.
+fn form_of(run: &Run, client: u8) -> Form {
+    match run.kind {
+        Kind::Reentrant => Form::Reentrant,
+        _ if run.is_string(client) => Form::String,
+        _ => Form::Entry,
+    }
+}
+
+fn run_linger(
+    seed: u64,
+    scripts: &LingerScripts,
+    conn: &mut redis::Connection,
+    bug: Option<Bug>,
+    reached: &mut Reached,
+) -> Result<(), String> {
+    let mut run = Run::new(seed, conn, &[] as &[Mutant]);
+    for step in 0..40 {
+        let choice = run.rng.random_range(0..10);
+        let client = run.rng.random_range(0..3u8);
+        let context = format!(
+            "seed {seed} ({:?}), step {step}: choice {choice}, client {client}",
+            run.kind
+        );
+        let now = run.now;
+        let token = run.latest(client);
+        if choice < 6 {
+            run.kind_step(&scripts.kinds, &context)?;
+            run.compare(&context)?;
+            continue;
+        }
+        // Mostly the hold's own form; else a string's asked of a hash or the reverse. An
+        // entry's form is not asked of a reentrant hash, nor a reentrant hold's of a hash
+        // of entries: the library never does.
+        let own = form_of(&run, client);
+        let form = if run.rng.random_bool(0.75) {
+            own
+        } else {
+            match own {
+                Form::String if run.kind == Kind::RwLock => Form::Entry,
+                Form::String => Form::Reentrant,
+                _ => Form::String,
+            }
+        };
+        // Shorter than the lease, as long, or longer.
+        let rest = run.rng.random_range(1..=3u8);
+        let n = &run.names;
+        let reply: redis::RedisResult<i64> = (scripts.linger.key(&n.key))
+            .key(&n.queue)
+            .key(&n.expiry)
+            .arg(form.code())
+            .arg(run.text(token))
+            .arg(u64::from(rest) * TICK_MS)
+            .arg(&n.released)
+            .arg(&n.wake)
+            .invoke(run.conn);
+        let before = run.model.clone();
+        let mut expected = run.model.linger(form, token, now, rest);
+        match bug {
+            Some(Bug::KeepsTheLease) if expected == Ok(Lingered::Held) => {
+                run.model = before;
+            }
+            Some(Bug::ReentrantLingersWithOthers) if expected == Ok(Lingered::GivenBack) => {
+                run.model = before;
+                let hash = run.model.reentrant.as_mut().expect("held");
+                hash.expires = now + rest;
+                expected = Ok(Lingered::Held);
+            }
+            _ => {}
+        }
+        match (&reply, &expected) {
+            (Ok(code), Ok(lingered)) => {
+                same(
+                    *code,
+                    lingered.code(),
+                    &format!("{context}: linger {form:?}"),
+                )?;
+                match lingered {
+                    Lingered::Held => reached.held += 1,
+                    Lingered::GivenBack => reached.given_back += 1,
+                    Lingered::NotHeld => reached.not_held += 1,
+                }
+            }
+            (Ok(-1), Err(_)) => reached.refused_kind += 1,
+            _ => {
+                return Err(format!(
+                    "{context}: linger {form:?} says {reply:?}, the model {expected:?}"
+                ))
+            }
+        }
+        run.compare(&context)?;
+    }
+    Ok(())
+}
+
+/// Every run of the suite, for the coverage test.
+pub fn run_linger_suite(seed: u64, conn: &mut redis::Connection) {
+    let _ = run_linger(seed, &linger_scripts(), conn, None, &mut Reached::default());
+}
+
+#[test]
+fn linger_does_what_the_model_says() {
+    let server = RedisServer::start();
+    let mut conn = server.connection();
+    let scripts = linger_scripts();
+    let mut reached = Reached::default();
+    for seed in 0..250 {
+        if let Err(divergence) = run_linger(seed, &scripts, &mut conn, None, &mut reached) {
+            panic!("{divergence}");
+        }
+    }
+    let Reached {
+        held,
+        given_back,
+        not_held,
+        refused_kind,
+    } = reached;
+    for (what, count, least) in [
+        ("holds kept until the rest ends", held, 200),
+        ("reentrant holds given back at once", given_back, 10),
+        ("holds not held", not_held, 200),
+        ("refusals of another kind at the key", refused_kind, 50),
+    ] {
+        assert!(count >= least, "only {count} {what} in 250 runs");
+    }
+    // The negative control: bugs in the model are told apart within the same runs.
+    for bug in [Bug::KeepsTheLease, Bug::ReentrantLingersWithOthers] {
+        let mut ignored = Reached::default();
+        let caught = (0..250)
+            .find_map(|seed| run_linger(seed, &scripts, &mut conn, Some(bug), &mut ignored).err());
+        assert!(caught.is_some(), "{bug:?} went unnoticed in 250 runs");
+    }
+}
