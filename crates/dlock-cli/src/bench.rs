@@ -247,7 +247,7 @@ pub async fn bench(
     };
     let redlock = masters.len() > 1;
     let steps = match locks {
-        Locks::Client(_) => 12 + 2 * u64::from(redlock),
+        Locks::Client(_) => 13 + 2 * u64::from(redlock),
         Locks::Redlock(_) => 2,
     };
     let progress = indicatif::ProgressBar::new(steps);
@@ -337,6 +337,52 @@ async fn one_deployment(
     .await?;
     rows.push(throughput_row("seq", &seq[1], &seq[0]));
     progress.inc(2);
+
+    // What a scheduled job's options cost a hold: --hold-at-least gives it back by the
+    // linger script instead of the release; --skip-if-ran-within adds a guarded read and
+    // a guarded write. Fresh names each cycle (a lingering hold keeps its name), against
+    // the plain path on fresh names, interleaved.
+    step("scheduled");
+    let lingering = fixed.hold_at_least(Duration::from_secs(10));
+    let sched = interleaved(
+        std::slice::from_ref(&raw),
+        duration,
+        &mut [
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(scheduled_cycles(
+                        client, &prefix, "plain", slice, fixed, false,
+                    ))
+                }),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(scheduled_cycles(
+                        client, &prefix, "least", slice, lingering, false,
+                    ))
+                }),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(scheduled_cycles(
+                        client, &prefix, "skip", slice, fixed, true,
+                    ))
+                }),
+            ),
+        ],
+    )
+    .await?;
+    for (scenario, rate) in [("hold_at_least", &sched[1]), ("skip_if_ran", &sched[2])] {
+        let mut row = Row::new(scenario, rate.per_second, "cycles/s").baseline(sched[0].per_second);
+        row.baseline_name = "plain";
+        rows.push(row.with("server_us_per_cycle", rate.server_us_per_cycle.into()));
+    }
+    // The lingering holds end by themselves; their names' keys go with the run's.
+    remove_keys(&raw, &own_keys(client.prefix())).await?;
+    progress.inc(1);
 
     // par_fenced: what a caller that reads every grant's fence pays, configured as the
     // docs advise (the fence drawn with the grant); the raw pair has no fence.
@@ -871,6 +917,32 @@ async fn dlock_cycles(
         });
     }
     run_loops(loops).await
+}
+
+/// Sequential cycles of a scheduled job's lock, a fresh name each: try, (with `record`:
+/// read the last success, record one), give back with `options`.
+async fn scheduled_cycles(
+    client: &Client,
+    prefix: &str,
+    what: &str,
+    duration: Duration,
+    options: LockOptions,
+    record: bool,
+) -> dlock::Result<u64> {
+    let deadline = Instant::now() + duration;
+    let mut cycles = 0u64;
+    while Instant::now() < deadline {
+        let name = format!("{prefix}scheduled:{what}:{}", rand_token());
+        let guard = client.mutex_with(&name, options)?.try_lock().await?;
+        if record {
+            if guard.last_success().await?.is_none() {
+                guard.record_success(Duration::from_secs(10)).await?;
+            }
+        }
+        guard.unlock().await?;
+        cycles += 1;
+    }
+    Ok(cycles)
 }
 
 struct Handoff {
