@@ -340,10 +340,11 @@ async fn one_deployment(
 
     // What a scheduled job's options cost a hold: --hold-at-least gives it back by the
     // linger script instead of the release; --skip-if-ran-within adds a guarded read and
-    // a guarded write. Fresh names each cycle (a lingering hold keeps its name), against
+    // a guarded write; --lock-delay only lengthens what Redis keeps. Fresh names each cycle (a lingering hold keeps its name), against
     // the plain path on fresh names, interleaved.
     step("scheduled");
     let lingering = fixed.hold_at_least(Duration::from_secs(10));
+    let delayed = fixed.lock_delay(Duration::from_secs(5));
     let sched = interleaved(
         std::slice::from_ref(&raw),
         duration,
@@ -372,10 +373,22 @@ async fn one_deployment(
                     ))
                 }),
             ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(scheduled_cycles(
+                        client, &prefix, "delay", slice, delayed, false,
+                    ))
+                }),
+            ),
         ],
     )
     .await?;
-    for (scenario, rate) in [("hold_at_least", &sched[1]), ("skip_if_ran", &sched[2])] {
+    for (scenario, rate) in [
+        ("hold_at_least", &sched[1]),
+        ("skip_if_ran", &sched[2]),
+        ("lock_delay", &sched[3]),
+    ] {
         let mut row = Row::new(scenario, rate.per_second, "cycles/s").baseline(sched[0].per_second);
         row.baseline_name = "plain";
         rows.push(row.with("server_us_per_cycle", rate.server_us_per_cycle.into()));
@@ -934,10 +947,8 @@ async fn scheduled_cycles(
     while Instant::now() < deadline {
         let name = format!("{prefix}scheduled:{what}:{}", rand_token());
         let guard = client.mutex_with(&name, options)?.try_lock().await?;
-        if record {
-            if guard.last_success().await?.is_none() {
-                guard.record_success(Duration::from_secs(10)).await?;
-            }
+        if record && guard.last_success().await?.is_none() {
+            guard.record_success(Duration::from_secs(10)).await?;
         }
         guard.unlock().await?;
         cycles += 1;

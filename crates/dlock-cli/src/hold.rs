@@ -287,9 +287,11 @@ pub async fn release(locks: &Locks, kind: &KindArgs, name: &str, token: &str) ->
 /// The options an extend to `ttl` runs with: the new lease and `--replicas`, checked.
 pub fn extend_options(
     ttl: Duration,
+    lock_delay: Option<Duration>,
     replication: Option<crate::Replication>,
 ) -> dlock::Result<LockOptions> {
-    crate::Replication::apply(replication, LockOptions::default().ttl(ttl), "--ttl")
+    let options = crate::with_lock_delay(LockOptions::default().ttl(ttl), lock_delay)?;
+    crate::Replication::apply(replication, options, "--ttl")
 }
 
 /// Restarts the lease of the hold `token` of `kind` at `ttl`; with `--replicas`, only
@@ -301,9 +303,10 @@ pub async fn extend(
     name: &str,
     token: &str,
     ttl: Duration,
+    lock_delay: Option<Duration>,
     replication: Option<crate::Replication>,
 ) -> dlock::Result<()> {
-    let options = extend_options(ttl, replication)?;
+    let options = extend_options(ttl, lock_delay, replication)?;
     let extend = |kind: KindArgs| async move {
         lock_of(locks, &kind, name, options)?
             .extend_token(token, ttl)

@@ -211,6 +211,10 @@ enum Command {
         /// New lease, from now, 10ms to 24h (e.g. 30s)
         #[arg(long, value_parser = duration::ttl)]
         ttl: Duration,
+        /// The --lock-delay the hold was acquired with: Redis keeps it --ttl plus DUR
+        /// (without it, an extend drops the delay)
+        #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+        lock_delay: Option<Duration>,
     },
     /// Wait to lead the election NAME, then run a command while leader (with DLOCK_TERM),
     /// proclaiming --value; exit with the command's exit code
@@ -278,6 +282,30 @@ pub struct LeaseArgs {
     /// crashed waiter holds up the queue this long (100ms to 24h) [default: 30s]
     #[arg(long, value_parser = duration::waiter_lease, value_name = "DUR")]
     pub waiter_lease: Option<Duration>,
+    /// Keep the lock ungrantable for DUR after a hold that ended by its lease running out
+    /// (its holder died or was stopped) rather than by a release: for storage that cannot
+    /// check DLOCK_FENCE (--ttl plus DUR at most 24h)
+    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    pub lock_delay: Option<Duration>,
+}
+
+/// `options` with `--lock-delay`, checked in the flag's words.
+pub fn with_lock_delay(
+    options: LockOptions,
+    delay: Option<Duration>,
+) -> dlock::Result<LockOptions> {
+    let Some(delay) = delay else {
+        return Ok(options);
+    };
+    if delay.is_zero() || options.ttl.saturating_add(delay) > dlock::MAX_TTL {
+        return Err(dlock::Error::InvalidArgument(format!(
+            "--lock-delay {} is out of range; use above zero, and at most {} with --ttl {} (Redis keeps a hold --ttl plus --lock-delay)",
+            dlock::humane(delay),
+            dlock::humane(dlock::MAX_TTL),
+            dlock::humane(options.ttl)
+        )));
+    }
+    Ok(options.lock_delay(delay))
 }
 
 /// The longest `--wait`: beyond it, leave `--wait` out to wait forever.
@@ -302,6 +330,7 @@ impl LeaseArgs {
         if let Some(lease) = self.waiter_lease {
             options = options.waiter_lease(lease);
         }
+        options = with_lock_delay(options, self.lock_delay)?;
         options = Replication::apply(replication, options, "--ttl")?;
         options.validate()?;
         Ok(options)
@@ -995,12 +1024,13 @@ fn check(cli: &Cli) -> dlock::Result<()> {
             kind,
             ttl,
             token,
+            lock_delay,
         } => {
             name(n)?;
             check_token(Some(token))?;
             kind.check()?;
             // --ttl was checked against its range while parsing.
-            hold::extend_options(*ttl, cli.replication()).map(drop)
+            hold::extend_options(*ttl, *lock_delay, cli.replication()).map(drop)
         }
         Command::Inspect(args) => args.check(&cli.prefix),
         Command::Guarded(args) if args.commands => Ok(()),
@@ -1312,8 +1342,10 @@ async fn dispatch(
             token,
             kind,
             ttl,
+            lock_delay,
         } => {
-            hold::extend(locks, kind, name, token, *ttl, cli.replication()).await?;
+            let delay = *lock_delay;
+            hold::extend(locks, kind, name, token, *ttl, delay, cli.replication()).await?;
             Ok(exit::OK)
         }
         Command::Guarded(args) => guarded::guarded(locks, args).await,

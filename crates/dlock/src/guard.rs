@@ -344,6 +344,7 @@ impl Held {
                     kind,
                     token: token.to_string(),
                     ttl,
+                    delay: options.kept_for(ttl) - ttl,
                     // A cap too large to represent is no cap.
                     hold_until: max_hold.and_then(|cap| sent.checked_add(cap)),
                     replicas,

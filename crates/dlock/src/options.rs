@@ -56,6 +56,9 @@ pub struct LockOptions {
     /// The least time a hold keeps the lock (see [`LockOptions::hold_at_least`]); `None`
     /// (the default): unlock frees it at once.
     pub hold_at_least: Option<Duration>,
+    /// How long a lock stays ungrantable after a hold of it ended by expiry (see
+    /// [`LockOptions::lock_delay`]); `None` (the default): none.
+    pub lock_delay: Option<Duration>,
 }
 
 /// How many replicas must acknowledge a lock's writes, and how long to wait for them
@@ -98,6 +101,7 @@ impl Default for LockOptions {
             fence_at_grant: false,
             replicas: None,
             hold_at_least: None,
+            lock_delay: None,
         }
     }
 }
@@ -203,6 +207,51 @@ impl LockOptions {
         self
     }
 
+    /// Keeps the lock ungrantable for `delay` after a hold ends by expiry (its holder
+    /// crashed, or paused past its lease) rather than by a release: Chubby's and Consul's
+    /// lock-delay, for data that cannot check a [fence](crate::Guard::fence). A paused
+    /// holder's writes already on their way then land before the next holder begins. A
+    /// clean release ([`unlock`](crate::Guard::unlock), a dropped guard, shutdown, a
+    /// release by token) and a forced release free the lock at once.
+    ///
+    /// Redis keeps each hold `delay` longer than its lease (every grant, renewal and
+    /// extend writes the lease plus `delay`), while the holder counts only the lease: its
+    /// [validity](crate::Guard::valid_until) and lost signal end with the lease, as
+    /// without the option. So a crashed or paused holder blocks the lock for its lease
+    /// plus `delay`; the lock's own leftovers show that much more in `dlock inspect`.
+    /// Every kind and Redlock; a semaphore's permit or a read hold that ends by expiry
+    /// keeps its own place for `delay`.
+    ///
+    /// It narrows the window in which a holder that lost its lock still writes; it does
+    /// not close it: a holder paused longer than its lease plus `delay` still writes late.
+    /// Fencing tokens close it, where the storage can check them (docs/safety.md).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: dlock::Client) -> dlock::Result<()> {
+    /// use std::time::Duration;
+    /// let options = dlock::LockOptions::default().lock_delay(Duration::from_secs(5));
+    /// let guard = client.mutex_with("legacy-nfs-share", options)?.lock().await?;
+    /// // ... writes to storage that cannot check a fence ...
+    /// guard.unlock().await?; // free at once; had this process died, 5 s after its lease
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
+        self
+    }
+
+    /// What Redis keeps a hold for when it is granted, renewed or extended to `ttl`: the
+    /// lease, and the [`lock_delay`](LockOptions::lock_delay) after it.
+    pub(crate) fn kept_for(&self, ttl: Duration) -> Duration {
+        ttl.saturating_add(self.lock_delay.unwrap_or_default())
+    }
+
+    /// [`kept_for`](LockOptions::kept_for) this lock's lease, in milliseconds, as the
+    /// scripts take it.
+    pub(crate) fn kept_ms(&self) -> u64 {
+        self.kept_for(self.ttl).as_millis() as u64
+    }
+
     /// Sets the polling bounds.
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff = Backoff { min, max };
@@ -249,6 +298,16 @@ impl LockOptions {
                     "hold_at_least {} is out of range; use above zero and at most {} (it becomes the lock's lease)",
                     crate::humane(least),
                     crate::humane(lease::MAX_TTL)
+                )));
+            }
+        }
+        if let Some(delay) = self.lock_delay {
+            if delay.is_zero() || self.kept_for(self.ttl) > lease::MAX_TTL {
+                return Err(Error::InvalidArgument(format!(
+                    "lock_delay {} is out of range; use above zero, and at most {} with the lease {} (Redis keeps a hold that long)",
+                    crate::humane(delay),
+                    crate::humane(lease::MAX_TTL),
+                    crate::humane(self.ttl)
                 )));
             }
         }

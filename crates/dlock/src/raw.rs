@@ -520,10 +520,15 @@ pub(crate) async fn extend_on_server<R: private::OnOneServer>(
     lease::validate_ttl(ttl)?;
     let core = raw.core();
     let kind = R::HOLD;
-    let outcome: Result<Vec<i64>> =
-        crate::renew::renewal_of(crate::renew::RENEW.call(), &core.keys.key, kind, token, ttl)
-            .run(&core.client)
-            .await;
+    let outcome: Result<Vec<i64>> = crate::renew::renewal_of(
+        crate::renew::RENEW.call(),
+        &core.keys.key,
+        kind,
+        token,
+        core.options.kept_for(ttl),
+    )
+    .run(&core.client)
+    .await;
     let outcome = match outcome {
         Err(Error::NotReplicated {
             wanted,

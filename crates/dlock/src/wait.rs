@@ -80,9 +80,11 @@ fn next_sleep(
 /// whose first renewal would already be due (a third of the ttl after `queued_at`). So a
 /// guard starts as a grant from an attempt does, its first renewal still ahead: `dlock
 /// run` counts on that when it decides how long a command may run before its lease could
-/// pass.
+/// pass. With a lock-delay the grant must last its ttl and the delay (a holder that dies
+/// at once must still block the lock that long), so a waiter lease shorter than both also
+/// takes an attempt.
 fn direct_grant_start(options: &LockOptions, queued_at: Instant) -> Option<Instant> {
-    if options.replicas.is_some() || options.waiter_lease < options.ttl {
+    if options.replicas.is_some() || options.waiter_lease < options.kept_for(options.ttl) {
         return None;
     }
     (queued_at.elapsed() < options.ttl / 3).then_some(queued_at)
@@ -415,7 +417,7 @@ impl<R: RawLock> Claim<R> {
         let token = raw.session().new_token();
         Claim {
             token: match &queue {
-                Some(queue) => queue.waiter_token(token, raw.options().ttl),
+                Some(queue) => queue.waiter_token(token, raw.options().kept_for(raw.options().ttl)),
                 None => token,
             },
             raw,
@@ -495,13 +497,14 @@ impl<R: RawLock> Claim<R> {
         Some(async move {
             let options = *raw.options();
             // Our place in the queue first (it lasts at most the waiter lease): once it is
-            // gone no release can hand us the lock. Then a grant we may have (its lease is
-            // at most `ttl` from now: past that there is nothing to give back).
+            // gone no release can hand us the lock. Then a grant we may have (Redis keeps
+            // it at most `ttl` and the lock-delay from now: past that there is nothing to
+            // give back).
             let give_back_grant = async {
                 if !release {
                     return;
                 }
-                let until = Instant::now() + options.ttl;
+                let until = Instant::now() + options.kept_for(options.ttl);
                 match retrying(until, || raw.release(&token)).await {
                     Ok(()) => {
                         tracing::debug!(lock = %raw.name(), "gave back a grant whose reply was lost")

@@ -164,7 +164,7 @@ impl RawMutex {
     /// [`Guard::fence`]). Only when the key is taken does the slow-path script tell our
     /// own earlier grant (a resend), another holder and a key of another kind apart.
     async fn attempt_plain(&self, token: &str) -> Result<Attempt> {
-        let ttl_ms = self.core.options.ttl.as_millis() as u64;
+        let ttl_ms = self.core.options.kept_ms();
         let client = &self.core.client;
         // With replica acknowledgement the fence is drawn with the grant, which the WAIT
         // covers: a fence drawn later, unacknowledged, could be lost in a failover and
@@ -259,7 +259,7 @@ impl KindProtocol for RawMutex {
                 .key(&queue.queue)
                 .key(&queue.leases)
                 .arg(token)
-                .arg(self.core.options.ttl.as_millis() as u64)
+                .arg(self.core.options.kept_ms())
                 .arg(self.core.options.waiter_lease.as_millis() as u64)
                 .arg(&queue.wake_prefix)
                 .arg(if join_queue { "1" } else { "0" }),

@@ -800,7 +800,7 @@ impl RenewTarget for QuorumRenewal {
             let leases: Arc<Vec<(String, String, u64)>> = Arc::new(
                 due.iter()
                     .map(|lease| {
-                        let ttl_ms = lease.ttl.as_millis() as u64;
+                        let ttl_ms = lease.kept_for().as_millis() as u64;
                         (lease.key.clone(), lease.token.clone(), ttl_ms)
                     })
                     .collect(),

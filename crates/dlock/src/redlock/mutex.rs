@@ -174,7 +174,7 @@ impl RawRedlock {
         self.redlock.give_back(
             self.keys.clone(),
             token.to_string(),
-            self.options.ttl,
+            self.options.kept_for(self.options.ttl),
             outcome.failed.clone(),
             super::RequestsEnd::default(),
         );
@@ -198,7 +198,8 @@ impl RawRedlock {
     async fn extend_on_majority(&self, token: &str, ttl: Duration) -> Result<()> {
         lease::validate_ttl(ttl)?;
         self.redlock.validate_node_timeout(ttl)?;
-        extend_on_quorum(&self.redlock, &self.keys, token, ttl)
+        let kept = self.options.kept_for(ttl);
+        extend_on_quorum(&self.redlock, &self.keys, token, ttl, kept)
             .await
             .map(|_| ())
     }
@@ -230,7 +231,8 @@ impl RawRedlock {
     async fn round(&self, claim: &mut Round<'_>) -> Result<Outcome> {
         let token = claim.token.as_str();
         let ttl = self.options.ttl;
-        let ttl_ms = ttl.as_millis() as u64;
+        // Each master keeps it for the lease and the lock-delay; validity counts the lease.
+        let ttl_ms = self.options.kept_ms();
         let (nodes, quorum) = (self.redlock.nodes(), self.quorum());
         let timeout = self.redlock.node_timeout(ttl);
         let keys = &self.keys;
@@ -456,7 +458,7 @@ impl Drop for Round<'_> {
             self.mutex.redlock.give_back(
                 self.mutex.keys.clone(),
                 std::mem::take(&mut self.token),
-                self.mutex.options.ttl,
+                self.mutex.options.kept_for(self.mutex.options.ttl),
                 targets,
                 std::mem::take(&mut self.requests),
             );
@@ -520,15 +522,17 @@ pub(crate) async fn release_on(client: Client, keys: &LockKeys, token: &str) -> 
     }
 }
 
-/// Extends `token`'s hold to `ttl` on every node; `Ok(sent)` when a majority extended it
-/// within the new validity (`sent`: when the round started).
+/// Extends `token`'s hold to `ttl` on every node (each keeps it for `kept`: the lease and
+/// its lock-delay); `Ok(sent)` when a majority extended it within the new validity
+/// (`sent`: when the round started).
 async fn extend_on_quorum(
     redlock: &Redlock,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
+    kept: Duration,
 ) -> Result<Instant> {
-    let ttl_ms = ttl.as_millis() as u64;
+    let ttl_ms = kept.as_millis() as u64;
     let (nodes, quorum) = (redlock.nodes(), redlock.quorum());
     let timeout = redlock.node_timeout(ttl);
     let sent = Instant::now();

@@ -179,7 +179,7 @@ impl KindProtocol for OwnedBy {
             .key(&self.core.keys.key)
             .key(&self.core.keys.fence)
             .arg(self.owner.id())
-            .arg(self.core.options.ttl.as_millis() as u64)
+            .arg(self.core.options.kept_ms())
             .arg(token)
             .run(&self.core.client)
             .await?;

@@ -90,6 +90,8 @@ pub(crate) struct RenewalSpec {
     pub kind: HoldKind,
     pub token: String,
     pub ttl: Duration,
+    /// How much longer than `ttl` Redis keeps the hold (`LockOptions::lock_delay`).
+    pub delay: Duration,
     /// Stop renewing after this instant (a cap on the total hold time).
     pub hold_until: Option<Instant>,
     /// Renewals must reach this many replicas (`LockOptions::replicas`).
@@ -282,7 +284,16 @@ pub(crate) struct Due {
     pub kind: HoldKind,
     pub token: String,
     pub ttl: Duration,
+    /// How much longer than `ttl` Redis keeps it (`LockOptions::lock_delay`).
+    pub delay: Duration,
     pub replicas: Option<Replicas>,
+}
+
+impl Due {
+    /// What Redis keeps the renewed hold for: the lease and the lock-delay after it.
+    pub fn kept_for(&self) -> Duration {
+        self.ttl.saturating_add(self.delay)
+    }
 }
 
 /// What one lease's renewal came to.
@@ -358,7 +369,7 @@ async fn renew_batch(
 ) -> redis::RedisResult<Vec<i64>> {
     let mut call = RENEW.call();
     for lease in chunk {
-        call = renewal_of(call, &lease.key, lease.kind, &lease.token, lease.ttl);
+        call = renewal_of(call, &lease.key, lease.kind, &lease.token, lease.kept_for());
     }
     let Some(replicas) = replicas else {
         return call.run_on(backend).await;
@@ -409,6 +420,7 @@ async fn round(target: &dyn RenewTarget, shared: &Shared) {
                 kind: e.spec.kind,
                 token: e.spec.token.clone(),
                 ttl: e.spec.ttl,
+                delay: e.spec.delay,
                 replicas: e.spec.replicas,
             })
             .collect()

@@ -303,7 +303,7 @@ impl Guard<Writing> {
             .call(&DOWNGRADE)
             .arg(self.token())
             .arg(owner.id())
-            .arg(lock.core.options.ttl.as_millis() as u64)
+            .arg(lock.core.options.kept_ms())
             .arg(&claim.token)
             .arg(fence)
             .arg(&lock.core.keys.channel)
@@ -360,7 +360,7 @@ impl KindProtocol for Reading {
             .lock
             .call(&READ_ACQUIRE)
             .arg(self.owner.id())
-            .arg(self.lock.core.options.ttl.as_millis() as u64)
+            .arg(self.lock.core.options.kept_ms())
             .arg(token)
             .run(&self.lock.core.client)
             .await?;
@@ -388,7 +388,7 @@ impl KindProtocol for Writing {
             .lock
             .call(&WRITE_ACQUIRE)
             .arg(token)
-            .arg(self.lock.core.options.ttl.as_millis() as u64)
+            .arg(self.lock.core.options.kept_ms())
             .arg(self.lock.core.options.waiter_lease.as_millis() as u64)
             .arg(&self.lock.writers.wake_prefix)
             .arg(if join_queue { "1" } else { "0" })

@@ -145,7 +145,7 @@ impl KindProtocol for RawSemaphore {
             .key(&self.queue.leases)
             .key(&self.expiry)
             .arg(token)
-            .arg(self.core.options.ttl.as_millis() as u64)
+            .arg(self.core.options.kept_ms())
             .arg(self.permits)
             .arg(self.core.options.waiter_lease.as_millis() as u64)
             .arg(&self.queue.wake_prefix)
