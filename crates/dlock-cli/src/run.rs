@@ -124,13 +124,19 @@ HOW IT WORKS:
     without the lock while they are stopped (or, frozen with them, for a moment after the
     thaw): only fences (DLOCK_FENCE) and guarded writes protect data then.
 
+    --lock-delay DUR: when dlock dies or is stopped past the lease (the cases above),
+    the lock stays ungrantable DUR after the lease ends, so writes CMD had on their way
+    land before the next holder starts; a clean end frees it at once. For storage that
+    cannot check DLOCK_FENCE; it narrows the window a fence closes, no more.
+
     Jobs that cron starts on every replica: --hold-at-least DUR keeps the lock until DUR
-    after the grant even when CMD ends sooner (dlock exits at once; the lease is set to
-    end then and the lock frees by itself), so a replica whose timer fires later finds it
-    held and the job runs once. --skip-if-ran-within DUR does not run CMD when it
-    succeeded under this lock within DUR by Redis's clock (exit 75, or -E N, as when busy;
-    one line on stderr unless -q); when CMD exits 0 its success is recorded for DUR, only
-    while the lock is still held. Not with several --redis URLs. The recipe:
+    after the grant even when CMD ends sooner, whatever its exit code (dlock exits at once;
+    the lease is set to end then and the lock frees by itself), so a replica whose timer
+    fires later finds it held and the job runs once. --skip-if-ran-within DUR does not
+    run CMD when it succeeded under this lock within DUR by Redis's clock (exit 75, or
+    -E N, as when busy; one line on stderr unless -q); when CMD exits 0 its success is
+    recorded for DUR, only while the lock is still held. Not with several --redis URLs.
+    The recipe:
         dlock -q run nightly-report -n -E 0 --hold-at-least 10m -- ./report.sh
 
     With several --redis URLs (Redlock), the lock is granted when a majority of the
