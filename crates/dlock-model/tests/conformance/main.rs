@@ -33,6 +33,7 @@ mod library;
 mod admin;
 mod kinds;
 mod tokens;
+mod weighted;
 
 use library::LibraryScript;
 
@@ -69,6 +70,13 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
         &mut Default::default(),
     );
     admin::run_suites(seed, conn);
+    let _ = weighted::run_weighted(
+        seed,
+        &semaphore_scripts(),
+        conn,
+        &[],
+        &mut Default::default(),
+    );
 }
 
 /// Every script the library sends (`dlock::__library_scripts`, not a list kept here) is
