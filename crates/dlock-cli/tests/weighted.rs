@@ -2,7 +2,6 @@
 //! redis-server: the weight held across OS processes, usage errors, what is reported.
 
 use std::path::Path;
-use std::process::Command;
 
 use dlock_testkit::RedisServer;
 
