@@ -94,6 +94,8 @@ HOW IT WORKS:
         DLOCK_TOKEN   the hold's token
         DLOCK_FENCE   the fencing token of this grant: pass it to storage that refuses
                       writes with a smaller one than it has seen
+        DLOCK_WEIGHT  with --permits N --take K: K, the permits this one hold takes
+                      (granted in queue order when K are free, given back together)
     While CMD runs, the lease (--ttl, 10ms to 24h, default 30s) is renewed every third of
     --ttl, so CMD may run far longer than --ttl. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent
     to dlock are passed on to CMD's whole process group, once. When CMD exits, anything it
@@ -216,6 +218,9 @@ pub async fn run(
         ("DLOCK_TOKEN", guard.token().to_string()),
         ("DLOCK_FENCE", fence.to_string()),
     ];
+    if let Some(k) = args.kind.weight.take {
+        env.push(("DLOCK_WEIGHT", k.to_string()));
+    }
     if let Some(leading) = &leading {
         // The term is the grant's fence; the record names this hold, so it counts only
         // while the hold does.

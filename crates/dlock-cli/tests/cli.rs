@@ -736,6 +736,7 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "rwlock_writer",
             "rwlock_read_scale",
             "semaphore_scale",
+            "semaphore_weighted",
             "renew",
             "redlock",
             "redlock_herd"

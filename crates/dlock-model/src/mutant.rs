@@ -82,11 +82,17 @@ pub enum Mutant {
     /// A renewal that finds the key gone sets it again with its token (`SET` without
     /// `XX`, no `GET` first): a holder evicted by force renews and holds again.
     RenewRecreatesKey,
+    /// The weighted semaphore counts the permits held, not their weights: two permits of
+    /// 2 fit in a semaphore of 3.
+    PermitsCountedNotWeighed,
+    /// The weighted semaphore grants a request whose own weight fits, whoever waits ahead
+    /// of it: a small request passes a large one first in line (and may starve it).
+    WeightedGrantPassesTheLine,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 28] = [
+    pub const ALL: [Mutant; 30] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -115,6 +121,8 @@ impl Mutant {
         Mutant::DowngradeNewFence,
         Mutant::ForceKeepsLockKey,
         Mutant::RenewRecreatesKey,
+        Mutant::PermitsCountedNotWeighed,
+        Mutant::WeightedGrantPassesTheLine,
     ];
 
     /// The name on the command line.
@@ -148,6 +156,8 @@ impl Mutant {
             Mutant::DowngradeNewFence => "downgrade-new-fence",
             Mutant::ForceKeepsLockKey => "force-keeps-lock-key",
             Mutant::RenewRecreatesKey => "renew-recreates-key",
+            Mutant::PermitsCountedNotWeighed => "permits-counted-not-weighed",
+            Mutant::WeightedGrantPassesTheLine => "weighted-grant-passes-the-line",
         }
     }
 
@@ -183,6 +193,8 @@ impl Mutant {
             Mutant::DowngradeNewFence => "a downgrade keeps its hold and fence",
             Mutant::ForceKeepsLockKey => "a forced release leaves the lock free",
             Mutant::RenewRecreatesKey => "an evicted hold is never held in Redis again",
+            Mutant::PermitsCountedNotWeighed => "held weights never exceed N",
+            Mutant::WeightedGrantPassesTheLine => "grants follow the line",
         }
     }
 

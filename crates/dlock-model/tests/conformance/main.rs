@@ -34,6 +34,7 @@ mod admin;
 mod kinds;
 mod linger;
 mod tokens;
+mod weighted;
 
 use library::LibraryScript;
 
@@ -71,6 +72,13 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
     );
     admin::run_suites(seed, conn);
     linger::run_linger_suite(seed, conn);
+    let _ = weighted::run_weighted(
+        seed,
+        &semaphore_scripts(),
+        conn,
+        &[],
+        &mut Default::default(),
+    );
 }
 
 /// Every script the library sends (`dlock::__library_scripts`, not a list kept here) is
