@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant};
 
 use dlock::{Client, Error, LockOptions, Owner, Wait};
-use dlock_testkit::{IndependentMasters, RedisCluster, RedisServer};
+use dlock_testkit::{
+    IndependentMasters, MasterWithReplicas, RedisCluster, RedisServer, SentinelGroup,
+};
 
 mod common;
 use common::{take, Kind, KINDS};
@@ -283,4 +285,18 @@ async fn a_success_is_recorded_only_while_held_and_read_back_by_the_next_holder(
         Err(Error::Lost { .. })
     ));
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_a_hold_given_back_early_stays_held_and_its_waiter_is_told() {
+    let group = MasterWithReplicas::start(1);
+    let sentinels = SentinelGroup::start(group.master(), "locks", 3);
+    let connect = || Client::sentinel_builder(sentinels.urls(), "locks").connect();
+    let (holder, other) = (connect().await.unwrap(), connect().await.unwrap());
+    for kind in [Kind::Mutex, Kind::Permit] {
+        let name = format!("nightly-{kind:?}");
+        let after = give_back_while_waited_for(&holder, &other, kind, &name, lingering(), "unlock");
+        let after = after.await;
+        assert!(after >= LEAST, "{kind:?}: granted {after:?} after");
+    }
 }
