@@ -522,8 +522,10 @@ async fn one_deployment(
         ],
     )
     .await?;
+    let mut weighted = Row::new("semaphore_weighted", sem[1].per_second, "cycles/s");
+    weighted.baseline_name = "plain";
     rows.push(
-        Row::new("semaphore_weighted", sem[1].per_second, "cycles/s")
+        weighted
             .baseline(sem[0].per_second)
             .with("take", 4.into())
             .with("server_us_per_cycle", sem[1].server_us_per_cycle.into())

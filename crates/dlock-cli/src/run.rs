@@ -137,7 +137,8 @@ HOW IT WORKS:
     fires later finds it held and the job runs once. --skip-if-ran-within DUR does not
     run CMD when it succeeded under this lock within DUR by Redis's clock (exit 75, or
     -E N, as when busy; one line on stderr unless -q); when CMD exits 0 its success is
-    recorded for DUR, only while the lock is still held. Not with several --redis URLs.
+    recorded for DUR, only while the lock is still held; a skipped run also keeps the lock
+    until --hold-at-least ends. Not with several --redis URLs.
     The recipe:
         dlock -q run nightly-report -n -E 0 --hold-at-least 10m -- ./report.sh
 

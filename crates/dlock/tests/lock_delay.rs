@@ -226,3 +226,39 @@ async fn on_a_cluster_and_through_sentinel_the_delay_holds_and_a_release_frees_a
     let connect = || Client::sentinel_builder(sentinels.urls(), "locks").connect();
     delay_on(connect().await.unwrap(), connect().await.unwrap()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_past_its_lease_but_within_the_delay_is_released_and_reported_lost() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    // Also when it should be kept a while: a lapsed hold is not brought back.
+    for (name, options) in [
+        ("lapsed", delayed()),
+        (
+            "lapsed-kept",
+            delayed().hold_at_least(Duration::from_secs(10)),
+        ),
+    ] {
+        let guard = client
+            .mutex_with(name, options)
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        tokio::time::sleep(TTL + Duration::from_millis(400)).await;
+        assert!(
+            server.cmd::<i64>(&["PTTL", name]) > 0,
+            "{name}: the delay keeps it"
+        );
+        let unlocked = guard.unlock().await;
+        assert!(
+            matches!(unlocked, Err(Error::Lost { .. })),
+            "{name}: {unlocked:?}"
+        );
+        assert_eq!(
+            server.cmd::<i64>(&["EXISTS", name]),
+            0,
+            "{name}: not given back"
+        );
+    }
+}
