@@ -298,12 +298,21 @@ pub fn with_lock_delay(
     let Some(delay) = delay else {
         return Ok(options);
     };
-    if delay.is_zero() || options.ttl.saturating_add(delay) > dlock::MAX_TTL {
+    let room = dlock::MAX_TTL.saturating_sub(options.ttl);
+    if room.is_zero() {
         return Err(dlock::Error::InvalidArgument(format!(
-            "--lock-delay {} is out of range; use above zero, and at most {} with --ttl {} (Redis keeps a hold --ttl plus --lock-delay)",
+            "--lock-delay does not fit with --ttl {}: Redis keeps a hold --ttl plus --lock-delay, at most {}; lower --ttl",
+            dlock::humane(options.ttl),
+            dlock::humane(dlock::MAX_TTL)
+        )));
+    }
+    if delay.is_zero() || delay > room {
+        return Err(dlock::Error::InvalidArgument(format!(
+            "--lock-delay {} is out of range; use above zero and at most {} with --ttl {} (Redis keeps a hold --ttl plus --lock-delay, at most {})",
             dlock::humane(delay),
-            dlock::humane(dlock::MAX_TTL),
-            dlock::humane(options.ttl)
+            dlock::humane(room),
+            dlock::humane(options.ttl),
+            dlock::humane(dlock::MAX_TTL)
         )));
     }
     Ok(options.lock_delay(delay))
@@ -876,8 +885,10 @@ fn describe(err: &dlock::Error, cli: &Cli) -> String {
 /// What keeps a semaphore of N `permits` busy for a request of `take` of them, in words.
 fn all_held((permits, take): (u64, u64)) -> String {
     match (permits, take) {
-        (1, _) => "its one permit is held".into(),
-        (n, 1) => format!("all {n} permits are held"),
+        (1, _) => "its one permit is not free for it (held, or a waiter ahead in line comes first)".into(),
+        (n, 1) => format!(
+            "none of its {n} permits is free for it (all held, or waiters ahead in line come first)"
+        ),
         (n, k) => format!(
             "fewer than {k} of its {n} permits are free for it (held, or waiters ahead in line come first)"
         ),
@@ -956,7 +967,7 @@ fn diagnose(err: &dlock::Error, cli: &Cli) -> (i32, &'static str) {
         dlock::Error::Busy { .. } | dlock::Error::TimedOut { .. }
     );
     if busy && kind_of(&cli.command).is_some_and(|kind| kind.permits.is_some()) {
-        hint = "every permit is taken; wait longer with --wait, or try again later";
+        hint = "the permits are taken, or waiters ahead in line come first; wait longer with --wait, or try again later";
     }
     if busy {
         if let Some(conflict) = conflict_exit_code(cli) {

@@ -43,7 +43,8 @@ pub struct ScheduleArgs {
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub hold_at_least: Option<Duration>,
     /// Do not run CMD if it succeeded under this lock within DUR (by Redis's clock): exit
-    /// as when busy (75, or -E N); after CMD exits 0, record its success for DUR
+    /// as when busy (75, or -E N); after CMD exits 0, record its success for DUR (1ms to
+    /// a year)
     #[arg(long, value_parser = duration::parse, value_name = "DUR")]
     pub skip_if_ran_within: Option<Duration>,
     /// Set from the global --quiet: a skip says nothing either.
@@ -132,9 +133,12 @@ HOW IT WORKS:
     cannot check DLOCK_FENCE; it narrows the window a fence closes, no more.
 
     Jobs that cron starts on every replica: --hold-at-least DUR keeps the lock until DUR
-    after the grant even when CMD ends sooner, whatever its exit code (dlock exits at once;
-    the lease is set to end then and the lock frees by itself), so a replica whose timer
-    fires later finds it held and the job runs once. --skip-if-ran-within DUR does not
+    after the grant even when CMD ends sooner, whatever its exit code, also after a
+    signal or a CMD that could not start (dlock exits at once; the lease is set to end
+    then and the lock frees by itself; `dlock release NAME $DLOCK_TOKEN` ends it early),
+    so a replica whose timer fires later finds it held and the job runs once. Use it with
+    -n (or --skip-if-ran-within): a replica that waits for the lock runs the job again
+    once the hold ends. If dlock dies, the lock frees when its lease (--ttl) ends. --skip-if-ran-within DUR does not
     run CMD when it succeeded under this lock within DUR by Redis's clock (exit 75, or
     -E N, as when busy; one line on stderr unless -q); when CMD exits 0 its success is
     recorded for DUR, only while the lock is still held; a skipped run also keeps the lock
@@ -271,6 +275,13 @@ pub async fn run(
         }
     };
     let outcome = supervise(&mut child, &group, &guard, &mut signals, &args, kill_after).await;
+    if let Some(least) = args.schedule.hold_at_least {
+        tracing::info!(
+            lock = %args.name,
+            "the lock stays held until {} after its grant (--hold-at-least); `dlock release` with DLOCK_TOKEN ends it early",
+            dlock::humane(least)
+        );
+    }
     // Steps down (clears the record, tells observers) before the lock is released, or,
     // when the lock was lost, after the command was stopped: stopping it must not wait
     // for Redis. (A lost leadership's record names a hold that is gone: nobody reads it

@@ -306,12 +306,14 @@ impl LockOptions {
             }
         }
         if let Some(delay) = self.lock_delay {
-            if delay.is_zero() || self.kept_for(self.ttl) > lease::MAX_TTL {
+            let room = lease::MAX_TTL.saturating_sub(self.ttl);
+            if delay.is_zero() || delay > room {
                 return Err(Error::InvalidArgument(format!(
-                    "lock_delay {} is out of range; use above zero, and at most {} with the lease {} (Redis keeps a hold that long)",
+                    "lock_delay {} is out of range; use above zero and at most {} with the lease {} (Redis keeps a hold the lease plus the delay, at most {})",
                     crate::humane(delay),
-                    crate::humane(lease::MAX_TTL),
-                    crate::humane(self.ttl)
+                    crate::humane(room),
+                    crate::humane(self.ttl),
+                    crate::humane(lease::MAX_TTL)
                 )));
             }
         }
