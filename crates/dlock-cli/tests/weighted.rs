@@ -28,7 +28,7 @@ fn most_weight_across_processes(server: &RedisServer, dir: &Path, guarded: bool)
         .map(|worker| {
             let weight = (1 + worker % 3).to_string();
             let mut command = dlock(server);
-            command.args(["run", "gpu", "--permits", "4", "--ttl", "5s"]);
+            command.args(["run", "gpu", "--permits", "4"]);
             if guarded {
                 command.args(["--take", &weight]).env("CHECK", "1");
             }
