@@ -82,11 +82,22 @@ pub enum Mutant {
     /// A renewal that finds the key gone sets it again with its token (`SET` without
     /// `XX`, no `GET` first): a holder evicted by force renews and holds again.
     RenewRecreatesKey,
+    /// multi/acquire.lua takes the free names though another is busy (answering busy):
+    /// a waiting multi-lock keeps a part of its names.
+    MultiGrantsPart,
+    /// Across Cluster slots, a busy slot does not give back the slots taken before it: the
+    /// multi-lock waits holding a part (two over overlapping names wait for each other
+    /// until a lease runs out).
+    MultiKeepsPart,
+    /// multi/release.lua releases only the first name of its group.
+    MultiReleasesOneName,
+    /// A resent multi-lock acquire draws new fences for the names already its own.
+    MultiResendRedraws,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 28] = [
+    pub const ALL: [Mutant; 32] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -115,6 +126,10 @@ impl Mutant {
         Mutant::DowngradeNewFence,
         Mutant::ForceKeepsLockKey,
         Mutant::RenewRecreatesKey,
+        Mutant::MultiGrantsPart,
+        Mutant::MultiKeepsPart,
+        Mutant::MultiReleasesOneName,
+        Mutant::MultiResendRedraws,
     ];
 
     /// The name on the command line.
@@ -148,6 +163,10 @@ impl Mutant {
             Mutant::DowngradeNewFence => "downgrade-new-fence",
             Mutant::ForceKeepsLockKey => "force-keeps-lock-key",
             Mutant::RenewRecreatesKey => "renew-recreates-key",
+            Mutant::MultiGrantsPart => "multi-grants-part",
+            Mutant::MultiKeepsPart => "multi-keeps-part",
+            Mutant::MultiReleasesOneName => "multi-releases-one-name",
+            Mutant::MultiResendRedraws => "multi-resend-redraws",
         }
     }
 
@@ -183,6 +202,10 @@ impl Mutant {
             Mutant::DowngradeNewFence => "a downgrade keeps its hold and fence",
             Mutant::ForceKeepsLockKey => "a forced release leaves the lock free",
             Mutant::RenewRecreatesKey => "an evicted hold is never held in Redis again",
+            Mutant::MultiGrantsPart | Mutant::MultiKeepsPart | Mutant::MultiReleasesOneName => {
+                "a multi-lock holds names only while taking or holding them"
+            }
+            Mutant::MultiResendRedraws => "a resend answers the grant's fences",
         }
     }
 

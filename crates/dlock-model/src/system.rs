@@ -112,6 +112,11 @@ impl Kind {
                     Kind::Mutex { .. } | Kind::Fair { .. } | Kind::RwLock { .. }
                 )
             }
+            // The multi-lock's scripts (multi.rs).
+            Mutant::MultiGrantsPart
+            | Mutant::MultiKeepsPart
+            | Mutant::MultiReleasesOneName
+            | Mutant::MultiResendRedraws => false,
         }
     }
 }

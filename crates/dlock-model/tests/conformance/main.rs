@@ -33,6 +33,7 @@ mod library;
 mod admin;
 mod kinds;
 mod linger;
+mod multi;
 mod tokens;
 
 use library::LibraryScript;
@@ -71,6 +72,7 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
     );
     admin::run_suites(seed, conn);
     linger::run_linger_suite(seed, conn);
+    multi::run_multi_suite(seed, conn);
 }
 
 /// Every script the library sends (`dlock::__library_scripts`, not a list kept here) is
