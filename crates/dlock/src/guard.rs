@@ -46,7 +46,7 @@ pub struct Guard<R: RawLock> {
     /// attempt's send).
     #[cfg(feature = "metrics")]
     started: Instant,
-    /// Until when a give-back keeps the lock ([`LockOptions::hold_at_least`] after the
+    /// Until when a give-back keeps the lock ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least) after the
     /// grant's reply: never earlier than the holder knew it held it).
     keep_until: Option<Instant>,
     /// The hold's length was recorded, or is not to be (handed on as a token, converted).
@@ -264,7 +264,7 @@ impl<R: RawLock> Guard<R> {
     }
 
     /// Stops renewal (waiting out a renewal in flight), then gives the hold back (with
-    /// [`LockOptions::hold_at_least`], one that began less than that ago keeps the lock
+    /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least), one that began less than that ago keeps the lock
     /// until then and frees by itself). Fails with [`Error::Lost`] when the lease had
     /// already ended or another owner holds the lock now (which is left untouched), or
     /// when [`Client::shutdown`](crate::Client::shutdown) already released it.
@@ -447,7 +447,7 @@ impl std::fmt::Debug for Held {
 }
 
 /// Gives the hold `token` back (renewal stopped): released at once, or, until
-/// `keep_until` ([`LockOptions::hold_at_least`]), kept and left to end by itself then. The
+/// `keep_until` ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)), kept and left to end by itself then. The
 /// one way every end of a guard (unlock, drop, shutdown) gives a hold back.
 async fn give_back<R: RawLock>(raw: &R, token: &str, keep_until: Option<Instant>) -> Result<()> {
     let rest = keep_until.and_then(|until| until.checked_duration_since(Instant::now()));

@@ -328,3 +328,41 @@ impl std::fmt::Debug for LostSignal {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn cell(parts: usize) -> LeaseCell {
+        let keys = Arc::new(LockKeys::new("", "a").unwrap());
+        let (sink, _) = tokio::sync::broadcast::channel(1);
+        new_cell(Instant::now(), keys, "t", &sink, parts)
+    }
+
+    #[test]
+    fn a_hold_at_several_keys_is_valid_until_its_earliest_key() {
+        let now = Instant::now();
+        let cell = cell(3);
+        renewed(&cell, now + Duration::from_secs(10));
+        // Two keys renewed further; the third not: the earliest stands.
+        renewed_part(&cell, 0, now + Duration::from_secs(30));
+        renewed_part(&cell, 2, now + Duration::from_secs(30));
+        assert_eq!(cell.state().valid_until, now + Duration::from_secs(10));
+        renewed_part(&cell, 1, now + Duration::from_secs(20));
+        assert_eq!(cell.state().valid_until, now + Duration::from_secs(20));
+        // An extension sets every key's deadline.
+        renewed(&cell, now + Duration::from_secs(40));
+        renewed_part(&cell, 1, now + Duration::from_secs(50));
+        assert_eq!(cell.state().valid_until, now + Duration::from_secs(40));
+    }
+
+    #[test]
+    fn a_hold_at_one_key_takes_each_renewal_as_it_is() {
+        let now = Instant::now();
+        let cell = cell(1);
+        renewed_part(&cell, 0, now + Duration::from_secs(30));
+        renewed_part(&cell, 0, now + Duration::from_secs(20));
+        assert_eq!(cell.state().valid_until, now + Duration::from_secs(20));
+    }
+}

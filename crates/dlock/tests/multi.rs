@@ -386,3 +386,44 @@ async fn across_cluster_slots_every_name_or_none() {
     assert_eq!(overlaps, 0);
     assert!(took < Duration::from_secs(15), "{took:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_sentinel_master_every_name_or_none() {
+    let master = RedisServer::start();
+    let sentinels = dlock_testkit::SentinelGroup::start(&master, "locks", 1);
+    let client = Client::sentinel_builder(sentinels.urls(), "locks")
+        .connect()
+        .await
+        .unwrap();
+    let blocker = client.mutex("s2").unwrap().try_lock().await.unwrap();
+    let multi = client.multi_lock(&["s1", "s2"]).unwrap();
+    assert!(matches!(multi.try_lock().await, Err(Error::Busy { .. })));
+    assert_eq!(holder_of(&master, "s1"), None);
+    blocker.unlock().await.unwrap();
+    let guard = multi.try_lock().await.unwrap();
+    assert_eq!(holder_of(&master, "s1").as_deref(), Some(guard.token()));
+    assert_eq!(holder_of(&master, "s2").as_deref(), Some(guard.token()));
+    guard.unlock().await.unwrap();
+    assert_eq!(
+        (holder_of(&master, "s1"), holder_of(&master, "s2")),
+        (None, None)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_writes_are_refused_on_a_multi_lock() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client
+        .multi_lock(&["g1", "g2"])
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    let batch = dlock::Guarded::new().set("k", "v");
+    match guard.apply(&batch).await {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("multi-lock"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    guard.unlock().await.unwrap();
+}

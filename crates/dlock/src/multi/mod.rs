@@ -364,6 +364,11 @@ impl RawProtocol for RawMulti {
     fn other_holds(&self) -> &[LockKeys] {
         &self.others
     }
+
+    fn one_server(&self) -> Option<&Client> {
+        // Guarded writes check one lock key: a multi-lock's hold is at several.
+        None
+    }
 }
 
 impl Client {
