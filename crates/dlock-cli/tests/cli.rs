@@ -726,6 +726,10 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
         scenarios,
         [
             "seq",
+            "hold_at_least",
+            "skip_if_ran",
+            "lock_delay",
+            "multi",
             "par",
             "par_fenced",
             "handoff",
@@ -742,12 +746,20 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
         ]
     );
     // The scale scenarios: the server's time per cycle at each number of holders.
-    for scale in &rows[9..11] {
+    let scales = rows.iter().filter(|row| {
+        let scenario = row["scenario"].as_str().unwrap_or_default();
+        scenario.ends_with("_scale")
+    });
+    for scale in scales {
         for holders in ["8", "64", "1024"] {
             let us = scale["server_us_at"][holders].as_f64().unwrap_or(0.0);
             assert!(us > 0.0, "{holders} holders: {scale}");
         }
     }
+    // multi: a two-name multi-lock against the two names taken as plain mutexes.
+    let multi = rows.iter().find(|row| row["scenario"] == "multi").unwrap();
+    assert!(multi["value"].as_f64().unwrap() > 0.0, "{multi}");
+    assert!(multi["baseline"].as_f64().unwrap() > 0.0, "{multi}");
     // redlock: five private masters against the first alone, both measured.
     let redlock = &rows[rows.len() - 2];
     assert_eq!(redlock["masters"], 5, "{redlock}");
