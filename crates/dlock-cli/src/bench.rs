@@ -19,6 +19,10 @@
 //! * rwlock_read_scale / semaphore_scale: the server's time per take-and-give-back of one
 //!   more holder while 8, 64 and 1024 others hold the same read-write lock (read holds)
 //!   or semaphore (permits): `server_us_at` per size, and the growth from 8 to 1024.
+//! * semaphore_weighted: 64 tasks each taking 4 permits at once (`lock_many(4)`, CLI
+//!   `--take 4`) of one semaphore and giving them back, vs 64 tasks taking one permit
+//!   each of another (the plain path), interleaved in the same run; N is large enough
+//!   that nobody waits, so the ratio is the weighted scripts' own cost.
 //! * rwlock_read: 64 tasks reading one read-write lock (each its own owner), read
 //!   acquire+release cycles/s, vs the raw pair with 64 tasks.
 //! * rwlock_writer: one writer taking the lock while 8 readers keep reading (each holds
@@ -526,6 +530,36 @@ async fn one_deployment(
         progress.inc(1);
     }
 
+    step("semaphore_weighted");
+    let sem = interleaved(
+        std::slice::from_ref(&raw),
+        duration,
+        &mut [
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| Box::pin(semaphore_cycles(client, &prefix, 1, slice))),
+            ),
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| Box::pin(semaphore_cycles(client, &prefix, 4, slice))),
+            ),
+        ],
+    )
+    .await?;
+    let mut weighted = Row::new("semaphore_weighted", sem[1].per_second, "cycles/s");
+    weighted.baseline_name = "plain";
+    rows.push(
+        weighted
+            .baseline(sem[0].per_second)
+            .with("take", 4.into())
+            .with("server_us_per_cycle", sem[1].server_us_per_cycle.into())
+            .with(
+                "plain_server_us_per_cycle",
+                sem[0].server_us_per_cycle.into(),
+            ),
+    );
+    progress.inc(1);
+
     step("renew");
     let (per_s, naive) = renew(client, &raw, &prefix, renew_locks).await?;
     rows.push(
@@ -1007,6 +1041,39 @@ async fn scheduled_cycles(
         cycles += 1;
     }
     Ok(cycles)
+}
+
+/// Tasks of the semaphore_weighted scenario.
+const SEMAPHORE_TASKS: usize = 64;
+
+/// `SEMAPHORE_TASKS` tasks each taking `take` permits of one semaphore (its own per
+/// `take`) and giving them back, for `duration`; N fits them all, so nobody waits.
+async fn semaphore_cycles(
+    client: &Client,
+    prefix: &str,
+    take: u32,
+    duration: Duration,
+) -> dlock::Result<u64> {
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(10))
+        .wait(Wait::Timeout(Duration::from_secs(10)));
+    let permits = SEMAPHORE_TASKS as u32 * take;
+    let semaphore = client
+        .semaphore_with(&format!("{prefix}semaphore:{take}"), permits, options)?
+        .taking(take)?;
+    let deadline = Instant::now() + duration;
+    let loops = (0..SEMAPHORE_TASKS).map(|_| {
+        let semaphore = semaphore.clone();
+        async move {
+            let mut cycles = 0u64;
+            while Instant::now() < deadline {
+                semaphore.lock().await?.unlock().await?;
+                cycles += 1;
+            }
+            Ok(cycles)
+        }
+    });
+    run_loops(loops).await
 }
 
 struct Handoff {

@@ -54,7 +54,8 @@ HOW IT WORKS:
     DLOCK_TERM set besides DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE: the term, larger than
     every earlier leader's (it is the grant's fence). If leadership is lost, CMD is
     stopped (exit 70). When CMD exits, dlock steps down: the record is cleared and the next
-    candidate leads. A leader that dies is replaced within its lease (--ttl).
+    candidate leads (with --hold-at-least, once that time after the grant is up). A
+    leader that dies is replaced within its lease (--ttl).
 
     Exit codes as for `dlock run` (see `dlock run --help`).";
 

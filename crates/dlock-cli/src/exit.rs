@@ -34,7 +34,7 @@ EXIT CODES:
          when it was not found; 128+N also when signal N interrupted a wait)
     64   invalid arguments (also: a kind other than the plain mutex, or
          --cluster, --sentinel, --replicas, release --force, guarded, elect,
-         leader, with several --redis masters)
+         leader, run --skip-if-ran-within, with several --redis masters)
     65   the key holds another kind of lock or data dlock did not write (wrong type;
          also a string without an expiry, which no lock is)
     69   Redis unreachable (with --cluster: no node answers; with --sentinel: no
@@ -53,7 +53,8 @@ EXIT CODES:
          completions, man, --help, --version). `acquire`: nothing was left held;
          `guarded`, `release --force`: stdout closed, nothing done; the output
          unwritable, done. A reader that leaves after reading some (`| head`) is 0
-    75   not acquired within the wait budget (busy); -E N changes it
+    75   not acquired within the wait budget (busy); also `run --skip-if-ran-within`
+         found the command succeeded lately and did not run it; -E N changes it
     76   Redis refused the request (wrong credentials, ACL, out of memory,
          read-only replica, script error; for guarded, the command on the
          data); the server's words are printed;

@@ -34,7 +34,7 @@ impl Locks {
 
 /// The kind flags shared by `run`, `acquire`, `release` and `extend` (at most one).
 #[derive(Args, Debug, Clone, Default)]
-#[group(multiple = false)]
+#[group(multiple = false, args = ["fair", "read", "write", "permits"])]
 pub struct KindArgs {
     /// Fair lock: waiters are served strictly in arrival order
     #[arg(long)]
@@ -48,11 +48,38 @@ pub struct KindArgs {
     /// One of N permits of a semaphore (at most N holders at once)
     #[arg(long, value_name = "N")]
     pub permits: Option<u64>,
+    /// How many of the permits (outside the one-kind group: it goes with --permits).
+    #[command(flatten)]
+    pub weight: TakeArgs,
+}
+
+/// `--take K`, beside `--permits N`.
+#[derive(Args, Debug, Clone, Default)]
+#[group(skip)]
+pub struct TakeArgs {
+    /// With --permits N: take K of the N permits at once, as one permit (a job that needs
+    /// 4 of 16 GPU slots: --permits 16 --take 4); granted in queue order, given back
+    /// together
+    #[arg(long, value_name = "K")]
+    pub take: Option<u64>,
 }
 
 impl KindArgs {
     /// Refuses a permit count out of range (before any connection).
     pub fn check(&self) -> dlock::Result<()> {
+        match (self.weight.take, self.permits) {
+            (Some(k), None) => {
+                return Err(dlock::Error::InvalidArgument(format!(
+                    "--take {k} needs --permits N: it takes K of a semaphore's N permits (e.g. --permits 16 --take {k})"
+                )))
+            }
+            (Some(k), Some(n)) if k == 0 || k > n => {
+                return Err(dlock::Error::InvalidArgument(format!(
+                    "--take {k} is out of range for --permits {n}; use 1 to {n}"
+                )))
+            }
+            _ => {}
+        }
         match self.permits {
             Some(n) if n == 0 || n > u64::from(dlock::semaphore::MAX_PERMITS) => {
                 Err(dlock::Error::InvalidArgument(format!(
@@ -137,7 +164,13 @@ pub fn lock_of(
         // Checked to be within 1..=MAX_PERMITS before (KindArgs::check); a library
         // refusal names the count otherwise.
         let permits = u32::try_from(permits).unwrap_or(u32::MAX);
-        client.semaphore_with(name, permits, options)?.into()
+        let semaphore = client.semaphore_with(name, permits, options)?;
+        match kind.weight.take {
+            Some(k) => semaphore
+                .taking(u32::try_from(k).unwrap_or(u32::MAX))?
+                .into(),
+            None => semaphore.into(),
+        }
     } else {
         client.mutex_with(name, options)?.into()
     })

@@ -236,7 +236,8 @@ fn render_masters(
     out
 }
 
-/// A holder's line under its lock: token prefix, who, owner, lease left.
+/// A holder's line under its lock: token prefix, who, owner, weight (when more than
+/// one permit), lease left.
 fn holder_line(holder: &dlock::Holder) -> String {
     let owner = holder
         .owner
@@ -247,8 +248,13 @@ fn holder_line(holder: &dlock::Holder) -> String {
         .remaining
         .map(|d| format!("{} left", dlock::humane(d)))
         .unwrap_or_else(|| "no expiry".into());
+    // A permit taken with --take K (lock_many) holds K of the semaphore's permits.
+    let weight = match holder.weight {
+        1 => String::new(),
+        k => format!(" takes {k} permits"),
+    };
     format!(
-        "{}…  {}{owner}  ({left})",
+        "{}…  {}{owner}{weight}  ({left})",
         token_prefix(&holder.token),
         who(holder)
     )
@@ -337,5 +343,6 @@ fn holder_json(h: &dlock::Holder) -> serde_json::Value {
         "started": dlock_holder.as_ref().map(|d| d.started.clone()),
         "owner": h.owner,
         "remaining_ms": h.remaining.map(|d| d.as_millis() as u64),
+        "weight": h.weight,
     })
 }

@@ -179,7 +179,8 @@ enum Command {
         lease: LeaseArgs,
         #[command(flatten)]
         kind: KindArgs,
-        /// Print one JSON object: name, key, kind, token, fence, ttl_ms
+        /// Print one JSON object: name, key, kind, token, fence, ttl_ms, weight (the
+        /// permits the hold takes: K of --take, else 1)
         #[arg(long)]
         json: bool,
     },
@@ -852,7 +853,9 @@ fn describe(err: &dlock::Error, cli: &Cli) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    match (err, kind_of(&cli.command).and_then(|kind| kind.permits)) {
+    let permits =
+        kind_of(&cli.command).and_then(|kind| Some((kind.permits?, kind.weight.take.unwrap_or(1))));
+    match (err, permits) {
         (dlock::Error::Connection(why), _) => {
             let at = match cli.topology {
                 // bench --spawn's private server is not the one --redis names.
@@ -878,11 +881,14 @@ fn describe(err: &dlock::Error, cli: &Cli) -> String {
     }
 }
 
-/// What keeps a semaphore of `permits` busy, in words.
-fn all_held(permits: u64) -> String {
-    match permits {
-        1 => "its one permit is held".into(),
-        n => format!("all {n} permits are held"),
+/// What keeps a semaphore of N `permits` busy for a request of `take` of them, in words.
+fn all_held((permits, take): (u64, u64)) -> String {
+    match (permits, take) {
+        (1, _) => "its one permit is held".into(),
+        (n, 1) => format!("all {n} permits are held"),
+        (n, k) => format!(
+            "fewer than {k} of its {n} permits are free for it (held, or waiters ahead in line come first)"
+        ),
     }
 }
 
@@ -1397,6 +1403,7 @@ async fn acquire(
             "token": token,
             "fence": fence,
             "ttl_ms": lease.ttl.as_millis() as u64,
+            "weight": kind.weight.take.unwrap_or(1),
         })
         .to_string()
     } else {

@@ -98,6 +98,8 @@ HOW IT WORKS:
         DLOCK_TOKEN   the hold's token
         DLOCK_FENCE   the fencing token of this grant: pass it to storage that refuses
                       writes with a smaller one than it has seen
+        DLOCK_WEIGHT  with --permits N --take K: K, the permits this one hold takes
+                      (granted in queue order when K are free, given back together)
         DLOCK_FENCES  with --also: every name's fence, NAME=FENCE pairs separated by
                       spaces, in the order given (NAME first; DLOCK_FENCE is its fence)
     While CMD runs, the lease (--ttl, 10ms to 24h, default 30s) is renewed every third of
@@ -130,6 +132,11 @@ HOW IT WORKS:
     without the lock while they are stopped (or, frozen with them, for a moment after the
     thaw): only fences (DLOCK_FENCE) and guarded writes protect data then.
 
+    --lock-delay DUR: when dlock dies or is stopped past the lease (the cases above),
+    the lock stays ungrantable DUR after the lease ends, so writes CMD had on their way
+    land before the next holder starts; a clean end frees it at once. For storage that
+    cannot check DLOCK_FENCE; it narrows the window a fence closes, no more.
+
     Several names at once: --also NAME2 (repeated for more, 2 to 64 names in all, each
     distinct) holds NAME and every NAME2 together, all or none, with one lease renewed at
     every name; the lock is lost when any name is. Two runs naming overlapping names in
@@ -143,12 +150,14 @@ HOW IT WORKS:
         dlock run account-17 --also account-42 -- ./transfer.sh 17 42
 
     Jobs that cron starts on every replica: --hold-at-least DUR keeps the lock until DUR
-    after the grant even when CMD ends sooner (dlock exits at once; the lease is set to
-    end then and the lock frees by itself), so a replica whose timer fires later finds it
-    held and the job runs once. --skip-if-ran-within DUR does not run CMD when it
-    succeeded under this lock within DUR by Redis's clock (exit 75, or -E N, as when busy;
-    one line on stderr unless -q); when CMD exits 0 its success is recorded for DUR, only
-    while the lock is still held. Not with several --redis URLs. The recipe:
+    after the grant even when CMD ends sooner, whatever its exit code (dlock exits at once;
+    the lease is set to end then and the lock frees by itself), so a replica whose timer
+    fires later finds it held and the job runs once. --skip-if-ran-within DUR does not
+    run CMD when it succeeded under this lock within DUR by Redis's clock (exit 75, or
+    -E N, as when busy; one line on stderr unless -q); when CMD exits 0 its success is
+    recorded for DUR, only while the lock is still held; a skipped run also keeps the lock
+    until --hold-at-least ends. Not with several --redis URLs.
+    The recipe:
         dlock -q run nightly-report -n -E 0 --hold-at-least 10m -- ./report.sh
 
     With several --redis URLs (Redlock), the lock is granted when a majority of the
@@ -231,6 +240,9 @@ pub async fn run(
         ("DLOCK_TOKEN", guard.token().to_string()),
         ("DLOCK_FENCE", fence.to_string()),
     ];
+    if let Some(k) = args.kind.weight.take {
+        env.push(("DLOCK_WEIGHT", k.to_string()));
+    }
     if !args.also.is_empty() {
         // Drawn with the grant: no request.
         let fences = guard.fences().await?;

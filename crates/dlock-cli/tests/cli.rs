@@ -740,6 +740,7 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "rwlock_writer",
             "rwlock_read_scale",
             "semaphore_scale",
+            "semaphore_weighted",
             "renew",
             "redlock",
             "redlock_herd"
@@ -747,8 +748,7 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
     );
     // The scale scenarios: the server's time per cycle at each number of holders.
     let scales = rows.iter().filter(|row| {
-        let scenario = row["scenario"].as_str().unwrap_or_default();
-        scenario.ends_with("_scale")
+        (row["scenario"].as_str()).is_some_and(|scenario| scenario.ends_with("_scale"))
     });
     for scale in scales {
         for holders in ["8", "64", "1024"] {

@@ -119,6 +119,7 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
         max_time: bounds.max_time,
         max_holds: bounds.max_holds,
         owners: Vec::new(),
+        weights: Vec::new(),
         mutants: mutants.to_vec(),
     };
     // Three clients and a line of waiters: the clock stops a tick earlier, to keep the
@@ -201,6 +202,20 @@ pub fn models(bounds: Bounds, mutants: &[Mutant]) -> Vec<LockModel> {
                     waiter_lease: Some(2),
                 },
                 &[Exclusive, Exclusive, Reader],
+            )
+        }),
+        // Weighted permits (`lock_many`): two requests of 2 and one of 1 in a semaphore of
+        // 3. Two of 2 never fit together, and a request of 2 first in line is not passed
+        // by the request of 1 though one permit is free.
+        queued(LockModel {
+            weights: vec![2, 2, 1],
+            ..model(
+                "semaphore of 3, weights 2, 2 and 1, waiting in line",
+                Kind::Semaphore {
+                    permits: 3,
+                    waiter_lease: Some(2),
+                },
+                &[Permit, Permit, Permit],
             )
         }),
     ]
@@ -306,6 +321,7 @@ pub fn force_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<force::ForceModel
             max_time: bounds.max_time.saturating_sub(2).max(2),
             max_holds: max_holds.min(bounds.max_holds),
             owners: Vec::new(),
+            weights: Vec::new(),
             mutants: mutants.to_vec(),
         },
         max_forces: 2,

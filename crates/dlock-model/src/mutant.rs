@@ -82,6 +82,12 @@ pub enum Mutant {
     /// A renewal that finds the key gone sets it again with its token (`SET` without
     /// `XX`, no `GET` first): a holder evicted by force renews and holds again.
     RenewRecreatesKey,
+    /// The weighted semaphore counts the permits held, not their weights: two permits of
+    /// 2 fit in a semaphore of 3.
+    PermitsCountedNotWeighed,
+    /// The weighted semaphore grants a request whose own weight fits, whoever waits ahead
+    /// of it: a small request passes a large one first in line (and may starve it).
+    WeightedGrantPassesTheLine,
     /// multi/acquire.lua takes the free names though another is busy (answering busy):
     /// a waiting multi-lock keeps a part of its names.
     MultiGrantsPart,
@@ -97,7 +103,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 32] = [
+    pub const ALL: [Mutant; 34] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -126,6 +132,8 @@ impl Mutant {
         Mutant::DowngradeNewFence,
         Mutant::ForceKeepsLockKey,
         Mutant::RenewRecreatesKey,
+        Mutant::PermitsCountedNotWeighed,
+        Mutant::WeightedGrantPassesTheLine,
         Mutant::MultiGrantsPart,
         Mutant::MultiKeepsPart,
         Mutant::MultiReleasesOneName,
@@ -163,6 +171,8 @@ impl Mutant {
             Mutant::DowngradeNewFence => "downgrade-new-fence",
             Mutant::ForceKeepsLockKey => "force-keeps-lock-key",
             Mutant::RenewRecreatesKey => "renew-recreates-key",
+            Mutant::PermitsCountedNotWeighed => "permits-counted-not-weighed",
+            Mutant::WeightedGrantPassesTheLine => "weighted-grant-passes-the-line",
             Mutant::MultiGrantsPart => "multi-grants-part",
             Mutant::MultiKeepsPart => "multi-keeps-part",
             Mutant::MultiReleasesOneName => "multi-releases-one-name",
@@ -202,6 +212,8 @@ impl Mutant {
             Mutant::DowngradeNewFence => "a downgrade keeps its hold and fence",
             Mutant::ForceKeepsLockKey => "a forced release leaves the lock free",
             Mutant::RenewRecreatesKey => "an evicted hold is never held in Redis again",
+            Mutant::PermitsCountedNotWeighed => "held weights never exceed N",
+            Mutant::WeightedGrantPassesTheLine => "grants follow the line",
             Mutant::MultiGrantsPart | Mutant::MultiKeepsPart | Mutant::MultiReleasesOneName => {
                 "a multi-lock holds names only while taking or holding them"
             }

@@ -112,6 +112,14 @@ impl Kind {
                     Kind::Mutex { .. } | Kind::Fair { .. } | Kind::RwLock { .. }
                 )
             }
+            // The weighted grant (semaphore/permits.lua): the semaphore's, in line.
+            Mutant::PermitsCountedNotWeighed | Mutant::WeightedGrantPassesTheLine => matches!(
+                kind,
+                Kind::Semaphore {
+                    waiter_lease: Some(_),
+                    ..
+                }
+            ),
             // The multi-lock's scripts (multi.rs).
             Mutant::MultiGrantsPart
             | Mutant::MultiKeepsPart
@@ -154,6 +162,9 @@ pub struct LockModel {
     /// The owner of each client's read holds (the rwlock's: one owner's reads re-enter);
     /// a client not listed is an owner of its own.
     pub owners: Vec<u8>,
+    /// How many of the semaphore's permits each client's permit takes
+    /// (`Semaphore::lock_many`); a client not listed takes 1.
+    pub weights: Vec<usize>,
     /// Bugs put in on purpose.
     pub mutants: Vec<Mutant>,
 }
@@ -305,6 +316,11 @@ impl LockModel {
             .unwrap_or(client)
     }
 
+    /// How many permits a token of client `client` takes (its `~w<k>`).
+    pub fn weight(&self, client: u8) -> usize {
+        self.weights.get(usize::from(client)).copied().unwrap_or(1)
+    }
+
     /// Whether client `c`'s attempts wait in line when busy.
     fn joins(&self, client: usize) -> bool {
         self.kind.waiter_lease().is_some() && self.role(client) != Role::Reader
@@ -318,11 +334,18 @@ impl LockModel {
         }
     }
 
-    /// Whether the lock (a permit, for the semaphore) is free now: nothing live holds it.
+    /// Whether the lock (a permit, for the semaphore) is free now: nothing live holds it
+    /// (for the semaphore: the first live waiter's weight, or one, fits).
     fn free(&self, server: &Server, now: Time) -> bool {
         let live = server.live_entries(now).count();
         match self.kind {
-            Kind::Semaphore { permits, .. } => live < permits,
+            Kind::Semaphore { permits, .. } => {
+                let wanted = server
+                    .live_waiters(now)
+                    .next()
+                    .map_or(1, |t| self.weight(t.client));
+                server.weight_held(now, &|t| self.weight(t.client), &[]) + wanted <= permits
+            }
             _ => server.holder(now).is_none() && live == 0 && server.reentrant_at(now).is_none(),
         }
     }
@@ -361,13 +384,14 @@ impl LockModel {
                     waiter_lease,
                 },
                 _,
-            ) => server.permit_acquire(
+            ) => server.weighted_permit_acquire(
                 token,
                 now,
                 self.ttl,
                 permits,
                 waiter_lease.unwrap_or(0),
                 waiter_lease.is_some(),
+                &|t| self.weight(t.client),
                 m,
             ),
             (Kind::Fair { waiter_lease }, _) => {
@@ -402,9 +426,14 @@ impl LockModel {
             }
             (Kind::RwLock { .. }, Role::Exclusive) => server.write_release(token, now, self.ttl, m),
             (Kind::RwLock { .. }, _) => server.read_release(token, now, self.ttl, m),
-            (Kind::Semaphore { permits, .. }, _) => {
-                server.permit_release(token, now, self.ttl, permits, m)
-            }
+            (Kind::Semaphore { permits, .. }, _) => server.weighted_permit_release(
+                token,
+                now,
+                self.ttl,
+                permits,
+                &|t| self.weight(t.client),
+                m,
+            ),
             (_, _) => (server.mutex_release(token, now, m), None),
         };
         if let (true, Some(first)) = (released, first) {
@@ -473,9 +502,11 @@ impl LockModel {
             || reading
             || (server.reentrant_at(now)).is_some_and(|r| Role::Owner(r.owner) == role);
         let line: Vec<Token> = server.live_waiters(now).collect();
-        // How many waiters are ahead of it (all of them, for a newcomer).
+        // How many waiters are ahead of it (all of them, for a newcomer), and the weight
+        // they take (one each but in a weighted semaphore).
         let ahead = line.iter().position(|&t| t == token).unwrap_or(line.len());
-        let held = server.live_entries(now).count();
+        let ahead_weight: usize = line[..ahead].iter().map(|t| self.weight(t.client)).sum();
+        let held = server.weight_held(now, &|t| self.weight(t.client), &[]);
         let grant = self.acquire(&mut state.server, token, role, now);
         if let Grant::Granted(fence) = grant {
             if !was_held {
@@ -483,7 +514,9 @@ impl LockModel {
                 // the first in line first; a reader only when no writer waits.
                 state.line_jumped |= match (self.kind, role) {
                     (Kind::Fair { .. }, _) => ahead > 0,
-                    (Kind::Semaphore { permits, .. }, _) => ahead + held >= permits,
+                    (Kind::Semaphore { permits, .. }, _) => {
+                        ahead_weight + held + self.weight(token.client) > permits
+                    }
                     (Kind::RwLock { .. }, Role::Reader) => !line.is_empty(),
                     (Kind::RwLock { .. }, _) => ahead > 0,
                     _ => false,
@@ -928,9 +961,14 @@ impl Model for LockModel {
                 let one_owner = owners
                     .next()
                     .is_none_or(|first| owners.all(|owner| owner == first));
+                let permits_held: usize = holds
+                    .iter()
+                    .filter(|(_, r)| *r == Role::Permit)
+                    .map(|&(c, _)| model.weight(c as u8))
+                    .sum();
                 exclusive <= 1
                     && (exclusive == 0 || readers == 0)
-                    && count(Role::Permit) <= permits
+                    && permits_held <= permits
                     && one_owner
             }),
             Property::always("fences follow grants", |_, state: &State| {
@@ -974,6 +1012,36 @@ impl Model for LockModel {
                 },
             ),
         ];
+        if !self.weights.is_empty() {
+            // Redis's side of the weighted count: what the live permits weigh.
+            properties.push(Property::always(
+                "held weights never exceed N",
+                |model: &LockModel, state: &State| {
+                    let Kind::Semaphore { permits, .. } = model.kind else {
+                        return true;
+                    };
+                    let weight_of = |t: Token| model.weight(t.client);
+                    state.server.weight_held(state.now, &weight_of, &[]) <= permits
+                },
+            ));
+            properties.push(Property::sometimes(
+                "a small request waits behind a large one while permits are free",
+                |model: &LockModel, state: &State| {
+                    let Kind::Semaphore { permits, .. } = model.kind else {
+                        return false;
+                    };
+                    let weight_of = |t: Token| model.weight(t.client);
+                    let free = permits.saturating_sub(state.server.weight_held(
+                        state.now,
+                        &weight_of,
+                        &[],
+                    ));
+                    let mut line = state.server.live_waiters(state.now).map(weight_of);
+                    line.next().is_some_and(|first| first > free)
+                        && line.any(|behind| behind <= free)
+                },
+            ));
+        }
         if self.kind.waiter_lease().is_some() {
             properties.extend([
                 Property::always(

@@ -437,3 +437,34 @@ fn the_queued_semaphore_and_rwlock_models_catch_their_bugs() {
         );
     }
 }
+
+/// The weighted semaphore's bugs are caught by its own model: counting permits instead of
+/// their weights lets two requests of 2 hold a semaphore of 3 (Redis's count and the
+/// clients' beliefs both exceed N), and judging a request's own weight alone lets the
+/// request of 1 pass a request of 2 first in line.
+#[test]
+fn the_weighted_semaphore_model_catches_its_bugs() {
+    let name = "semaphore of 3, weights";
+    let cases = [
+        (
+            Mutant::PermitsCountedNotWeighed,
+            "held weights never exceed N",
+        ),
+        (Mutant::PermitsCountedNotWeighed, "mutual exclusion"),
+        (Mutant::WeightedGrantPassesTheLine, "grants follow the line"),
+    ];
+    for (mutant, property) in cases {
+        let model = models(BOUNDS, &[mutant])
+            .into_iter()
+            .find(|m| m.name.starts_with(name))
+            .expect("the model");
+        let failed = failures_of(model.name, model, false);
+        assert!(
+            failed
+                .iter()
+                .any(|(p, e)| *e == Expectation::Always && p.ends_with(property)),
+            "{} did not break \"{property}\" in {name}: {failed:?}",
+            mutant.name(),
+        );
+    }
+}

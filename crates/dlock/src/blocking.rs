@@ -436,9 +436,54 @@ impl Semaphore {
         self.inner.permits()
     }
 
-    /// The number of permits held now.
+    /// The number of permits held now (a weighted permit counting its weight).
     pub fn held(&self) -> Result<u32> {
         self.runtime.block_on(self.inner.held())
+    }
+
+    /// How many permits each acquisition of this handle takes (see [`Self::taking`]).
+    pub fn weight(&self) -> u32 {
+        self.inner.weight()
+    }
+
+    /// A handle whose every acquisition takes `k` permits at once (see
+    /// [`crate::Semaphore::taking`]).
+    pub fn taking(&self, k: u32) -> Result<Semaphore> {
+        Ok(Lock {
+            inner: self.inner.taking(k)?,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// Takes `k` permits at once as one permit, in queue order (see
+    /// [`crate::Semaphore::lock_many`]).
+    ///
+    /// ```no_run
+    /// # fn demo(client: dlock::blocking::Client) -> dlock::Result<()> {
+    /// let slots = client.semaphore("gpu-slots", 16)?;
+    /// let four = slots.lock_many(4)?;
+    /// four.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_many(&self, k: u32) -> Result<SemaphorePermit> {
+        self.taking(k)?.lock()
+    }
+
+    /// One attempt at `k` permits ([`Error::Busy`] unless free with nobody ahead).
+    pub fn try_lock_many(&self, k: u32) -> Result<SemaphorePermit> {
+        self.taking(k)?.try_lock()
+    }
+
+    /// Takes `k` permits, waiting per `wait` for this call only.
+    pub fn lock_many_with(&self, k: u32, wait: crate::Wait) -> Result<SemaphorePermit> {
+        self.taking(k)?.lock_with(wait)
+    }
+}
+
+impl SemaphorePermit {
+    /// How many permits this permit is worth.
+    pub fn weight(&self) -> u32 {
+        self.get().weight()
     }
 }
 

@@ -121,7 +121,7 @@ local function entries_reindex(key, index)
   end
 end
 
--- Removes the entries whose lease ended (calling forget(data) for each), reading only
+-- Removes the entries whose lease ended (calling forget(data, token) for each), reading only
 -- those; deletes hash and index when none is left. Returns whether any live entry is
 -- left, the soonest end among them, and whether values the caller read before are stale
 -- (entries were removed, or the index rebuilt).
@@ -143,7 +143,7 @@ local function entries_purge(key, index, now, forget)
       redis.call('HDEL', key, 'h:' .. token)
       if forget then
         local _, data = entry_parse(value)
-        forget(data)
+        forget(data, token)
       end
     end
   end

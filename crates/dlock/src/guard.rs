@@ -270,7 +270,16 @@ impl<R: RawLock> Guard<R> {
     /// when [`Client::shutdown`](crate::Client::shutdown) already released it.
     pub async fn unlock(mut self) -> Result<()> {
         self.held.stop_renewal().await;
-        let released = give_back(&self.raw, &self.token, self.keep_until).await;
+        // Past its validity the hold may still be in Redis (a lock-delay, the drift
+        // allowance), and is given back; but it was not held to the end.
+        let lapsed = self.held.cell.lost_now().is_some();
+        let released = give_back(&self.raw, &self.token, self.keep_until, &self.held.cell).await;
+        let released = match released {
+            Ok(()) if lapsed => Err(Error::Lost {
+                name: self.raw.name().to_string(),
+            }),
+            other => other,
+        };
         // Only now: if this future is dropped before, the drop releases in the background
         // (releasing twice is harmless, the second finds the token gone).
         self.done = true;
@@ -281,8 +290,13 @@ impl<R: RawLock> Guard<R> {
                 false
             }
             Err(Error::Lost { .. }) => {
-                // Found gone at release: the lost signal says so too.
-                signal::declare_lost(&self.held.cell, LostReason::Taken);
+                // Found gone at release, or lapsed before it: the lost signal says so too.
+                let reason = if lapsed {
+                    LostReason::Expired
+                } else {
+                    LostReason::Taken
+                };
+                signal::declare_lost(&self.held.cell, reason);
                 true
             }
             // No answer: whatever the lease says now.
@@ -448,9 +462,27 @@ impl std::fmt::Debug for Held {
 
 /// Gives the hold `token` back (renewal stopped): released at once, or, until
 /// `keep_until` ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)), kept and left to end by itself then. The
-/// one way every end of a guard (unlock, drop, shutdown) gives a hold back.
-async fn give_back<R: RawLock>(raw: &R, token: &str, keep_until: Option<Instant>) -> Result<()> {
-    let rest = keep_until.and_then(|until| until.checked_duration_since(Instant::now()));
+/// one way every end of a guard (unlock, drop, shutdown) gives a hold back. A hold past
+/// its validity (`cell`'s) is released, never kept: Redis may still have it (a lock-delay,
+/// the drift allowance), but its holder stopped counting on it, and keeping it would
+/// bring a lapsed hold back.
+async fn give_back<R: RawLock>(
+    raw: &R,
+    token: &str,
+    keep_until: Option<Instant>,
+    cell: &LeaseCell,
+) -> Result<()> {
+    let now = Instant::now();
+    let state = cell.state();
+    let lapsed = match state.lost {
+        // Shutdown declares what it gives back released, a moment before.
+        Some(LostReason::Released) => false,
+        Some(_) => true,
+        None => now >= state.valid_until,
+    };
+    let rest = keep_until
+        .filter(|_| !lapsed)
+        .and_then(|until| until.checked_duration_since(now));
     match rest {
         Some(rest) if !rest.is_zero() => {
             // A renewal sent after the linger would restart the whole lease (at
@@ -470,13 +502,13 @@ fn track_hold<R: RawLock>(
     cell: &LeaseCell,
     keep_until: Option<Instant>,
 ) -> Option<u64> {
-    let (raw, token) = (raw.clone(), token.to_string());
+    let (raw, token, lease) = (raw.clone(), token.to_string(), cell.clone());
     let session = raw.session().clone();
     session.track_hold(
         cell,
         Box::new(move || {
             Box::pin(async move {
-                if let Err(err) = give_back(&raw, &token, keep_until).await {
+                if let Err(err) = give_back(&raw, &token, keep_until, &lease).await {
                     tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lease will expire");
                 }
             })
@@ -511,13 +543,13 @@ impl<R: RawLock> Drop for Guard<R> {
         }
         let renewal = self.held.detach();
         let (raw, token) = (self.raw.clone(), std::mem::take(&mut self.token));
-        let keep_until = self.keep_until;
+        let (keep_until, lease) = (self.keep_until, self.held.cell.clone());
         // Nobody waits for it here; shutdown does.
         drop(session.spawn_background(async move {
             if let Some(renewal) = renewal {
                 renewal.cancel().await;
             }
-            if let Err(err) = give_back(&raw, &token, keep_until).await {
+            if let Err(err) = give_back(&raw, &token, keep_until, &lease).await {
                 tracing::debug!(lock = %raw.name(), error = %err, "background release failed; the lease will expire");
             }
         }));

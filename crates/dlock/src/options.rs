@@ -220,7 +220,11 @@ impl LockOptions {
     /// without the option. So a crashed or paused holder blocks the lock for its lease
     /// plus `delay`; the lock's own leftovers show that much more in `dlock inspect`.
     /// Every kind and Redlock; a semaphore's permit or a read hold that ends by expiry
-    /// keeps its own place for `delay`.
+    /// keeps its own place for `delay`. A queued waiter (fair mutex, writer, semaphore)
+    /// handed the lock directly makes one attempt more to take it, unless its
+    /// [`waiter_lease`](LockOptions::waiter_lease) is at least the lease plus `delay`
+    /// (a direct grant lasts at most the rest of the waiter lease, which could cut the
+    /// delay short).
     ///
     /// It narrows the window in which a holder that lost its lock still writes; it does
     /// not close it: a holder paused longer than its lease plus `delay` still writes late.

@@ -427,9 +427,14 @@ impl<R: RawLock> Claim<R> {
     pub fn new(raw: R, queue: Option<QueueKeys>) -> Claim<R> {
         let token = raw.session().new_token();
         Claim {
-            token: match &queue {
-                Some(queue) => queue.waiter_token(token, raw.options().kept_for(raw.options().ttl)),
-                None => token,
+            token: match (&queue, raw.waiting()) {
+                (Some(queue), _) => {
+                    queue.waiter_token(token, raw.options().kept_for(raw.options().ttl))
+                }
+                // A single attempt does not queue, but a weighted permit's token still
+                // names its weight.
+                (None, Waiting::Queue(queue)) => queue.attempt_token(token),
+                (None, _) => token,
             },
             raw,
             queue: queue.map(Box::new),

@@ -232,7 +232,12 @@ fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
             ],
         ),
         Kind::Permit => (
-            &["queue/queue.lua", "entries.lua", "semaphore/acquire.lua"],
+            &[
+                "queue/queue.lua",
+                "entries.lua",
+                "semaphore/permits.lua",
+                "semaphore/acquire.lua",
+            ],
             QUEUED,
             vec![
                 token.into(),

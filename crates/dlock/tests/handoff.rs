@@ -378,7 +378,12 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
                 ]);
                 let _: i64 = server.cmd(&["ZADD", "{k}:expiry", &ends, "tok"]);
                 (
-                    &["queue/queue.lua", "entries.lua", "semaphore/release.lua"],
+                    &[
+                        "queue/queue.lua",
+                        "entries.lua",
+                        "semaphore/permits.lua",
+                        "semaphore/release.lua",
+                    ],
                     &[
                         "k",
                         "{k}:queue",

@@ -77,6 +77,20 @@ async fn single_node(client: &Client, server: &RedisServer) {
     assert!(first.is_ok() != second.is_ok(), "{first:?} {second:?}");
     assert_eq!(reentrant.for_owner(&owner).hold_count().await.unwrap(), 0);
 
+    // Kept at least a while (hold_at_least): a mutex's hold lingers; a reentrant owner's
+    // inner hold is given back at once, its last one lingers.
+    let least = long.hold_at_least(Duration::from_secs(60));
+    let lingering = client.mutex_with("l", least).unwrap();
+    lingering.try_lock().await.unwrap().unlock().await.unwrap();
+    let nested = client.reentrant_mutex_with("lr", least).unwrap();
+    let owner = Owner::new();
+    let outer = nested.for_owner(&owner).lock().await.unwrap();
+    let inner = nested.for_owner(&owner).lock().await.unwrap();
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    let permits = client.semaphore_with("ls", 2, least).unwrap();
+    permits.try_lock().await.unwrap().unlock().await.unwrap();
+
     // Read-write lock: write, downgrade, read, the readers count, releases.
     let rwlock = client.rwlock_with("rw", long).unwrap();
     let writer = rwlock.try_write().await.unwrap();

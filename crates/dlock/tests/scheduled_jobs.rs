@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant};
 
 use dlock::{Client, Error, LockOptions, Owner, Wait};
-use dlock_testkit::{IndependentMasters, RedisCluster, RedisServer};
+use dlock_testkit::{
+    IndependentMasters, MasterWithReplicas, RedisCluster, RedisServer, SentinelGroup,
+};
 
 mod common;
 use common::{take, Kind, KINDS};
@@ -29,8 +31,10 @@ fn waiting() -> LockOptions {
 }
 
 /// A waiter that was told is granted within this (the least time, and ample room for a
-/// loaded machine); one that was not, only 20 s after it began to wait.
-const TOLD: Duration = Duration::from_secs(10);
+/// loaded machine); one that was not sleeps until the old lease ends, or a queued one
+/// until it refreshes its place (a third of its 30 s waiter lease): see
+/// `a_waiter_not_told_of_a_shortened_lease_sleeps_past_it`.
+const TOLD: Duration = Duration::from_secs(5);
 
 /// What a hold of `kind` keeps out: another of its kind, or for a read hold a writer. (A
 /// semaphore's two permits are both taken by the holder.)
@@ -283,4 +287,44 @@ async fn a_success_is_recorded_only_while_held_and_read_back_by_the_next_holder(
         Err(Error::Lost { .. })
     ));
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_a_hold_given_back_early_stays_held_and_its_waiter_is_told() {
+    let group = MasterWithReplicas::start(1);
+    let sentinels = SentinelGroup::start(group.master(), "locks", 3);
+    let connect = || Client::sentinel_builder(sentinels.urls(), "locks").connect();
+    let (holder, other) = (connect().await.unwrap(), connect().await.unwrap());
+    for kind in [Kind::Mutex, Kind::Permit] {
+        let name = format!("nightly-{kind:?}");
+        let after = give_back_while_waited_for(&holder, &other, kind, &name, lingering(), "unlock");
+        let after = after.await;
+        assert!(after >= LEAST, "{kind:?}: granted {after:?} after");
+    }
+}
+
+/// The negative control of the waiters' being told: a lease shortened silently (a bare
+/// `PEXPIRE`, no message) leaves a plain waiter asleep until the old lease's end and a
+/// queued one until its next refresh, both past [`TOLD`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_not_told_of_a_shortened_lease_sleeps_past_it() {
+    let server = RedisServer::start();
+    let holder = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let fixed = LockOptions::default().ttl(Duration::from_secs(30));
+    for kind in [Kind::Mutex, Kind::Fair] {
+        let name = format!("silent-{kind:?}");
+        let _held = hold(&holder, kind, &name, fixed).await;
+        let (other, waited) = (other.clone(), name.clone());
+        let mut waiter =
+            tokio::spawn(async move { take(&other, kind, &waited, waiting(), false).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _: i64 = server.cmd(&["PEXPIRE", &name, "500"]);
+        let told = tokio::time::timeout(TOLD, &mut waiter).await;
+        assert!(
+            told.is_err(),
+            "{kind:?}: a waiter not told was granted: {told:?}"
+        );
+        waiter.abort();
+    }
 }

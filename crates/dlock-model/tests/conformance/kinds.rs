@@ -3,6 +3,7 @@
 //! outside its holder (`admin.rs`, `tokens.rs`) are run over. The lock is named `a`, its
 //! keys and channels as the library names them (`dlock::__lock_names`).
 
+use dlock_model::admin::Form;
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
 use rand::rngs::StdRng;
@@ -150,6 +151,31 @@ impl<'a> Run<'a> {
         Token {
             client,
             attempt: self.attempts[client as usize].saturating_sub(1),
+        }
+    }
+
+    /// The form of `client`'s latest hold in this run.
+    pub fn form_of(&self, client: u8) -> Form {
+        match self.kind {
+            Kind::Reentrant => Form::Reentrant,
+            _ if self.is_string(client) => Form::String,
+            _ => Form::Entry,
+        }
+    }
+
+    /// The form a script is asked with about `client`'s latest hold: its own with
+    /// probability `own`, else a string's asked of a hash or the reverse (a hold of another
+    /// kind at the key is not ours). An entry's form is not asked of a reentrant hash, nor
+    /// a reentrant hold's of a hash of entries: the library never does.
+    pub fn asked_form(&mut self, client: u8, own: f64) -> Form {
+        let form = self.form_of(client);
+        if self.rng.random_bool(own) {
+            return form;
+        }
+        match form {
+            Form::String if self.kind == Kind::RwLock => Form::Entry,
+            Form::String => Form::Reentrant,
+            _ => Form::String,
         }
     }
 

@@ -5,12 +5,12 @@
 //! once, a hold no longer held untouched, another kind at the key a type error. Replies
 //! and keys compared after every step; later ticks show a lease set differently.
 
-use dlock_model::admin::{Form, Lingered};
+use dlock_model::admin::Lingered;
 use dlock_model::mutant::Mutant;
 use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::kinds::{Kind, KindScripts, Run};
+use super::kinds::{KindScripts, Run};
 use super::library::LibraryScript;
 use super::{same, TICK_MS};
 
@@ -44,15 +44,6 @@ struct Reached {
     refused_kind: usize,
 }
 
-/// The form of `client`'s latest hold in this run.
-fn form_of(run: &Run, client: u8) -> Form {
-    match run.kind {
-        Kind::Reentrant => Form::Reentrant,
-        _ if run.is_string(client) => Form::String,
-        _ => Form::Entry,
-    }
-}
-
 fn run_linger(
     seed: u64,
     scripts: &LingerScripts,
@@ -75,19 +66,8 @@ fn run_linger(
             run.compare(&context)?;
             continue;
         }
-        // Mostly the hold's own form; else a string's asked of a hash or the reverse. An
-        // entry's form is not asked of a reentrant hash, nor a reentrant hold's of a hash
-        // of entries: the library never does.
-        let own = form_of(&run, client);
-        let form = if run.rng.random_bool(0.75) {
-            own
-        } else {
-            match own {
-                Form::String if run.kind == Kind::RwLock => Form::Entry,
-                Form::String => Form::Reentrant,
-                _ => Form::String,
-            }
-        };
+        // Mostly the hold's own form (see `Run::asked_form`).
+        let form = run.asked_form(client, 0.75);
         // Shorter than the lease, as long, or longer.
         let rest = run.rng.random_range(1..=3u8);
         let n = &run.names;

@@ -35,6 +35,7 @@ mod kinds;
 mod linger;
 mod multi;
 mod tokens;
+mod weighted;
 
 use library::LibraryScript;
 
@@ -72,6 +73,13 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
     );
     admin::run_suites(seed, conn);
     linger::run_linger_suite(seed, conn);
+    let _ = weighted::run_weighted(
+        seed,
+        &semaphore_scripts(),
+        conn,
+        &[],
+        &mut Default::default(),
+    );
     multi::run_multi_suite(seed, conn);
 }
 

@@ -10,7 +10,7 @@ use dlock_model::mutant::Mutant;
 use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::kinds::{Kind, KindScripts, Run};
+use super::kinds::{KindScripts, Run};
 use super::library::LibraryScript;
 use super::same;
 
@@ -44,15 +44,6 @@ struct Reached {
     refused_kind: usize,
 }
 
-/// The form of `client`'s latest hold in this run.
-fn form_of(run: &Run, client: u8) -> Form {
-    match run.kind {
-        Kind::Reentrant => Form::Reentrant,
-        _ if run.is_string(client) => Form::String,
-        _ => Form::Entry,
-    }
-}
-
 fn run_tokens(
     seed: u64,
     scripts: &TokenScripts,
@@ -74,20 +65,8 @@ fn run_tokens(
         match choice {
             0..=5 => run.kind_step(&scripts.kinds, &context)?,
             6..=8 => {
-                // Mostly the hold's own form; else a string's asked of a hash or the
-                // reverse (a hold of another kind now at the key is not ours). An entry's
-                // form is not asked of a reentrant hash, nor a reentrant hold's of a hash of
-                // entries: the library never does.
-                let own = form_of(&run, client);
-                let form = if run.rng.random_bool(0.7) {
-                    own
-                } else {
-                    match own {
-                        Form::String if run.kind == Kind::RwLock => Form::Entry,
-                        Form::String => Form::Reentrant,
-                        _ => Form::String,
-                    }
-                };
+                // Mostly the hold's own form (see `Run::asked_form`).
+                let form = run.asked_form(client, 0.7);
                 let held: i64 = (scripts.held.key(&run.names.key))
                     .arg(form.code())
                     .arg(run.text(token))

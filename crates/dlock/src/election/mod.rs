@@ -265,8 +265,9 @@ impl Leadership {
     }
 
     /// Steps down: the leader record is cleared, observers are told, and the lock is
-    /// released for the next campaigner. [`Error::Lost`] when the leadership had already
-    /// been lost.
+    /// released for the next campaigner (with [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least),
+    /// once that time after the grant is up). [`Error::Lost`] when the leadership had
+    /// already been lost.
     pub async fn resign(mut self) -> Result<()> {
         let guard = self
             .guard

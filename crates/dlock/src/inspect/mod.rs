@@ -63,6 +63,9 @@ pub struct Holder {
     pub owner: Option<String>,
     /// How long its lease still runs (`None`: no expiry).
     pub remaining: Option<Duration>,
+    /// How many permits a semaphore permit is worth (more than 1 when taken by
+    /// [`Semaphore::lock_many`](crate::Semaphore::lock_many)); 1 for every other hold.
+    pub weight: u32,
 }
 
 /// A snapshot of one lock, from [`Client::inspect`].
@@ -131,6 +134,10 @@ impl Client {
                 token: h[0].clone(),
                 remaining: millis(&h[1]),
                 owner: (!h[2].is_empty()).then(|| h[2].clone()),
+                weight: match kind {
+                    LockKind::Semaphore => crate::semaphore::permit_weight(&h[0]),
+                    _ => 1,
+                },
             })
             .collect();
         Ok(LockInfo {

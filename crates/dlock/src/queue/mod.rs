@@ -25,6 +25,9 @@ pub struct QueueKeys {
     pub leases: String,
     /// A semaphore waiter's N, named in its token for a direct hand-off.
     pub limit: Option<u32>,
+    /// How many of those N permits a semaphore waiter takes at once (1 but for
+    /// `Semaphore::lock_many`), named in its token as `~w<k>` when more than 1.
+    pub weight: u32,
     /// Prefix of the wake channels (the waiter's client tag follows; see `wake_channel`).
     pub wake_prefix: String,
     /// Where to announce that the last waiter left without a grant (rwlock writers:
@@ -38,6 +41,7 @@ impl QueueKeys {
             queue: keys.companion("queue"),
             leases: keys.companion("queue-leases"),
             limit: None,
+            weight: 1,
             wake_prefix: keys.companion("wake:"),
             on_empty: None,
         }
@@ -45,12 +49,24 @@ impl QueueKeys {
 
     /// The token of a queued waiter: `token` followed by what a release that hands it the
     /// lock directly must give it, `~<ttl ms>` and a semaphore waiter's `~<N>` (read by
-    /// `waiter_wants` in `queue.lua`): the queue then stores nothing else per waiter.
+    /// `waiter_wants` in `queue.lua`): the queue then stores nothing else per waiter. A
+    /// semaphore waiter taking k > 1 permits ends in `~w<k>` (`permit_weight`): the permit
+    /// it is granted is stored under this token, so every client reads its weight there.
     pub fn waiter_token(&self, token: String, ttl: Duration) -> String {
         let ttl = ttl.as_millis();
-        match self.limit {
-            Some(n) => format!("{token}~{ttl}~{n}"),
-            None => format!("{token}~{ttl}"),
+        match (self.limit, self.weight) {
+            (Some(n), 1) => format!("{token}~{ttl}~{n}"),
+            (Some(n), k) => format!("{token}~{ttl}~{n}~w{k}"),
+            (None, _) => format!("{token}~{ttl}"),
+        }
+    }
+
+    /// The token of a single attempt, which does not queue: `token` as it is, but for a
+    /// semaphore attempt taking k > 1 permits, which ends in `~w<k>` like its waiter's.
+    pub fn attempt_token(&self, token: String) -> String {
+        match (self.limit, self.weight) {
+            (Some(_), k) if k > 1 => format!("{token}~w{k}"),
+            _ => token,
         }
     }
 

@@ -5,8 +5,10 @@
 -- A waiter whose lease ends (crashed, cancelled without cleanup) is dropped by the next
 -- script that touches the queue; a waiter leaves both together.
 -- A queued waiter's token says what a direct grant gives it: '<token>~<ttl ms>' or, for a
--- semaphore's waiter, '<token>~<ttl ms>~<its N>' (see waiter_wants; `QueueKeys::waiter_token`
--- writes it), so a hand-off reads and a queue stores nothing more.
+-- semaphore's waiter, '<token>~<ttl ms>~<its N>', followed by '~w<k>' when it takes k > 1
+-- permits at once (see waiter_wants, permit_weight; `QueueKeys::waiter_token` writes it),
+-- so a hand-off reads and a queue stores nothing more. A dlock before weights reads no
+-- ttl in a token ending in '~w<k>': it wakes such a waiter rather than hand it one permit.
 --
 -- Direct hand-off: a release grants the lock to the first live waiter in the same script
 -- (its token, a fresh lease and fence) and tells that waiter alone 'granted <fence>' (see
@@ -159,11 +161,18 @@ local function grant_in_line(key, fence_key, queue, leases, prefix, waiter, leas
   return {1, fence}
 end
 
+-- The number of permits a semaphore token takes: k for a token ending in '~w<k>', else 1
+-- (the weight travels in the token: the permit it is granted is stored under it, so
+-- every client reads a permit's weight from its field's name).
+local function permit_weight(token)
+  return tonumber(string.match(token, '~w(%d+)$')) or 1
+end
+
 -- What a queued waiter's token says it asks for: the ttl (ms) of its hold and, for a
 -- semaphore's waiter, its N. Nil for a token that says nothing usable (a dlock before
 -- this format, a ttl of 0): such a waiter is woken to take the lock itself.
 local function waiter_wants(waiter)
-  local ttl, limit = string.match(waiter, '~(%d+)~?(%d*)$')
+  local ttl, limit = string.match(string.gsub(waiter, '~w%d+$', ''), '~(%d+)~?(%d*)$')
   ttl = tonumber(ttl)
   if not ttl or ttl < 1 then
     return nil

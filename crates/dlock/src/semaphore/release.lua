@@ -1,28 +1,32 @@
--- Gives a permit back if its lease is still valid, and hands a free permit to the next
--- waiter (queue.lua), who is told alone: free by that waiter's own N (each client
--- enforces its own), as its own attempt would have judged.
+-- Gives a permit back (all k permits of a weighted one at once) if its lease is still
+-- valid, and hands the freed permits to the next waiter (queue.lua) if its weight fits,
+-- who is told alone: judged by that waiter's own N (each client enforces its own), as its
+-- own attempt would have judged. Strict queue order: a first in line that does not fit
+-- is passed by nobody.
 -- KEYS[1] permits hash, KEYS[2] queue, KEYS[3] waiter leases, KEYS[4] expiry index,
 -- KEYS[5] fencing counter
 -- ARGV[1] token, ARGV[2] wake prefix, ARGV[3] N (for a waiter whose token names none)
 -- Returns 1 released, 0 not held (its lease had ended, or unknown).
-local got = permits_read(KEYS[1], {'h:' .. ARGV[1], ENDS})
+local got = permits_read(KEYS[1], {'h:' .. ARGV[1], ENDS, EXTRA})
 if not got or not got[1] then
   return 0
 end
 local now = now_ms()
 local ended = entry_remove(KEYS[1], KEYS[4], ARGV[1], got[1])
+local extra = permits_add_extra(KEYS[1], tonumber(got[3]) or 0, 1 - permit_weight(ARGV[1]))
 local held, latest = 0, false
-local live, _, stale = entries_purge(KEYS[1], KEYS[4], now, nil)
+local live, _, stale
+live, _, stale, extra = permits_purge(KEYS[1], KEYS[4], now, extra)
 if live then
   latest = got[2]
   if stale then
     latest = redis.call('HGET', KEYS[1], ENDS) -- the purge rebuilt what was read
   end
   latest = entries_shrink(KEYS[1], KEYS[4], ended, latest)
-  held = redis.call('ZCARD', KEYS[4])
+  held = redis.call('ZCARD', KEYS[4]) + extra
 end
 local head, lease, limit, after = queue_next_grant(KEYS[2], KEYS[3], now)
-if head and held < (limit or tonumber(ARGV[3])) then
+if head and held + permit_weight(head) <= (limit or tonumber(ARGV[3])) then
   local fence = lease and hand_off_fence(KEYS[5])
   if fence then
     local more = nil
@@ -31,7 +35,8 @@ if head and held < (limit or tonumber(ARGV[3])) then
       more = {KIND, 'semaphore'}
     end
     entry_put(KEYS[1], KEYS[4], head, now + lease, fence, latest, more)
-    -- Told so; the next in line takes a permit still free, or watches the soonest lease.
+    permits_add_extra(KEYS[1], extra, permit_weight(head) - 1)
+    -- Told so; the next in line takes permits still free, or watches the soonest lease.
     queue_granted(KEYS[2], KEYS[3], ARGV[2], head, nil, after, fence)
   else
     wake(ARGV[2], head)
