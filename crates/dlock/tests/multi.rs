@@ -385,6 +385,27 @@ async fn across_cluster_slots_every_name_or_none() {
     .await;
     assert_eq!(overlaps, 0);
     assert!(took < Duration::from_secs(15), "{took:?}");
+
+    // Renewed on both shards under one lease; one name deleted there fires the signal.
+    let ttl = Duration::from_millis(300);
+    let renewed = client
+        .multi_lock_with(
+            &[a.as_str(), b.as_str()],
+            LockOptions::default().renewed(ttl),
+        )
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl * 5).await;
+    assert_eq!(get(&a).as_deref(), Some(renewed.token()));
+    assert_eq!(get(&b).as_deref(), Some(renewed.token()));
+    assert!(renewed.lost_signal().lost().is_none());
+    let master = cluster.master_for_slot(key_slot(&b));
+    let _: i64 = cluster.masters()[master].cmd(&["DEL", &b]);
+    let reason = tokio::time::timeout(ttl * 3, renewed.lost()).await;
+    assert_eq!(reason.ok(), Some(dlock::LostReason::Taken));
+    drop(renewed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
