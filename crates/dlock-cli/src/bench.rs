@@ -251,7 +251,7 @@ pub async fn bench(
     };
     let redlock = masters.len() > 1;
     let steps = match locks {
-        Locks::Client(_) => 13 + 2 * u64::from(redlock),
+        Locks::Client(_) => 14 + 2 * u64::from(redlock),
         Locks::Redlock(_) => 2,
     };
     let progress = indicatif::ProgressBar::new(steps);
@@ -399,6 +399,30 @@ async fn one_deployment(
     }
     // The lingering holds end by themselves; their names' keys go with the run's.
     remove_keys(&raw, &own_keys(client.prefix())).await?;
+    progress.inc(1);
+
+    // multi: one multi-lock over two names (one script takes both with their fences, one
+    // gives both back) against the same two names taken one by one as plain mutexes (two
+    // SET NX, two releases), interleaved.
+    step("multi");
+    let pairs = interleaved(
+        std::slice::from_ref(&raw),
+        duration,
+        &mut [
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(pair_cycles(client, &prefix, slice, fixed, false))),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(pair_cycles(client, &prefix, slice, fixed, true))),
+            ),
+        ],
+    )
+    .await?;
+    let mut row = Row::new("multi", pairs[1].per_second, "cycles/s").baseline(pairs[0].per_second);
+    row.baseline_name = "two_mutexes";
+    rows.push(row.with("server_us_per_cycle", pairs[1].server_us_per_cycle.into()));
     progress.inc(1);
 
     // par_fenced: what a caller that reads every grant's fence pays, configured as the
@@ -964,6 +988,35 @@ async fn dlock_cycles(
         });
     }
     run_loops(loops).await
+}
+
+/// Sequential cycles over two names: with `multi`, one multi-lock over both (try, unlock);
+/// without, each name's plain mutex taken and given back in turn, both held at once.
+async fn pair_cycles(
+    client: &Client,
+    prefix: &str,
+    duration: Duration,
+    options: LockOptions,
+    multi: bool,
+) -> dlock::Result<u64> {
+    let deadline = Instant::now() + duration;
+    let names = [format!("{prefix}pair:a"), format!("{prefix}pair:b")];
+    let both = client.multi_lock_with(&[&names[0], &names[1]], options)?;
+    let one = client.mutex_with(&names[0], options)?;
+    let other = client.mutex_with(&names[1], options)?;
+    let mut cycles = 0u64;
+    while Instant::now() < deadline {
+        if multi {
+            both.try_lock().await?.unlock().await?;
+        } else {
+            let first = one.try_lock().await?;
+            let second = other.try_lock().await?;
+            second.unlock().await?;
+            first.unlock().await?;
+        }
+        cycles += 1;
+    }
+    Ok(cycles)
 }
 
 /// Sequential cycles of a scheduled job's lock, a fresh name each: try, (with `record`:

@@ -38,6 +38,7 @@ impl ElectArgs {
             name: self.name.clone(),
             lease: self.lease.clone(),
             kill_after: self.kill_after,
+            also: Vec::new(),
             kind: KindArgs::default(),
             schedule: self.schedule.clone(),
             command: self.command.clone(),

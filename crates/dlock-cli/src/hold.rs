@@ -211,6 +211,28 @@ pub async fn take(
     lock_of(locks, kind, name, options)?.lock().await
 }
 
+/// Takes every name of `names` together (a multi-lock) when there are several, else the
+/// lock of `kind` named `names[0]`. A multi-lock holds each name as a mutex, a fair mutex
+/// or a write lock does, so `--fair` and `--write` take the same hold (it does not queue).
+pub async fn take_all(
+    locks: &Locks,
+    kind: &KindArgs,
+    names: &[&str],
+    options: LockOptions,
+) -> dlock::Result<AnyGuard> {
+    let [name] = names else {
+        let Locks::Client(client) = locks else {
+            // Refused before connecting (see the Redlock usage checks).
+            return Err(dlock::Error::InvalidArgument(
+                "--also needs one server (or a Cluster, a Sentinel master)".into(),
+            ));
+        };
+        let multi: AnyLock = client.multi_lock_with(names, options)?.into();
+        return multi.lock().await;
+    };
+    take(locks, kind, name, options).await
+}
+
 /// `WrongType` when the key of `name` holds a string without an expiry: every dlock lock
 /// (and every lock of the clients whose format the mutex shares) has a lease, so this is
 /// another tool's data, or a lock that will never be released by expiry.

@@ -662,6 +662,14 @@ fn redlock_usage(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), (String, &
             ));
         }
     }
+    if let Command::Run(run::RunArgs { also, .. }) = &cli.command {
+        if !also.is_empty() {
+            return Err((
+                "--also cannot be used with several --redis URLs (Redlock): a multi-lock's names are taken together by one script on one server, or slot by slot on a Cluster; over independent masters each name would need its own majority, and a partial grant on some masters could not be given back atomically".into(),
+                "take the names with one --redis URL (or --cluster, --sentinel), or run one dlock run per name inside another",
+            ));
+        }
+    }
     if let Command::Run(run::RunArgs { schedule, .. }) = &cli.command {
         if schedule.skip_if_ran_within.is_some() {
             return Err((
@@ -995,6 +1003,9 @@ fn check(cli: &Cli) -> dlock::Result<()> {
     match &cli.command {
         Command::Run(args) => {
             name(&args.name)?;
+            for also in &args.also {
+                name(also)?;
+            }
             args.kind.check()?;
             args.lease.options(cli.replication())?;
             run::check(args)

@@ -19,6 +19,10 @@ const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
 pub struct RunArgs {
     /// Lock name
     pub name: String,
+    /// Also hold NAME2 (repeat for more): one hold over every name, all of them or none
+    /// (a multi-lock), DLOCK_FENCES set to every name's fence
+    #[arg(long = "also", value_name = "NAME2")]
+    pub also: Vec<String>,
     #[command(flatten)]
     pub lease: LeaseArgs,
     /// How long the command gets after SIGTERM before SIGKILL when it must stop
@@ -97,6 +101,8 @@ HOW IT WORKS:
                       writes with a smaller one than it has seen
         DLOCK_WEIGHT  with --permits N --take K: K, the permits this one hold takes
                       (granted in queue order when K are free, given back together)
+        DLOCK_FENCES  with --also: every name's fence, NAME=FENCE pairs separated by
+                      spaces, in the order given (NAME first; DLOCK_FENCE is its fence)
     While CMD runs, the lease (--ttl, 10ms to 24h, default 30s) is renewed every third of
     --ttl, so CMD may run far longer than --ttl. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent
     to dlock are passed on to CMD's whole process group, once. When CMD exits, anything it
@@ -131,6 +137,18 @@ HOW IT WORKS:
     the lock stays ungrantable DUR after the lease ends, so writes CMD had on their way
     land before the next holder starts; a clean end frees it at once. For storage that
     cannot check DLOCK_FENCE; it narrows the window a fence closes, no more.
+
+    Several names at once: --also NAME2 (repeated for more, 2 to 64 names in all, each
+    distinct) holds NAME and every NAME2 together, all or none, with one lease renewed at
+    every name; the lock is lost when any name is. Two runs naming overlapping names in
+    any order never wait for each other: on one server (or names in one Cluster slot) all
+    names are taken by one script, across Cluster slots one slot at a time in one order,
+    a busy slot giving back those taken before it. The waiter does not queue: a --fair
+    waiter of one of the names may be served first. Each name is held as a mutex, fair
+    mutex or write lock of it is (and excludes them). Not with --read or --permits, with
+    several --redis URLs (Redlock), or with --skip-if-ran-within. Transfers between two
+    accounts:
+        dlock run account-17 --also account-42 -- ./transfer.sh 17 42
 
     Jobs that cron starts on every replica: --hold-at-least DUR keeps the lock until DUR
     after the grant even when CMD ends sooner, whatever its exit code, also after a
@@ -183,8 +201,11 @@ pub async fn run(
     // With --replicas, every renewal waits for the replicas too.
     let options = args.lease.options(replication)?.renewed(args.lease.ttl);
     let options = args.schedule.options(options)?;
+    let names: Vec<&str> = std::iter::once(args.name.as_str())
+        .chain(args.also.iter().map(String::as_str))
+        .collect();
     let guard = tokio::select! {
-        hold = hold::take(locks, &args.kind, &args.name, options) => hold?,
+        hold = hold::take_all(locks, &args.kind, &names, options) => hold?,
         signal = signals.next() => {
             // Dropping the wait gives back what it may hold; the client's shutdown
             // (before exit) waits for that, unless a second stop says not to wait.
@@ -225,6 +246,14 @@ pub async fn run(
     ];
     if let Some(k) = args.kind.weight.take {
         env.push(("DLOCK_WEIGHT", k.to_string()));
+    }
+    if !args.also.is_empty() {
+        // Drawn with the grant: no request.
+        let fences = guard.fences().await?;
+        let pairs: Vec<String> = (fences.iter())
+            .map(|(name, fence)| format!("{name}={fence}"))
+            .collect();
+        env.push(("DLOCK_FENCES", pairs.join(" ")));
     }
     if let Some(leading) = &leading {
         // The term is the grant's fence; the record names this hold, so it counts only
@@ -433,6 +462,19 @@ fn kill_after(args: &RunArgs) -> dlock::Result<Duration> {
 /// Checks a run's arguments before connecting.
 pub fn check(args: &RunArgs) -> dlock::Result<()> {
     kill_after(args)?;
+    if !args.also.is_empty() {
+        if args.kind.read || args.kind.permits.is_some() {
+            return Err(dlock::Error::InvalidArgument(format!(
+                "--also cannot be used with {}: a multi-lock holds each name exclusively (as a mutex, fair mutex or write lock does); hold shared names one by one",
+                if args.kind.read { "--read" } else { "--permits" }
+            )));
+        }
+        if args.schedule.skip_if_ran_within.is_some() {
+            return Err(dlock::Error::InvalidArgument(
+                "--skip-if-ran-within cannot be used with --also: its record is a guarded write beside one lock, and a multi-lock spans several names (perhaps on several Cluster shards)".into(),
+            ));
+        }
+    }
     args.schedule
         .options(dlock::LockOptions::default())
         .map(drop)

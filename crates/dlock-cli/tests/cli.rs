@@ -729,6 +729,7 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "hold_at_least",
             "skip_if_ran",
             "lock_delay",
+            "multi",
             "par",
             "par_fenced",
             "handoff",
@@ -755,6 +756,10 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             assert!(us > 0.0, "{holders} holders: {scale}");
         }
     }
+    // multi: a two-name multi-lock against the two names taken as plain mutexes.
+    let multi = rows.iter().find(|row| row["scenario"] == "multi").unwrap();
+    assert!(multi["value"].as_f64().unwrap() > 0.0, "{multi}");
+    assert!(multi["baseline"].as_f64().unwrap() > 0.0, "{multi}");
     // redlock: five private masters against the first alone, both measured.
     let redlock = &rows[rows.len() - 2];
     assert_eq!(redlock["masters"], 5, "{redlock}");

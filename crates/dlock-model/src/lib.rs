@@ -15,6 +15,7 @@ use election::ElectionModel;
 use guarded::GuardedModel;
 pub mod admin;
 pub mod force;
+pub mod multi;
 pub mod pair;
 
 use mutant::Mutant;
@@ -344,4 +345,38 @@ pub fn pair_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<pair::PairModel> {
         (bounds.max_time / 2).max(2),
         mutants,
     )]
+}
+
+/// The multi-lock's models `dlock-model check` checks, with `mutants` put in: two clients
+/// each taking both of two names, on one server (one script) and across two Cluster
+/// slots (a script per slot, a busy slot giving back the one taken before it).
+pub fn multi_models(bounds: Bounds, mutants: &[Mutant]) -> Vec<multi::MultiModel> {
+    let model = |name, groups: Vec<Vec<usize>>| multi::MultiModel {
+        name,
+        groups,
+        clients: 2,
+        ttl: 2,
+        max_time: bounds.max_time.saturating_sub(1).max(2),
+        max_waits: bounds.max_holds,
+        max_tries: 3,
+        mutex_holds: 1,
+        // The other kinds' bugs are in scripts this model runs too (the mutex's, the
+        // string hand-off): the one-name models find those; this one the multi-lock's.
+        mutants: (mutants.iter().copied())
+            .filter(|m| multi::MULTI_MUTANTS.contains(m))
+            .collect(),
+    };
+    // Across slots every step is a request of its own: the clock stops a tick earlier,
+    // to keep the search within a few seconds.
+    let earlier = |mut model: multi::MultiModel| {
+        model.max_time = model.max_time.saturating_sub(1).max(2);
+        model
+    };
+    vec![
+        model("multi-lock, one server", vec![vec![0, 1]]),
+        earlier(model(
+            "multi-lock, two Cluster slots",
+            vec![vec![0], vec![1]],
+        )),
+    ]
 }

@@ -12,8 +12,8 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use dlock_model::mutant::Mutant;
 use dlock_model::{
-    election_models, force_models, guarded_models, models, pair_models, redlock_models, Bounds,
-    Verdict,
+    election_models, force_models, guarded_models, models, multi_models, pair_models,
+    redlock_models, Bounds, Verdict,
 };
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -131,6 +131,7 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         .chain(election_models(bounds, mutants).iter().map(|m| m.name))
         .chain(force_models(bounds, mutants).iter().map(|m| m.name))
         .chain(pair_models(bounds, mutants).iter().map(|m| m.name))
+        .chain(multi_models(bounds, mutants).iter().map(|m| m.name))
         .collect();
     if !names.iter().any(|name| chosen(name)) {
         eprintln!(
@@ -177,6 +178,12 @@ fn check(bounds: Bounds, mutants: &[Mutant], only: Option<&str>) -> ExitCode {
         }
     }
     for model in pair_models(bounds, mutants) {
+        let acts = mutants.iter().any(|m| model.touched_by(*m));
+        if chosen(model.name) && run.model(model.name, model, acts).is_break() {
+            return ExitCode::FAILURE;
+        }
+    }
+    for model in multi_models(bounds, mutants) {
         let acts = mutants.iter().any(|m| model.touched_by(*m));
         if chosen(model.name) && run.model(model.name, model, acts).is_break() {
             return ExitCode::FAILURE;

@@ -88,11 +88,22 @@ pub enum Mutant {
     /// The weighted semaphore grants a request whose own weight fits, whoever waits ahead
     /// of it: a small request passes a large one first in line (and may starve it).
     WeightedGrantPassesTheLine,
+    /// multi/acquire.lua takes the free names though another is busy (answering busy):
+    /// a waiting multi-lock keeps a part of its names.
+    MultiGrantsPart,
+    /// Across Cluster slots, a busy slot does not give back the slots taken before it: the
+    /// multi-lock waits holding a part (two over overlapping names wait for each other
+    /// until a lease runs out).
+    MultiKeepsPart,
+    /// multi/release.lua releases only the first name of its group.
+    MultiReleasesOneName,
+    /// A resent multi-lock acquire draws new fences for the names already its own.
+    MultiResendRedraws,
 }
 
 impl Mutant {
     /// Every mutant, in the order `dlock-model mutants` prints them.
-    pub const ALL: [Mutant; 30] = [
+    pub const ALL: [Mutant; 34] = [
         Mutant::ResendKeepsOldLease,
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::FenceOutsideGrant,
@@ -123,6 +134,10 @@ impl Mutant {
         Mutant::RenewRecreatesKey,
         Mutant::PermitsCountedNotWeighed,
         Mutant::WeightedGrantPassesTheLine,
+        Mutant::MultiGrantsPart,
+        Mutant::MultiKeepsPart,
+        Mutant::MultiReleasesOneName,
+        Mutant::MultiResendRedraws,
     ];
 
     /// The name on the command line.
@@ -158,6 +173,10 @@ impl Mutant {
             Mutant::RenewRecreatesKey => "renew-recreates-key",
             Mutant::PermitsCountedNotWeighed => "permits-counted-not-weighed",
             Mutant::WeightedGrantPassesTheLine => "weighted-grant-passes-the-line",
+            Mutant::MultiGrantsPart => "multi-grants-part",
+            Mutant::MultiKeepsPart => "multi-keeps-part",
+            Mutant::MultiReleasesOneName => "multi-releases-one-name",
+            Mutant::MultiResendRedraws => "multi-resend-redraws",
         }
     }
 
@@ -195,6 +214,10 @@ impl Mutant {
             Mutant::RenewRecreatesKey => "an evicted hold is never held in Redis again",
             Mutant::PermitsCountedNotWeighed => "held weights never exceed N",
             Mutant::WeightedGrantPassesTheLine => "grants follow the line",
+            Mutant::MultiGrantsPart | Mutant::MultiKeepsPart | Mutant::MultiReleasesOneName => {
+                "a multi-lock holds names only while taking or holding them"
+            }
+            Mutant::MultiResendRedraws => "a resend answers the grant's fences",
         }
     }
 

@@ -120,6 +120,11 @@ impl Kind {
                     ..
                 }
             ),
+            // The multi-lock's scripts (multi.rs).
+            Mutant::MultiGrantsPart
+            | Mutant::MultiKeepsPart
+            | Mutant::MultiReleasesOneName
+            | Mutant::MultiResendRedraws => false,
         }
     }
 }

@@ -4,8 +4,8 @@
 use dlock_model::mutant::Mutant;
 use dlock_model::redlock::{Action, RedlockModel, State};
 use dlock_model::{
-    election_models, force_models, guarded_models, models, pair_models, redlock_models, Bounds,
-    Verdict,
+    election_models, force_models, guarded_models, models, multi_models, pair_models,
+    redlock_models, Bounds, Verdict,
 };
 use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
 
@@ -75,6 +75,13 @@ fn failures(mutants: &[Mutant]) -> Vec<(String, Expectation)> {
         failed.extend(failures_of(model.name, model, hunting));
     }
     for model in pair_models(BOUNDS, mutants) {
+        if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
+            continue;
+        }
+        failed.extend(failures_of(model.name, model, hunting));
+    }
+    // The multi-lock on one server and across Cluster slots.
+    for model in multi_models(BOUNDS, mutants) {
         if hunting && !mutants.iter().any(|m| model.touched_by(*m)) {
             continue;
         }
@@ -190,6 +197,11 @@ fn a_bug_changes_only_the_models_it_touches() {
     ));
     touching.extend(untouched_alike(
         |mutants| pair_models(small, mutants),
+        |model, mutant| model.touched_by(mutant),
+        |model| model.name,
+    ));
+    touching.extend(untouched_alike(
+        |mutants| multi_models(small, mutants),
         |model, mutant| model.touched_by(mutant),
         |model| model.name,
     ));

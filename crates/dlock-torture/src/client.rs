@@ -45,10 +45,14 @@ pub enum Primitive {
     /// Leadership of an election (`campaign`/`resign`, `dlock elect`): one leader at a
     /// time, its term the fence.
     Elect,
+    /// A multi-lock over two names (`Client::multi_lock`, `dlock run --also`): one
+    /// holder of both at a time, its fence the first name's (on a Cluster the two names
+    /// are in different slots, taken one slot at a time).
+    Multi,
 }
 
 impl Primitive {
-    pub const ALL: [Primitive; 9] = [
+    pub const ALL: [Primitive; 10] = [
         Primitive::Mutex,
         Primitive::Fair,
         Primitive::Write,
@@ -58,17 +62,22 @@ impl Primitive {
         Primitive::Sem3,
         Primitive::Redlock,
         Primitive::Elect,
+        Primitive::Multi,
     ];
 
     /// The kinds that live on one server (or one master and its replicas).
-    pub const SINGLE: [Primitive; 6] = [
+    pub const SINGLE: [Primitive; 7] = [
         Primitive::Mutex,
         Primitive::Fair,
         Primitive::Write,
         Primitive::Sem1,
         Primitive::Sem3,
         Primitive::Elect,
+        Primitive::Multi,
     ];
+
+    /// The second name a multi-lock takes beside [`lock_name`](Self::lock_name).
+    pub const MULTI_SECOND: &'static str = "torture:multi-pair";
 
     pub fn name(self) -> &'static str {
         match self {
@@ -81,6 +90,7 @@ impl Primitive {
             Primitive::Sem3 => "sem3",
             Primitive::Redlock => "redlock",
             Primitive::Elect => "elect",
+            Primitive::Multi => "multi",
         }
     }
 
@@ -136,6 +146,7 @@ impl Primitive {
             Primitive::Sem3 => &["--permits", "3"],
             // The mutex over every `--redis` master: no flag.
             Primitive::Redlock => &[],
+            Primitive::Multi => &["--also", Primitive::MULTI_SECOND],
         }
     }
 }
@@ -307,6 +318,9 @@ fn lock_of(
         Primitive::Sem1 | Primitive::Sem3 => client
             .semaphore_with(name, primitive.limit() as u32, options)?
             .into(),
+        Primitive::Multi => client
+            .multi_lock_with(&[name, Primitive::MULTI_SECOND], options)?
+            .into(),
         Primitive::Redlock => unreachable!("a Redlock mutex is made by its handle"),
         Primitive::Elect => unreachable!("an election is campaigned, not locked"),
     })
@@ -357,6 +371,9 @@ impl Locker {
                     Primitive::Reentrant => client.reentrant_mutex_with(name, options)?.into_any(),
                     Primitive::Sem1 | Primitive::Sem3 => client
                         .semaphore_with(name, primitive.limit() as u32, options)?
+                        .into_any(),
+                    Primitive::Multi => client
+                        .multi_lock_with(&[name, Primitive::MULTI_SECOND], options)?
                         .into_any(),
                     Primitive::Redlock => unreachable!("connected by connect_redlock"),
                     Primitive::Elect => unreachable!("connected by connect_election"),
@@ -598,9 +615,11 @@ pub fn run_library(args: ClientArgs) -> i32 {
         },
         false => None,
     };
-    // Guarded writes need the hold on one server: the counter is read back from it.
-    let guarded =
-        args.primitive.exclusive() && args.primitive != Primitive::Redlock && args.redis.len() == 1;
+    // Guarded writes need the hold at one key on one server: the counter is read back
+    // from it (a multi-lock's hold is at two keys).
+    let guarded = args.primitive.exclusive()
+        && !matches!(args.primitive, Primitive::Redlock | Primitive::Multi)
+        && args.redis.len() == 1;
     let mut hold = 0;
     while mono_ns() < args.until_ns {
         let asked = mono_ns();

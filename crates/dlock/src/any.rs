@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::guard::Guard;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
+use crate::multi::RawMulti;
 use crate::mutex::RawMutex;
 use crate::notifier::{Turnstile, WakeSet};
 use crate::options::LockOptions;
@@ -67,6 +68,7 @@ enum Kind {
     Write(Writing),
     Semaphore(RawSemaphore),
     Redlock(RawRedlock),
+    Multi(RawMulti),
 }
 
 /// Runs `$body` with `$raw` bound to the kind's own raw protocol.
@@ -79,6 +81,7 @@ macro_rules! delegate {
             Kind::Write($raw) => $body,
             Kind::Semaphore($raw) => $body,
             Kind::Redlock($raw) => $body,
+            Kind::Multi($raw) => $body,
         }
     };
 }
@@ -101,6 +104,7 @@ into_any!(
     Writing => Write,
     RawSemaphore => Semaphore,
     RawRedlock => Redlock,
+    RawMulti => Multi,
 );
 
 impl KindProtocol for AnyKind {
@@ -200,5 +204,9 @@ impl RawProtocol for AnyKind {
 
     fn hold_key(&self) -> (&str, HoldKind) {
         delegate!(self, raw => raw.hold_key())
+    }
+
+    fn other_holds(&self) -> &[LockKeys] {
+        delegate!(self, raw => raw.other_holds())
     }
 }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 use crate::error::{Error, Result};
+use crate::multi::RawMulti;
 use crate::mutex::RawMutex;
 use crate::options::LockOptions;
 use crate::raw::RawLock;
@@ -200,6 +201,26 @@ impl Client {
         })
     }
 
+    /// A multi-lock over `names`: every name held or none (see
+    /// [`crate::Client::multi_lock`]).
+    ///
+    /// ```no_run
+    /// # fn demo(client: dlock::blocking::Client) -> dlock::Result<()> {
+    /// let guard = client.multi_lock(&["account:17", "account:42"])?.lock()?;
+    /// let fences = guard.fences()?;
+    /// # let _ = fences;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock(&self, names: &[&str]) -> Result<MultiLock> {
+        self.multi_lock_with(names, LockOptions::default())
+    }
+
+    /// [`multi_lock`](Self::multi_lock) with the given options.
+    pub fn multi_lock_with(&self, names: &[&str], options: LockOptions) -> Result<MultiLock> {
+        Ok(self.wrap(self.inner.multi_lock_with(names, options)?))
+    }
+
     blocking_constructors! {
         /// A mutex with default options (30 s lease renewed automatically, wait forever).
         mutex / mutex_with () -> Mutex;
@@ -362,6 +383,8 @@ pub type ReentrantMutex = Lock<OwnedBy>;
 pub type Semaphore = Lock<RawSemaphore>;
 /// Blocking counterpart of [`crate::RedlockMutex`].
 pub type RedlockMutex = Lock<RawRedlock>;
+/// Blocking counterpart of [`crate::MultiLock`].
+pub type MultiLock = Lock<RawMulti>;
 /// Blocking counterpart of [`crate::AnyLock`].
 pub type AnyLock = Lock<crate::AnyKind>;
 
@@ -377,6 +400,8 @@ pub type ReadGuard = Guard<Reading>;
 pub type WriteGuard = Guard<Writing>;
 /// Blocking counterpart of [`crate::RedlockGuard`].
 pub type RedlockGuard = Guard<RawRedlock>;
+/// Blocking counterpart of [`crate::MultiGuard`].
+pub type MultiGuard = Guard<RawMulti>;
 /// Blocking counterpart of [`crate::AnyGuard`].
 pub type AnyGuard = Guard<crate::AnyKind>;
 
@@ -568,6 +593,11 @@ impl<R: RawLock> Guard<R> {
     /// it on the first call, one round trip).
     pub fn fence(&self) -> Result<u64> {
         self.runtime.block_on(self.get().fence())
+    }
+
+    /// Every name's fencing token (see [`crate::Guard::fences`]).
+    pub fn fences(&self) -> Result<Vec<(String, u64)>> {
+        self.runtime.block_on(self.get().fences())
     }
 
     /// The fencing token if it has been drawn (see [`crate::Guard::drawn_fence`]).

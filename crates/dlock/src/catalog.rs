@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use crate::script::{LibraryScript, LuaScript};
 
 /// The library's scripts, in the order of its layout.
-fn all() -> [&'static LazyLock<LuaScript>; 28] {
+fn all() -> [&'static LazyLock<LuaScript>; 30] {
     [
         &crate::mutex::ACQUIRE,
         &crate::mutex::RELEASE,
@@ -41,6 +41,8 @@ fn all() -> [&'static LazyLock<LuaScript>; 28] {
         &crate::inspect::FORCE_RELEASE,
         &crate::client::DESCRIBE,
         &crate::client::LIVE_ENTRIES,
+        &crate::multi::ACQUIRE,
+        &crate::multi::RELEASE,
     ]
 }
 

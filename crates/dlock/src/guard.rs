@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::lease;
-use crate::options::{LockOptions, Renewal};
-use crate::raw::{HoldKind, RawLock};
-use crate::renew::{Registration, RenewalSpec, Renewer};
+use crate::options::Renewal;
+use crate::raw::RawLock;
+use crate::renew::{Registration, RenewalSpec};
 use crate::signal::{self, renewed, LeaseCell, LostReason, LostSignal};
 
 /// Proof of holding a lock: a [`MutexGuard`](crate::MutexGuard), a
@@ -32,6 +32,9 @@ pub struct Guard<R: RawLock> {
     /// Drawn at grant by most kinds; by the plain mutex on first read (see
     /// [`fence`](Guard::fence)).
     fence: tokio::sync::OnceCell<u64>,
+    /// A multi-lock's fence of every name, in the order of its names (empty for a kind
+    /// over one name).
+    pub(crate) fences: Vec<u64>,
     holds: u32,
     held: Held,
     /// This hold's entry in the client's list of live holds (for shutdown).
@@ -43,7 +46,7 @@ pub struct Guard<R: RawLock> {
     /// attempt's send).
     #[cfg(feature = "metrics")]
     started: Instant,
-    /// Until when a give-back keeps the lock ([`LockOptions::hold_at_least`] after the
+    /// Until when a give-back keeps the lock ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least) after the
     /// grant's reply: never earlier than the holder knew it held it).
     keep_until: Option<Instant>,
     /// The hold's length was recorded, or is not to be (handed on as a token, converted).
@@ -69,15 +72,17 @@ impl<R: RawLock> Guard<R> {
             raw.keys().clone(),
             &token,
             raw.session().sink(),
+            1 + raw.other_holds().len(),
         );
         let keep_until =
             (options.hold_at_least).and_then(|least| Instant::now().checked_add(least));
         let hold_id = track_hold(&raw, &token, &cell, keep_until)?;
-        let held = Held::start(raw.renewer(), &token, sent, raw.hold_key(), options, cell);
+        let held = Held::start(&raw, &token, sent, cell);
         Some(Guard {
             raw,
             token,
             fence: tokio::sync::OnceCell::new_with(fence),
+            fences: Vec::new(),
             holds,
             held,
             hold_id,
@@ -131,6 +136,22 @@ impl<R: RawLock> Guard<R> {
             })
             .await
             .copied()
+    }
+
+    /// Every name's fencing token, in the order of the names: a multi-lock's (see
+    /// [`Client::multi_lock`](crate::Client::multi_lock)), each drawn with the grant from
+    /// its own name's counter; for a kind over one name, its name and
+    /// [`fence`](Guard::fence) (which a plain mutex draws now).
+    pub async fn fences(&self) -> Result<Vec<(String, u64)>> {
+        if self.fences.is_empty() {
+            return Ok(vec![(self.name().to_string(), self.fence().await?)]);
+        }
+        let names = std::iter::once(self.name())
+            .chain(self.raw.other_holds().iter().map(|keys| keys.name.as_str()));
+        Ok(names
+            .map(str::to_string)
+            .zip(self.fences.iter().copied())
+            .collect())
     }
 
     /// The fencing token if it has been drawn ([`fence`](Guard::fence) returned it, or
@@ -243,7 +264,7 @@ impl<R: RawLock> Guard<R> {
     }
 
     /// Stops renewal (waiting out a renewal in flight), then gives the hold back (with
-    /// [`LockOptions::hold_at_least`], one that began less than that ago keeps the lock
+    /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least), one that began less than that ago keeps the lock
     /// until then and frees by itself). Fails with [`Error::Lost`] when the lease had
     /// already ended or another owner holds the lock now (which is left untouched), or
     /// when [`Client::shutdown`](crate::Client::shutdown) already released it.
@@ -336,38 +357,56 @@ impl<R: RawLock> Guard<R> {
 struct Held {
     pub cell: LeaseCell,
     registration: Option<Registration>,
+    /// The renewals of a multi-lock's other names, under the same lease cell (each its
+    /// part of it). They share the first one's scheduler, so waiting for the first's
+    /// round in flight waits for theirs.
+    others: Vec<Registration>,
 }
 
 impl Held {
-    /// Starts holding `token`'s lease at `key`, granted by a request sent at `sent`, with
-    /// the lease, renewal and replica acknowledgement of `options`.
-    pub fn start(
-        renewer: &Renewer,
-        token: &str,
-        sent: Instant,
-        (key, kind): (&str, HoldKind),
-        options: &LockOptions,
-        cell: LeaseCell,
-    ) -> Held {
+    /// Starts holding `token`'s lease at `raw`'s hold key (and its other holds'),
+    /// granted by a request sent at `sent`, with the lease, renewal and replica
+    /// acknowledgement of its options.
+    pub fn start<R: RawLock>(raw: &R, token: &str, sent: Instant, cell: LeaseCell) -> Held {
+        let options = raw.options();
         let (ttl, replicas) = (options.ttl, options.replicas);
-        let registration = match options.renewal {
-            Renewal::Manual => None,
-            Renewal::Auto { max_hold } => Some(renewer.register(
-                RenewalSpec {
-                    key: key.to_string(),
-                    kind,
-                    token: token.to_string(),
-                    ttl,
-                    delay: options.kept_for(ttl) - ttl,
-                    // A cap too large to represent is no cap.
-                    hold_until: max_hold.and_then(|cap| sent.checked_add(cap)),
-                    replicas,
-                    cell: cell.clone(),
-                },
-                sent,
-            )),
+        let Renewal::Auto { max_hold } = options.renewal else {
+            return Held {
+                cell,
+                registration: None,
+                others: Vec::new(),
+            };
         };
-        Held { cell, registration }
+        let (key, kind) = raw.hold_key();
+        let others = raw.other_holds().iter().map(|keys| keys.key.as_str());
+        let registrations: Vec<Registration> = std::iter::once(key)
+            .chain(others)
+            .enumerate()
+            .map(|(part, key)| {
+                raw.renewer().register(
+                    RenewalSpec {
+                        key: key.to_string(),
+                        kind,
+                        part,
+                        token: token.to_string(),
+                        ttl,
+                        delay: options.kept_for(ttl) - ttl,
+                        // A cap too large to represent is no cap.
+                        hold_until: max_hold.and_then(|cap| sent.checked_add(cap)),
+                        replicas,
+                        cell: cell.clone(),
+                    },
+                    sent,
+                )
+            })
+            .collect();
+        let mut registrations = registrations.into_iter();
+        let registration = registrations.next();
+        Held {
+            cell,
+            registration,
+            others: registrations.collect(),
+        }
     }
 
     pub fn valid_until(&self) -> Instant {
@@ -382,7 +421,7 @@ impl Held {
     /// `ttl` from then (shorter or longer), and renewals go on with that `ttl`.
     pub fn extended(&self, sent: Instant, ttl: Duration) {
         renewed(&self.cell, lease::valid_until(sent, ttl));
-        if let Some(registration) = &self.registration {
+        for registration in self.registration.iter().chain(&self.others) {
             registration.set_ttl(ttl, sent);
         }
     }
@@ -397,6 +436,9 @@ impl Held {
 
     /// Stops renewal; when this returns no renewal of this lease is on the wire.
     pub async fn stop_renewal(&mut self) {
+        // Dropped, the others are out of the scheduler; cancelling the first then waits
+        // out the round in flight, which is theirs too.
+        self.others.clear();
         if let Some(registration) = self.registration.take() {
             registration.cancel().await;
         }
@@ -404,6 +446,7 @@ impl Held {
 
     /// Stops renewal without waiting; hands out the registration to cancel later.
     pub fn detach(&mut self) -> Option<Registration> {
+        self.others.clear();
         self.registration.take()
     }
 }
@@ -418,7 +461,7 @@ impl std::fmt::Debug for Held {
 }
 
 /// Gives the hold `token` back (renewal stopped): released at once, or, until
-/// `keep_until` ([`LockOptions::hold_at_least`]), kept and left to end by itself then. The
+/// `keep_until` ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)), kept and left to end by itself then. The
 /// one way every end of a guard (unlock, drop, shutdown) gives a hold back. A hold past
 /// its validity (`cell`'s) is released, never kept: Redis may still have it (a lock-delay,
 /// the drift allowance), but its holder stopped counting on it, and keeping it would

@@ -68,6 +68,7 @@ pub mod inspect;
 mod keys;
 mod lease;
 mod lock;
+pub mod multi;
 pub mod mutex;
 mod notifier;
 mod observe;
@@ -103,6 +104,7 @@ pub use inspect::{Holder, LockInfo, LockKind};
 pub use keys::{check_name, companion_owner, MAX_NAME_LEN};
 pub use lease::{drift_allowance, MAX_TTL, MIN_TTL};
 pub use lock::Lock;
+pub use multi::{MultiGuard, MultiLock, MAX_MULTI_NAMES};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{
     Backoff, LockOptions, Renewal, Replicas, Wait, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF,

@@ -80,6 +80,9 @@ pub enum Attempt {
     /// lazily, on first read, while held — the plain mutex); `holds` is the owner's hold
     /// count (1 unless reentrant).
     Granted { fence: Option<u64>, holds: u32 },
+    /// Every name of a multi-lock granted, with each name's fence in the order of its
+    /// names (the first is the guard's [`fence`](crate::Guard::fence)).
+    GrantedAll { fences: Vec<u64> },
     /// Held by others; `remaining` is the blocking lease when known; `split` when
     /// contenders split the votes (Redlock): retry after a random delay, not on a wake.
     Busy {
@@ -241,6 +244,13 @@ pub mod private {
         /// The key every hold lives in (the lock key), and how a hold is recorded there
         /// (for renewal).
         fn hold_key(&self) -> (&str, HoldKind);
+
+        /// The other locks a hold lives in too, with the same token and kind of hold (a
+        /// multi-lock's names after the first): renewed under the same lease, each with
+        /// its own fence. Empty for every kind over one name.
+        fn other_holds(&self) -> &[LockKeys] {
+            &[]
+        }
     }
 
     /// A kind on one server: beside its [`KindProtocol`], where its holds live; extend,

@@ -84,6 +84,10 @@ pub(crate) struct LeaseShared {
     /// Whether a lost signal's latency was recorded (once per hold), or the hold ended
     /// cleanly (a signal that fires after that reports no loss worth a latency).
     settled: AtomicBool,
+    /// Each key's own deadline, when the hold lives at several keys renewed one by one
+    /// (a multi-lock's names, perhaps on several Cluster shards): the hold is valid until
+    /// the earliest of them. Empty for a hold at one key.
+    parts: std::sync::Mutex<Vec<Instant>>,
 }
 
 impl LeaseShared {
@@ -143,6 +147,7 @@ pub(crate) fn new_cell(
     keys: Arc<LockKeys>,
     token: &str,
     sink: &LostSink,
+    parts: usize,
 ) -> LeaseCell {
     Arc::new(LeaseShared {
         state: std::sync::Mutex::new(LeaseState {
@@ -155,6 +160,10 @@ pub(crate) fn new_cell(
         sink: sink.clone(),
         reported: AtomicBool::new(false),
         settled: AtomicBool::new(false),
+        parts: std::sync::Mutex::new(match parts {
+            0 | 1 => Vec::new(),
+            parts => vec![valid_until; parts],
+        }),
     })
 }
 
@@ -169,6 +178,36 @@ pub(crate) fn settle(cell: &LeaseCell) {
 /// Redis too). Renewals and extensions never overlap, so the last reply is Redis's lease.
 /// Never after the lease was declared lost.
 pub(crate) fn renewed(cell: &LeaseCell, valid_until: Instant) {
+    // Every key at once (an extension): each part has this deadline now.
+    for part in cell
+        .parts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter_mut()
+    {
+        *part = valid_until;
+    }
+    set_valid_until(cell, valid_until);
+}
+
+/// A renewal of one key of a hold that lives at several (`part` of them): the hold is
+/// valid until the earliest deadline among its keys, so one key whose renewals keep
+/// failing ends the hold's validity however the others fare.
+pub(crate) fn renewed_part(cell: &LeaseCell, part: usize, valid_until: Instant) {
+    let earliest = {
+        let mut parts = cell.parts.lock().unwrap_or_else(|p| p.into_inner());
+        match parts.get_mut(part) {
+            Some(own) => {
+                *own = valid_until;
+                parts.iter().copied().min().unwrap_or(valid_until)
+            }
+            None => valid_until,
+        }
+    };
+    set_valid_until(cell, earliest);
+}
+
+fn set_valid_until(cell: &LeaseCell, valid_until: Instant) {
     let moved = cell.update(|state| {
         if state.lost.is_none() && valid_until != state.valid_until {
             state.valid_until = valid_until;
@@ -287,5 +326,43 @@ impl std::fmt::Debug for LostSignal {
         f.debug_struct("LostSignal")
             .field("state", &self.cell.state())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn cell(parts: usize) -> LeaseCell {
+        let keys = Arc::new(LockKeys::new("", "a").unwrap());
+        let (sink, _) = tokio::sync::broadcast::channel(1);
+        new_cell(Instant::now(), keys, "t", &sink, parts)
+    }
+
+    #[test]
+    fn a_hold_at_several_keys_is_valid_until_its_earliest_key() {
+        let now = Instant::now();
+        let cell = cell(3);
+        renewed(&cell, now + Duration::from_secs(10));
+        // Two keys renewed further; the third not: the earliest stands.
+        renewed_part(&cell, 0, now + Duration::from_secs(30));
+        renewed_part(&cell, 2, now + Duration::from_secs(30));
+        assert_eq!(cell.state().valid_until, now + Duration::from_secs(10));
+        renewed_part(&cell, 1, now + Duration::from_secs(20));
+        assert_eq!(cell.state().valid_until, now + Duration::from_secs(20));
+        // An extension sets every key's deadline.
+        renewed(&cell, now + Duration::from_secs(40));
+        renewed_part(&cell, 1, now + Duration::from_secs(50));
+        assert_eq!(cell.state().valid_until, now + Duration::from_secs(40));
+    }
+
+    #[test]
+    fn a_hold_at_one_key_takes_each_renewal_as_it_is() {
+        let now = Instant::now();
+        let cell = cell(1);
+        renewed_part(&cell, 0, now + Duration::from_secs(30));
+        renewed_part(&cell, 0, now + Duration::from_secs(20));
+        assert_eq!(cell.state().valid_until, now + Duration::from_secs(20));
     }
 }

@@ -213,11 +213,22 @@ async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
                     (reply, sent)
                 }
             };
+            // A multi-lock's grant: the first name's fence is the guard's, and the guard
+            // keeps every name's.
+            let (reply, fences) = match reply {
+                Ok(Attempt::GrantedAll { fences }) => {
+                    let fence = fences.first().copied();
+                    (Ok(Attempt::Granted { fence, holds: 1 }), fences)
+                }
+                other => (other, Vec::new()),
+            };
             let decided = match reply {
+                Ok(Attempt::GrantedAll { .. }) => unreachable!("made a Granted above"),
                 Ok(Attempt::Granted { fence, holds }) => {
                     claim.answered();
                     match claim.into_guard(fence, holds, sent) {
-                        Ok(guard) => {
+                        Ok(mut guard) => {
+                            guard.fences = fences;
                             // Hand the live subscriptions to the next waiter in turn: any
                             // wake they hold came before this grant.
                             if let (Some(turn), Some(mut wakes)) = (turn.as_mut(), wakes.take()) {

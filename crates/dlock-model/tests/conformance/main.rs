@@ -33,6 +33,7 @@ mod library;
 mod admin;
 mod kinds;
 mod linger;
+mod multi;
 mod tokens;
 mod weighted;
 
@@ -79,6 +80,7 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
         &[],
         &mut Default::default(),
     );
+    multi::run_multi_suite(seed, conn);
 }
 
 /// Every script the library sends (`dlock::__library_scripts`, not a list kept here) is

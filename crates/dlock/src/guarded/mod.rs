@@ -300,7 +300,7 @@ pub(crate) async fn apply_for<R: crate::raw::private::RawProtocol>(
 ) -> Result<Vec<redis::Value>> {
     let Some(client) = raw.one_server() else {
         return Err(Error::InvalidArgument(
-            "guarded writes need a lock on one server (a single node, a Cluster or a Sentinel master): a Redlock hold spans several masters, and no one script can check it".into(),
+            "guarded writes need a lock held at one key on one server (a single node, a Cluster or a Sentinel master): a Redlock hold spans several masters, a multi-lock several names (perhaps on several Cluster shards), and no one script can check it".into(),
         ));
     };
     let (_, kind) = raw.hold_key();

@@ -88,6 +88,9 @@ const CONCURRENT_BATCHES: usize = 32;
 pub(crate) struct RenewalSpec {
     pub key: String,
     pub kind: HoldKind,
+    /// Which key of the hold this is, for a hold at several keys (a multi-lock's names;
+    /// see `signal::renewed_part`); 0 for a hold at one key.
+    pub part: usize,
     pub token: String,
     pub ttl: Duration,
     /// How much longer than `ttl` Redis keeps the hold (`LockOptions::lock_delay`).
@@ -439,7 +442,8 @@ async fn round(target: &dyn RenewTarget, shared: &Shared) {
                 tracing::trace!(lock = %entry.spec.key, "renewed");
                 let cell = &entry.spec.cell;
                 observe::renewed(entry.scheduled, || cell.state().valid_until, renewing.ttl);
-                signal::renewed(&entry.spec.cell, lease::valid_until(sent, renewing.ttl));
+                let until = lease::valid_until(sent, renewing.ttl);
+                signal::renewed_part(&entry.spec.cell, entry.spec.part, until);
                 entry.next_due = sent + renewing.ttl / 3;
                 entry.scheduled = entry.next_due;
                 entry.retrying = false;

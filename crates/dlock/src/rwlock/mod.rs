@@ -336,7 +336,8 @@ impl Guard<Writing> {
                     Err(Error::Closed)
                 }
             },
-            Attempt::Busy { .. } => {
+            // (A downgrade is never a multi-lock's grant.)
+            Attempt::Busy { .. } | Attempt::GrantedAll { .. } => {
                 claim.give_back().await;
                 Err(Error::Lost {
                     name: lock.core.keys.name.clone(),
