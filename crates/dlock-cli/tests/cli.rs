@@ -1402,7 +1402,7 @@ fn a_string_without_an_expiry_is_not_a_lock() {
 }
 
 #[test]
-fn a_full_semaphore_says_all_its_permits_are_held() {
+fn a_full_semaphore_says_none_of_its_permits_is_free() {
     let server = RedisServer::start();
     for _ in 0..2 {
         assert_eq!(
@@ -1418,7 +1418,7 @@ fn a_full_semaphore_says_all_its_permits_are_held() {
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(75), "{stderr}");
-        assert!(stderr.contains("all 2 permits"), "{stderr}");
+        assert!(stderr.contains("none of its 2 permits is free"), "{stderr}");
         assert!(!stderr.contains("another owner"), "{stderr}");
     }
 }

@@ -91,6 +91,23 @@ async fn single_node(client: &Client, server: &RedisServer) {
     let permits = client.semaphore_with("ls", 2, least).unwrap();
     permits.try_lock().await.unwrap().unlock().await.unwrap();
 
+    // Several names at once: granted, busy (one name taken), released.
+    let both = client.multi_lock_with(&["ma", "mb"], long).unwrap();
+    let held = both.try_lock().await.unwrap();
+    let overlapping = client.multi_lock_with(&["mb", "mc"], long).unwrap();
+    assert!(matches!(
+        overlapping.try_lock().await,
+        Err(Error::Busy { .. })
+    ));
+    held.unlock().await.unwrap();
+    overlapping
+        .try_lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+
     // Read-write lock: write, downgrade, read, the readers count, releases.
     let rwlock = client.rwlock_with("rw", long).unwrap();
     let writer = rwlock.try_write().await.unwrap();
