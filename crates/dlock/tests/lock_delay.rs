@@ -169,10 +169,11 @@ async fn a_redlock_keeps_the_delay_on_each_master() {
     let _token = (first.mutex_with("legacy", delayed()).unwrap().lock().await)
         .unwrap()
         .into_token();
-    for i in 0..3 {
-        let left: i64 = masters.cmd_on(i, &["PTTL", "legacy"]);
-        assert!(left as u128 > DELAY.as_millis(), "{left} ms left on {i}");
-    }
+    // Granted by a majority (a slower master's request may still be on its way).
+    let kept = (0..3)
+        .filter(|&i| masters.cmd_on::<i64>(i, &["PTTL", "legacy"]) as u128 > DELAY.as_millis())
+        .count();
+    assert!(kept >= 2, "kept past the lease on {kept} masters");
     let _granted = second
         .mutex_with("legacy", waiting())
         .unwrap()
