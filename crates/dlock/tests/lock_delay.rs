@@ -28,6 +28,14 @@ fn waiting() -> LockOptions {
     LockOptions::default().wait(Wait::Timeout(Duration::from_secs(20)))
 }
 
+/// A private server and two clients of it (the holder's and a contender's).
+async fn one_server() -> (RedisServer, Client, Client) {
+    let server = RedisServer::start();
+    let holder = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    (server, holder, other)
+}
+
 /// What a hold of `kind` keeps out: another of its kind, or for a read hold a writer.
 fn contender(kind: Kind) -> Kind {
     match kind {
@@ -70,9 +78,7 @@ async fn granted_after_a_crash(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_stays_ungrantable_for_the_delay_after_a_crashed_holders_lease() {
-    let server = RedisServer::start();
-    let holder = Client::connect(&server.url()).await.unwrap();
-    let other = Client::connect(&server.url()).await.unwrap();
+    let (_server, holder, other) = one_server().await;
     for kind in KINDS {
         let name = format!("legacy-{kind:?}");
         let after = granted_after_a_crash(&holder, &other, kind, &name, delayed()).await;
@@ -82,10 +88,9 @@ async fn every_kind_stays_ungrantable_for_the_delay_after_a_crashed_holders_leas
         );
         // The negative control: without the option the lease's end frees it.
         let name = format!("plain-{kind:?}");
-        let plain = delayed().ttl(TTL);
         let plain = LockOptions {
             lock_delay: None,
-            ..plain
+            ..delayed()
         };
         let after = granted_after_a_crash(&holder, &other, kind, &name, plain).await;
         assert!(after >= TTL, "{kind:?}: granted {after:?} after the crash");
@@ -98,14 +103,11 @@ async fn every_kind_stays_ungrantable_for_the_delay_after_a_crashed_holders_leas
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_release_a_release_by_token_and_a_forced_release_free_at_once() {
-    let server = RedisServer::start();
-    let holder = Client::connect(&server.url()).await.unwrap();
-    let other = Client::connect(&server.url()).await.unwrap();
+    let (_server, holder, other) = one_server().await;
     for kind in KINDS {
         let name = format!("clean-{kind:?}");
-        for guard in [take(&holder, kind, &name, delayed(), true).await.unwrap()] {
-            guard.unlock().await.unwrap();
-        }
+        let guard = take(&holder, kind, &name, delayed(), true).await.unwrap();
+        guard.unlock().await.unwrap();
         let at_once = take(&other, contender(kind), &name, delayed(), true).await;
         assert!(at_once.is_ok(), "{kind:?} after unlock: {at_once:?}");
         at_once.unwrap().unlock().await.unwrap();
