@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::{
+use crate::server::{
     info_value, poll, redis_cli_binary, tail, KillOnDrop, RedisServer, ServerMode, ServerOptions,
 };
 

@@ -3,7 +3,8 @@
 
 use std::thread;
 
-use crate::{Proxy, RedisServer, ServerMode, ServerOptions};
+use crate::proxy::Proxy;
+use crate::server::{RedisServer, ServerMode, ServerOptions};
 
 /// `n` standalone servers that know nothing of each other (no replication, no cluster),
 /// each on its own free loopback port and each behind its own [`Proxy`], so that a test can

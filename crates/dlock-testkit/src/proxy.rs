@@ -468,7 +468,7 @@ fn deliver(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RedisServer;
+    use crate::server::RedisServer;
 
     /// How long a check waits to conclude that nothing comes: the faults below hold
     /// traffic for good, so this only bounds the test's length, never decides its outcome.
@@ -538,7 +538,7 @@ mod tests {
     /// Waits until the proxy has taken in `n` connections: it accepts in the background, and
     /// the switches apply from there.
     fn wait_admitted(proxy: &Proxy, n: u64) {
-        crate::poll(
+        crate::server::poll(
             "the proxy takes the connections in",
             PATIENCE,
             || match proxy.admitted() {
@@ -550,7 +550,7 @@ mod tests {
 
     /// Once its clients are gone, the proxy keeps no connection and no thread for them.
     fn assert_all_threads_end(proxy: &Proxy) {
-        crate::poll(
+        crate::server::poll(
             "every connection through the proxy and its threads end",
             PATIENCE,
             || match (proxy.open_connections(), proxy.connection_threads()) {
@@ -643,7 +643,7 @@ mod tests {
 
         // Replies: the server answers during the pause, the client hears it after.
         conn.write_all(b"BLPOP list 0\r\n").unwrap();
-        crate::poll("the BLPOP blocks on the server", PATIENCE, || match server
+        crate::server::poll("the BLPOP blocks on the server", PATIENCE, || match server
             .info_field("clients", "blocked_clients")?
             .as_str()
         {
@@ -694,7 +694,7 @@ mod tests {
         assert_eq!(value, None, "held during the pause");
 
         proxy.resume();
-        crate::poll("the held SET reaches the server", PATIENCE, || match server
+        crate::server::poll("the held SET reaches the server", PATIENCE, || match server
             .try_cmd::<Option<String>>(&["GET", "after-close"])?
         {
             Some(_) => Ok(()),
@@ -751,7 +751,7 @@ mod tests {
         assert_closed(&mut caught);
 
         drop((held, caught));
-        crate::poll("the dropped proxies' threads end", PATIENCE, || {
+        crate::server::poll("the dropped proxies' threads end", PATIENCE, || {
             match (
                 paused_state.threads.load(Ordering::Acquire),
                 black_hole_state.threads.load(Ordering::Acquire),

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::{info_value, poll, Proxy, RedisServer, ServerMode, ServerOptions};
+use crate::proxy::Proxy;
+use crate::server::{info_value, poll, RedisServer, ServerMode, ServerOptions};
 
 /// How long replicas may take to complete their first sync (milliseconds, normally).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);

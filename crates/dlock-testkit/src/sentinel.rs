@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::replicated::online_replicas;
-use crate::{probe_port, RedisServer, ServerMode, ServerOptions};
+use crate::server::{probe_port, RedisServer, ServerMode, ServerOptions};
 
 /// `down-after-milliseconds`: how long the master may not answer before a sentinel
 /// thinks it down. Short so a failover test takes seconds; a healthy server on loopback
@@ -145,7 +145,7 @@ impl SentinelGroup {
     /// `timeout` (a failover takes some seconds: detection after 1 s, agreement, election,
     /// promotion, and the news spreading among sentinels).
     pub fn wait_for_failover(&self, old_port: u16, timeout: Duration) -> u16 {
-        crate::poll(
+        crate::server::poll(
             &format!(
                 "the sentinels of {} agree on a master other than port {old_port}, which says \
                  role:master",
@@ -200,7 +200,7 @@ impl SentinelGroup {
     /// and pick a replica for it.
     fn wait_until_acquainted(&self, replicas: usize) {
         let others = self.sentinels.len() - 1;
-        crate::poll(
+        crate::server::poll(
             &format!(
                 "every sentinel of {} sees the master, {others} other sentinel(s) and \
                  {replicas} replica(s)",
@@ -250,8 +250,8 @@ fn field<'a>(pairs: &'a [String], name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replicated::MasterWithReplicas;
     use crate::test_support::{assert_all_gone, pids};
-    use crate::MasterWithReplicas;
 
     /// Sentinels replace a killed master with its replica, which then takes writes.
     #[test]

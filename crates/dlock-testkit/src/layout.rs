@@ -1,0 +1,511 @@
+//! The two rules every dlock crate's module layout keeps (docs/decisions.md, "Layering"),
+//! read from its source files so that a test in each crate can hold them:
+//! - **no import cycle** among its modules, so each module can be read, tested and moved
+//!   with what it depends on alone;
+//! - **no module reaches for a helper of the crate root**: `lib.rs`/`main.rs` hold only
+//!   modules, re-exports and entry points, so a low module never depends on the top.
+//!
+//! A module is a file (`foo.rs`, or `foo/mod.rs` as `foo`; `foo/bar.rs` as `foo::bar`); an
+//! edge A → B is a `crate::B…` path in A's code (comments aside). Paths into A's own
+//! children do not count: a parent may use what it is made of. (The same reading as the
+//! team's `modcycles` tool, which `.ci/run` also runs where it is installed.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A crate's modules, their source, and the `crate::` paths each one names.
+#[derive(Debug)]
+pub struct Layout {
+    /// Module path (`""` for the crate root, else `a::b`) → its file and code lines.
+    modules: BTreeMap<String, Module>,
+}
+
+#[derive(Debug)]
+struct Module {
+    file: PathBuf,
+    /// The file's text with every comment line blanked (line numbers kept).
+    code: String,
+}
+
+/// One `crate::` path found in a module's code.
+#[derive(Debug)]
+struct Mention<'a> {
+    from: &'a str,
+    line: usize,
+    /// The path's segments after `crate::`, up to the first one that is not an identifier.
+    segments: Vec<&'a str>,
+}
+
+impl Layout {
+    /// Reads every `.rs` file under `src` (a crate's source directory).
+    ///
+    /// # Panics
+    /// When `src` or a file in it cannot be read: the check must not pass on nothing.
+    pub fn read(src: impl AsRef<Path>) -> Layout {
+        let src = src.as_ref();
+        let mut files = Vec::new();
+        collect_rust_files(src, &mut files);
+        assert!(!files.is_empty(), "no .rs file under {}", src.display());
+        let modules = files
+            .into_iter()
+            .map(|file| {
+                let text = std::fs::read_to_string(&file)
+                    .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+                let code = text
+                    .lines()
+                    .map(|line| match line.trim_start().starts_with("//") {
+                        true => "",
+                        false => line,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                (module_of(src, &file), Module { file, code })
+            })
+            .collect();
+        Layout { modules }
+    }
+
+    /// The module paths read (the crate root as `crate`).
+    pub fn modules(&self) -> Vec<String> {
+        self.modules
+            .keys()
+            .map(|m| display(m).to_string())
+            .collect()
+    }
+
+    fn mentions(&self) -> impl Iterator<Item = Mention<'_>> {
+        self.modules.iter().flat_map(|(from, module)| {
+            crate_paths(&module.code)
+                .into_iter()
+                .map(move |(line, segments)| Mention {
+                    from,
+                    line,
+                    segments,
+                })
+        })
+    }
+
+    /// The longest module path that `segments` starts with, if any.
+    fn target(&self, segments: &[&str]) -> Option<String> {
+        (1..=segments.len())
+            .rev()
+            .map(|n| segments[..n].join("::"))
+            .find(|candidate| self.modules.contains_key(candidate))
+    }
+
+    /// Module → the modules it names (its own descendants and itself left out).
+    pub fn edges(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut edges: BTreeMap<String, BTreeSet<String>> = self
+            .modules
+            .keys()
+            .map(|m| (m.clone(), BTreeSet::new()))
+            .collect();
+        for mention in self.mentions() {
+            let Some(to) = self.target(&mention.segments) else {
+                continue;
+            };
+            let own = mention.from.is_empty()
+                || to == mention.from
+                || to.starts_with(&format!("{}::", mention.from));
+            if !own {
+                edges
+                    .get_mut(mention.from)
+                    .expect("a read module")
+                    .insert(to);
+            }
+        }
+        edges
+    }
+
+    /// Every group of two or more modules that import each other, each sorted, as
+    /// printable module paths (Tarjan's strongly connected components).
+    pub fn cycles(&self) -> Vec<Vec<String>> {
+        let edges = self.edges();
+        let names: Vec<&String> = edges.keys().collect();
+        let index_of: BTreeMap<&String, usize> =
+            names.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let successors: Vec<Vec<usize>> = names
+            .iter()
+            .map(|n| edges[*n].iter().map(|to| index_of[to]).collect())
+            .collect();
+        let mut components = Vec::new();
+        for group in strongly_connected(&successors) {
+            if group.len() > 1 {
+                let mut group: Vec<String> = group
+                    .into_iter()
+                    .map(|i| display(names[i]).to_string())
+                    .collect();
+                group.sort();
+                components.push(group);
+            }
+        }
+        components.sort();
+        components
+    }
+
+    /// Every place a module other than the root names an item defined in the crate root
+    /// itself (a function, constant, static, type or macro of `lib.rs`/`main.rs`, not a
+    /// module and not a re-export), as `file:line: crate::item`.
+    pub fn root_helper_uses(&self) -> Vec<String> {
+        let Some(root) = self.modules.get("") else {
+            return Vec::new();
+        };
+        let helpers: BTreeSet<String> = root
+            .code
+            .lines()
+            .filter_map(defined_item)
+            .filter(|name| !self.modules.contains_key(name))
+            .collect();
+        self.mentions()
+            .filter(|m| !m.from.is_empty())
+            .filter(|m| helpers.contains(m.segments[0]))
+            .map(|m| {
+                format!(
+                    "{}:{}: crate::{}",
+                    self.modules[m.from].file.display(),
+                    m.line,
+                    m.segments[0]
+                )
+            })
+            .collect()
+    }
+}
+
+/// Panics naming every cycle and every use of a root helper in the crate at `crate_dir`
+/// (pass `env!("CARGO_MANIFEST_DIR")`); reads its `src` directory.
+pub fn assert_layered(crate_dir: &str) {
+    let layout = Layout::read(Path::new(crate_dir).join("src"));
+    let cycles = layout.cycles();
+    assert!(
+        cycles.is_empty(),
+        "modules of {crate_dir} import each other (docs/decisions.md, \"Layering\"): {cycles:?}"
+    );
+    let uses = layout.root_helper_uses();
+    assert!(
+        uses.is_empty(),
+        "modules of {crate_dir} use helpers of the crate root; move each helper into a module \
+         of its own (docs/decisions.md, \"Layering\"):\n{}",
+        uses.join("\n")
+    );
+}
+
+fn collect_rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
+    let entries =
+        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            collect_rust_files(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+}
+
+/// `src/a/b.rs` → `a::b`; `src/a/mod.rs` → `a`; `src/lib.rs` and `src/main.rs` → `""`.
+fn module_of(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).expect("a file under src");
+    let mut parts: Vec<String> = relative
+        .with_extension("")
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+fn display(module: &str) -> &str {
+    if module.is_empty() {
+        "crate"
+    } else {
+        module
+    }
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Each path after a `crate::` in `code` (not `$crate::`, not `some_crate::`) with the line
+/// it starts on, as its identifier segments; a `use` group (`crate::{a, b::{c, d}}`, over
+/// several lines too) gives one path per leaf.
+fn crate_paths(code: &str) -> Vec<(usize, Vec<&str>)> {
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| is_ident_char(c) || c == '$') {
+            continue;
+        }
+        let line = code[..at].matches('\n').count() + 1;
+        let mut leaves = Vec::new();
+        path_tree(&code[at + "crate::".len()..], Vec::new(), &mut leaves);
+        paths.extend(leaves.into_iter().map(|segments| (line, segments)));
+    }
+    paths
+}
+
+/// Reads one path tree at the start of `text` (segments, maybe ending in a `{...}` group)
+/// below `prefix`, pushing each leaf to `leaves`; returns how many bytes it read.
+fn path_tree<'a>(text: &'a str, prefix: Vec<&'a str>, leaves: &mut Vec<Vec<&'a str>>) -> usize {
+    let skip_space = |at: usize| at + (text[at..].len() - text[at..].trim_start().len());
+    let mut at = skip_space(0);
+    if text[at..].starts_with('{') {
+        at += 1;
+        loop {
+            at = skip_space(at);
+            match text[at..].chars().next() {
+                None => break,
+                Some('}') => {
+                    at += 1;
+                    break;
+                }
+                Some(',') => at += 1,
+                Some(_) => {
+                    let read = path_tree(&text[at..], prefix.clone(), leaves);
+                    if read == 0 {
+                        break;
+                    }
+                    at += read;
+                }
+            }
+        }
+        return at;
+    }
+    let end = text[at..]
+        .find(|c| !is_ident_char(c))
+        .map_or(text.len(), |end| at + end);
+    if end == at {
+        // `*`, or nothing: the prefix itself is the leaf.
+        if !prefix.is_empty() {
+            leaves.push(prefix);
+        }
+        return at + usize::from(text[at..].starts_with('*'));
+    }
+    let mut segments = prefix;
+    segments.push(&text[at..end]);
+    match text[end..].strip_prefix("::") {
+        Some(_) => end + 2 + path_tree(&text[end + 2..], segments, leaves),
+        None => {
+            leaves.push(segments);
+            end
+        }
+    }
+}
+
+/// The name an item definition at the start of a line of the crate root defines (not a
+/// `mod`, a `use` or anything indented: items of the root alone).
+fn defined_item(line: &str) -> Option<String> {
+    if line.starts_with(' ') || line.starts_with('\t') {
+        return None;
+    }
+    let mut words = line.split_whitespace().peekable();
+    while let Some(word) = words.peek() {
+        if word.starts_with("pub") || matches!(*word, "async" | "unsafe" | "const" | "extern") {
+            // `const fn` and `const NAME`: a const followed by `fn` is a qualifier.
+            if *word == "const" {
+                let mut ahead = words.clone();
+                ahead.next();
+                if ahead.peek() != Some(&"fn") {
+                    break;
+                }
+            }
+            words.next();
+        } else {
+            break;
+        }
+    }
+    let kind = words.next()?;
+    if !matches!(
+        kind,
+        "fn" | "const" | "static" | "struct" | "enum" | "type" | "trait" | "macro_rules!"
+    ) {
+        return None;
+    }
+    let name: String = words
+        .next()?
+        .chars()
+        .take_while(|c| is_ident_char(*c))
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Tarjan's algorithm, iteratively: the strongly connected components of a graph given
+/// as each node's successors.
+fn strongly_connected(successors: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    let n = successors.len();
+    let mut index = vec![usize::MAX; n];
+    let mut low = vec![0; n];
+    let mut on_stack = vec![false; n];
+    let mut stack = Vec::new();
+    let mut components = Vec::new();
+    let mut next_index = 0;
+    for start in 0..n {
+        if index[start] != usize::MAX {
+            continue;
+        }
+        // (node, next successor to look at)
+        let mut work = vec![(start, 0)];
+        index[start] = next_index;
+        low[start] = next_index;
+        next_index += 1;
+        stack.push(start);
+        on_stack[start] = true;
+        while let Some(&mut (node, ref mut next)) = work.last_mut() {
+            if let Some(&to) = successors[node].get(*next) {
+                *next += 1;
+                if index[to] == usize::MAX {
+                    index[to] = next_index;
+                    low[to] = next_index;
+                    next_index += 1;
+                    stack.push(to);
+                    on_stack[to] = true;
+                    work.push((to, 0));
+                } else if on_stack[to] {
+                    low[node] = low[node].min(index[to]);
+                }
+                continue;
+            }
+            work.pop();
+            if let Some(&(parent, _)) = work.last() {
+                low[parent] = low[parent].min(low[node]);
+            }
+            if low[node] == index[node] {
+                let mut component = Vec::new();
+                while let Some(member) = stack.pop() {
+                    on_stack[member] = false;
+                    component.push(member);
+                    if member == node {
+                        break;
+                    }
+                }
+                components.push(component);
+            }
+        }
+    }
+    components
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A throwaway crate source tree: (relative path, contents) pairs.
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn two_modules_naming_each_other_are_a_cycle_and_a_parent_using_its_child_is_not() {
+        let dir = tree(&[
+            ("lib.rs", "mod a;\nmod b;\nmod c;\n"),
+            ("a.rs", "use crate::b::Thing;\n"),
+            (
+                "b.rs",
+                "fn f() { crate::a::g() }\n// crate::c::only_in_a_comment\n",
+            ),
+            ("c/mod.rs", "mod inner;\nuse crate::c::inner::X;\n"),
+            ("c/inner.rs", "pub struct X;\n"),
+        ]);
+        let layout = Layout::read(dir.path());
+        assert_eq!(
+            layout.cycles(),
+            vec![vec!["a".to_string(), "b".to_string()]]
+        );
+        let edges = layout.edges();
+        assert!(
+            edges["c"].is_empty(),
+            "a parent may use its child: {edges:?}"
+        );
+        assert!(
+            !edges["b"].contains("c"),
+            "comments are not imports: {edges:?}"
+        );
+    }
+
+    #[test]
+    fn every_leaf_of_a_use_group_is_an_import_over_several_lines_too() {
+        let code =
+            "use crate::{\n    a::{self, B},\n    c::*,\n    d,\n};\nfn f() { crate::e::g() }";
+        let paths = crate_paths(code);
+        let leaves: Vec<String> = paths.iter().map(|(_, s)| s.join("::")).collect();
+        assert_eq!(leaves, ["a::self", "a::B", "c", "d", "e::g"]);
+        assert_eq!(paths.last().map(|(line, _)| *line), Some(6));
+        let dir = tree(&[
+            ("lib.rs", "mod a;\nmod b;\n"),
+            ("a.rs", "use crate::{\n    b::{X, Y},\n};\n"),
+            ("b.rs", "use crate::a;\n"),
+        ]);
+        assert_eq!(
+            Layout::read(dir.path()).cycles(),
+            vec![vec!["a".to_string(), "b".to_string()]]
+        );
+    }
+
+    #[test]
+    fn a_chain_without_a_way_back_is_no_cycle() {
+        let dir = tree(&[
+            ("lib.rs", "mod a;\nmod b;\nmod c;\n"),
+            ("a.rs", "use crate::b::B;\n"),
+            ("b.rs", "use crate::c::C;\nuse crate::c;\n"),
+            (
+                "c.rs",
+                "use other_crate::a;\nmacro_rules! m { () => { $crate::a::A } }\n",
+            ),
+        ]);
+        assert_eq!(Layout::read(dir.path()).cycles(), Vec::<Vec<String>>::new());
+    }
+
+    #[test]
+    fn a_low_module_using_a_function_of_the_root_is_named_and_a_re_export_is_not() {
+        let dir = tree(&[
+            (
+                "lib.rs",
+                "mod low;\nmod error;\npub use error::Error;\npub fn humane() {}\n\
+                 pub const LIMIT: u32 = 1;\nimpl Thing { fn method() {} }\n",
+            ),
+            ("error.rs", "pub struct Error;\n"),
+            (
+                "low.rs",
+                "use crate::Error;\nfn f() {\n    crate::humane();\n    let _ = crate::LIMIT;\n}\n",
+            ),
+        ]);
+        let uses = Layout::read(dir.path()).root_helper_uses();
+        assert_eq!(uses.len(), 2, "{uses:?}");
+        assert!(uses[0].ends_with("low.rs:3: crate::humane"), "{uses:?}");
+        assert!(uses[1].ends_with("low.rs:4: crate::LIMIT"), "{uses:?}");
+    }
+
+    #[test]
+    fn items_of_the_root_are_recognised_with_their_qualifiers() {
+        for (line, name) in [
+            ("pub fn humane(d: Duration) -> String {", Some("humane")),
+            ("pub(crate) const fn limit() -> u32 {", Some("limit")),
+            ("pub(crate) const MAX: u32 = 1;", Some("MAX")),
+            ("static NAMES: [&str; 2] = [];", Some("NAMES")),
+            ("pub async fn run() {", Some("run")),
+            ("macro_rules! lua_script {", Some("lua_script")),
+            ("pub mod backend;", None),
+            ("pub use error::Error;", None),
+            ("    fn nested() {}", None),
+        ] {
+            assert_eq!(defined_item(line).as_deref(), name, "{line}");
+        }
+    }
+
+    #[test]
+    fn this_crate_keeps_its_own_rules() {
+        assert_layered(env!("CARGO_MANIFEST_DIR"));
+    }
+}
