@@ -76,7 +76,7 @@ fn fail_over(
     // lease: the promoted replica still has the leases of the holders frozen across the
     // failover, as of their last acknowledged renewal, and their beliefs must end before
     // those leases do (after a whole lease every belief would have ended before it).
-    // The same as the cluster failover (`cluster_failover::fail_over`).
+    // The same as the cluster failover (fault/cluster.rs).
     // The sentinels must not count the frozen replica out (after a second, by default):
     // they would refuse to promote it until it answers their pings again, and the
     // failover that follows the freeze would come seconds late.
