@@ -6,11 +6,17 @@
 //! every process believed and did.
 //! See docs/safety.md.
 
+mod catalogue;
 mod check;
 mod client;
+mod config;
+mod fault;
+mod judge;
 mod record;
-mod scenario;
+mod run;
+mod servers;
 mod store;
+mod verdict;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,7 +24,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use scenario::{Config, Expect, Outcome, SCENARIOS};
+use catalogue::{Expect, SCENARIOS};
+use config::Config;
+use judge::Outcome;
 
 const AFTER_HELP: &str = "\
 EXPECTATIONS:
@@ -207,7 +215,7 @@ fn harness(cli: Cli) -> i32 {
         .iter()
         .find(|s| s.moves_clocks() && !s.kinds_of(&config.primitives).is_empty());
     if let Some(clocked) = clocked {
-        if let Err(why) = scenario::ClockTools::find() {
+        if let Err(why) = fault::ClockTools::find() {
             return fail(
                 69,
                 &format!("{} {why}", clocked.name),
@@ -215,7 +223,7 @@ fn harness(cli: Cli) -> i32 {
             );
         }
     }
-    scenario::catch_interrupts();
+    run::catch_interrupts();
     let mut outcomes = Vec::new();
     // On a terminal, a bar per scenario with its round; otherwise a plain line per
     // scenario (indicatif draws nothing where stderr is not a terminal).
@@ -235,7 +243,7 @@ fn harness(cli: Cli) -> i32 {
             progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
             eprintln!("{title} ...");
         }
-        let outcome = scenario::run(scenario, &config, &progress);
+        let outcome = run::run(scenario, &config, &progress);
         progress.finish_and_clear();
         if terminal {
             let verdict = match outcome.ok {
@@ -245,7 +253,7 @@ fn harness(cli: Cli) -> i32 {
             };
             eprintln!("{title}: {verdict} ({:.0} s)", outcome.seconds);
         }
-        if let Some(signal) = scenario::interrupted() {
+        if let Some(signal) = run::interrupted() {
             // run() has already killed its clients and stopped its servers.
             eprintln!("dlock-torture: interrupted by signal {signal}; every process it started is stopped");
             return 128 + signal;
