@@ -16,7 +16,7 @@ use crate::notifier::{Turnstile, WakeSet};
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{
-    private::{KindProtocol, RawProtocol},
+    private::{HandleForms, KindProtocol, Placement, Queueing, RawProtocol, Watching},
     Attempt, HoldKind, Waiting,
 };
 use crate::redlock::RawRedlock;
@@ -130,6 +130,24 @@ impl RawProtocol for AnyKind {
         delegate!(self, raw => raw.settles_each_attempt())
     }
 
+    async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
+        delegate!(self, raw => raw.extend(token, ttl).await)
+    }
+
+    async fn linger(&self, token: &str, rest: Duration) -> Result<()> {
+        delegate!(self, raw => raw.linger(token, rest).await)
+    }
+
+    async fn is_held(&self, token: &str) -> Result<bool> {
+        delegate!(self, raw => raw.is_held(token).await)
+    }
+
+    async fn draw_fence(&self, token: &str) -> Result<u64> {
+        delegate!(self, raw => raw.draw_fence(token).await)
+    }
+}
+
+impl Placement for AnyKind {
     fn session(&self) -> &Session {
         delegate!(self, raw => raw.session())
     }
@@ -142,6 +160,44 @@ impl RawProtocol for AnyKind {
         delegate!(self, raw => raw.options())
     }
 
+    fn renewer(&self) -> &Renewer {
+        delegate!(self, raw => raw.renewer())
+    }
+
+    fn one_server(&self) -> Option<&crate::client::Client> {
+        delegate!(self, raw => raw.one_server())
+    }
+
+    fn hold_key(&self) -> (&str, HoldKind) {
+        delegate!(self, raw => raw.hold_key())
+    }
+
+    fn other_holds(&self) -> &[LockKeys] {
+        delegate!(self, raw => raw.other_holds())
+    }
+}
+
+impl Watching for AnyKind {
+    async fn watch(&self, channel: &str, token: Option<&str>, budget: Duration) -> WakeSet {
+        delegate!(self, raw => raw.watch(channel, token, budget).await)
+    }
+
+    fn watch_if_live(&self, channel: &str, token: Option<&str>) -> Option<WakeSet> {
+        delegate!(self, raw => raw.watch_if_live(channel, token))
+    }
+}
+
+impl Queueing for AnyKind {
+    async fn leave_queue(&self, queue: &QueueKeys, token: &str) -> Result<()> {
+        delegate!(self, raw => raw.leave_queue(queue, token).await)
+    }
+
+    fn turnstile(&self) -> Option<Arc<Turnstile>> {
+        delegate!(self, raw => raw.turnstile())
+    }
+}
+
+impl HandleForms for AnyKind {
     async fn release_token(&self, token: &str) -> Result<()> {
         delegate!(self, raw => raw.release_token(token).await)
     }
@@ -160,53 +216,5 @@ impl RawProtocol for AnyKind {
             Kind::Write(raw) => Kind::Write(raw.another_owner()),
             other => other.clone(),
         })
-    }
-
-    async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
-        delegate!(self, raw => raw.extend(token, ttl).await)
-    }
-
-    async fn linger(&self, token: &str, rest: Duration) -> Result<()> {
-        delegate!(self, raw => raw.linger(token, rest).await)
-    }
-
-    async fn is_held(&self, token: &str) -> Result<bool> {
-        delegate!(self, raw => raw.is_held(token).await)
-    }
-
-    async fn draw_fence(&self, token: &str) -> Result<u64> {
-        delegate!(self, raw => raw.draw_fence(token).await)
-    }
-
-    async fn watch(&self, channel: &str, token: Option<&str>, budget: Duration) -> WakeSet {
-        delegate!(self, raw => raw.watch(channel, token, budget).await)
-    }
-
-    fn watch_if_live(&self, channel: &str, token: Option<&str>) -> Option<WakeSet> {
-        delegate!(self, raw => raw.watch_if_live(channel, token))
-    }
-
-    async fn leave_queue(&self, queue: &QueueKeys, token: &str) -> Result<()> {
-        delegate!(self, raw => raw.leave_queue(queue, token).await)
-    }
-
-    fn renewer(&self) -> &Renewer {
-        delegate!(self, raw => raw.renewer())
-    }
-
-    fn one_server(&self) -> Option<&crate::client::Client> {
-        delegate!(self, raw => raw.one_server())
-    }
-
-    fn turnstile(&self) -> Option<Arc<Turnstile>> {
-        delegate!(self, raw => raw.turnstile())
-    }
-
-    fn hold_key(&self) -> (&str, HoldKind) {
-        delegate!(self, raw => raw.hold_key())
-    }
-
-    fn other_holds(&self) -> &[LockKeys] {
-        delegate!(self, raw => raw.other_holds())
     }
 }

@@ -1,5 +1,7 @@
 //! The raw protocol of a lock kind: what each primitive writes itself — its scripts and how
-//! to read their replies. Everything else (waiting, retries, clean-up of cancelled waits,
+//! to read their replies — split into a narrow core ([`private::KindProtocol`],
+//! [`private::Placement`], [`private::RawProtocol`]) and optional abilities
+//! (`raw/abilities.rs`). Everything else (waiting, retries, clean-up of cancelled waits,
 //! the guard, renewal, the lost signal, release on drop, shutdown) is shared and lives in
 //! [`wait`](crate::wait) and [`guard`](crate::guard), in the spirit of `lock_api`'s
 //! `RawMutex` under `Mutex<R, T>`.
@@ -12,7 +14,6 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lease;
-use crate::notifier::{Turnstile, WakeSet};
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 pub use crate::renew::HoldKind;
@@ -20,15 +21,23 @@ use crate::renew::Renewer;
 use crate::script::{lua_script, LuaScript};
 use crate::session::{Owner, Session};
 
+mod abilities;
+
 /// A kind of lock that a [`Lock`](crate::Lock) handle takes and a [`Guard`](crate::Guard)
 /// holds: the plain or fair mutex, a reentrant mutex's owner, the read or write side of
 /// an [`RwLock`](crate::RwLock), a semaphore, a Redlock mutex, or any of them chosen at
 /// run time.
 ///
 /// Sealed: it is implemented by dlock's primitives only.
-pub trait RawLock: private::RawProtocol {}
+pub trait RawLock:
+    private::RawProtocol + private::Watching + private::Queueing + private::HandleForms
+{
+}
 
-impl<T: private::RawProtocol> RawLock for T {}
+impl<T> RawLock for T where
+    T: private::RawProtocol + private::Watching + private::Queueing + private::HandleForms
+{
+}
 
 /// Room left between a `WAIT`'s timeout and the client's response timeout, for the round
 /// trip around the wait.
@@ -153,86 +162,22 @@ pub mod private {
         fn release(&self, token: &str) -> impl Future<Output = Result<()>> + Send;
     }
 
-    /// The raw protocol of one lock kind: what the one acquisition path
-    /// ([`crate::wait`]) and the one guard ([`Guard`](crate::Guard)) ask of it, beyond
-    /// its [`KindProtocol`].
-    ///
-    /// The kinds on one server (a single node, a Cluster, a Sentinel master) implement
-    /// [`OnOneServer`] and get the rest from it; Redlock implements this itself, fanning
-    /// each request out to its masters.
-    pub trait RawProtocol: KindProtocol {
-        /// Each attempt settles its own leftovers: one that is not granted gives back,
-        /// itself and in the background, whatever it may have been granted, so the next
-        /// attempt takes a fresh token. (Redlock: a round granted by a minority of the
-        /// masters must not keep them until the wait ends.) Otherwise one token serves
-        /// the whole wait and a resend is recognised by it.
-        fn settles_each_attempt(&self) -> bool {
-            false
-        }
+    /// Where a kind's holds live and what it acts on: its session and renewer, the named
+    /// lock, its options, the keys a hold is recorded at, and the one server guarded writes
+    /// run on when there is one. What the guard and the wait read, never a request.
+    pub trait Placement {
         /// The session its holds belong to.
         fn session(&self) -> &Session;
         /// The keys of the named lock.
         fn keys(&self) -> &std::sync::Arc<LockKeys>;
         /// The options in force.
         fn options(&self) -> &LockOptions;
-        /// Gives back a hold known only by its token (not taken through this handle):
-        /// the guard's release unless the kind's token may stand for several of its forms.
-        fn release_token(&self, token: &str) -> impl Future<Output = Result<()>> + Send {
-            self.release(token)
-        }
-        /// This kind with its fence drawn with every grant, for work that reads it at
-        /// once ([`Lock::with_lock`](crate::Lock::with_lock)).
-        fn fence_at_grant(&self) -> Self {
-            self.clone()
-        }
-        /// This kind acting for a fresh owner, when its holds have one: what a clone of
-        /// its handle acts for (a clone handed to another task must not re-enter this
-        /// one's holds).
-        fn another_owner(&self) -> Self {
-            self.clone()
-        }
-        /// Restarts the lease of the hold `token` at `ttl`; [`crate::Error::Lost`] when it
-        /// is not held.
-        fn extend(&self, token: &str, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
-        /// Keeps the hold `token` until `rest` from now, renewal already stopped, and
-        /// lets its lease end it then ([`LockOptions::hold_at_least`]); whoever waits is
-        /// told when it ends. [`crate::Error::Lost`] when it is not held.
-        fn linger(&self, token: &str, rest: Duration) -> impl Future<Output = Result<()>> + Send;
-        /// Whether the hold `token` is still held.
-        fn is_held(&self, token: &str) -> impl Future<Output = Result<bool>> + Send;
-        /// Draws the fence of a hold granted without one, while held;
-        /// [`crate::Error::Lost`] when it is not held any more.
-        fn draw_fence(&self, token: &str) -> impl Future<Output = Result<u64>> + Send;
-        /// Subscribes to `channel` where the holds are, within `budget`; a queued waiter
-        /// is addressed there as its `token`.
-        fn watch(
-            &self,
-            channel: &str,
-            token: Option<&str>,
-            budget: Duration,
-        ) -> impl Future<Output = WakeSet> + Send;
-        /// Listens on `channel` (as `token`) at once, without a request, if it is
-        /// subscribed already: a waiter that registers before its attempt then needs no
-        /// second attempt once queued. `None` otherwise, or where waking takes several
-        /// servers.
-        fn watch_if_live(&self, _channel: &str, _token: Option<&str>) -> Option<WakeSet> {
-            None
-        }
-        /// Gives up the waiter place of `token` in `queue`.
-        fn leave_queue(
-            &self,
-            queue: &QueueKeys,
-            token: &str,
-        ) -> impl Future<Output = Result<()>> + Send;
         /// The renewal scheduler of its holds.
         fn renewer(&self) -> &Renewer;
         /// The client of the one server its holds live on, where guarded writes run
-        /// (see [`crate::Guarded`]); `None` where a hold spans several servers (Redlock).
+        /// (see [`crate::Guarded`]); `None` where a hold spans several servers (Redlock,
+        /// a multi-lock).
         fn one_server(&self) -> Option<&Client> {
-            None
-        }
-        /// Where waiters of one handle take turns, when they do (see [`Turnstile`]).
-        fn turnstile(&self) -> Option<std::sync::Arc<Turnstile>> {
             None
         }
 
@@ -253,6 +198,40 @@ pub mod private {
         }
     }
 
+    /// The core of the raw protocol, what every kind on every topology does: beside its
+    /// [`KindProtocol`] (attempt, release) and its [`Placement`], the verbs of a hold
+    /// that the one guard ([`Guard`](crate::Guard)) sends. Abilities not every kind has
+    /// are optional traits with "not supported" defaults: [`Watching`], [`Queueing`],
+    /// [`HandleForms`] (see `raw/abilities.rs`).
+    ///
+    /// The kinds on one server (a single node, a Cluster, a Sentinel master) implement
+    /// [`OnOneServer`] and get the rest from it; Redlock and the multi-lock implement
+    /// this themselves, fanning each request out.
+    pub trait RawProtocol: KindProtocol + Placement {
+        /// Each attempt settles its own leftovers: one that is not granted gives back,
+        /// itself and in the background, whatever it may have been granted, so the next
+        /// attempt takes a fresh token. (Redlock: a round granted by a minority of the
+        /// masters must not keep them until the wait ends.) Otherwise one token serves
+        /// the whole wait and a resend is recognised by it.
+        fn settles_each_attempt(&self) -> bool {
+            false
+        }
+        /// Restarts the lease of the hold `token` at `ttl`; [`crate::Error::Lost`] when it
+        /// is not held.
+        fn extend(&self, token: &str, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
+        /// Keeps the hold `token` until `rest` from now, renewal already stopped, and
+        /// lets its lease end it then ([`LockOptions::hold_at_least`]); whoever waits is
+        /// told when it ends. [`crate::Error::Lost`] when it is not held.
+        fn linger(&self, token: &str, rest: Duration) -> impl Future<Output = Result<()>> + Send;
+        /// Whether the hold `token` is still held.
+        fn is_held(&self, token: &str) -> impl Future<Output = Result<bool>> + Send;
+        /// Draws the fence of a hold granted without one, while held;
+        /// [`crate::Error::Lost`] when it is not held any more.
+        fn draw_fence(&self, token: &str) -> impl Future<Output = Result<u64>> + Send;
+    }
+
+    pub use super::abilities::{HandleForms, Queueing, Watching};
+
     /// A kind on one server: beside its [`KindProtocol`], where its holds live; extend,
     /// "still held?", the lazy fence, waking and renewal are the same for every such kind
     /// and come with it.
@@ -272,7 +251,7 @@ pub mod private {
         const RELEASES_ANY_FORM: bool = false;
     }
 
-    impl<T: OnOneServer> RawProtocol for T {
+    impl<T: OnOneServer> Placement for T {
         fn hold_key(&self) -> (&str, HoldKind) {
             (&self.core().keys.key, T::HOLD)
         }
@@ -289,31 +268,16 @@ pub mod private {
             &self.core().options
         }
 
-        async fn release_token(&self, token: &str) -> Result<()> {
-            if T::RELEASES_ANY_FORM {
-                // A mutex, a fair mutex and a write lock share the format: a token of any
-                // of them is released, and its waiters woken, by one script.
-                release_string_hold(self.core(), token).await
-            } else {
-                self.release(token).await
-            }
+        fn renewer(&self) -> &Renewer {
+            self.core().client.renewer()
         }
 
-        fn another_owner(&self) -> Self {
-            let mut other = self.clone();
-            if let Some(owner) = other.owner_mut() {
-                *owner = Owner::new();
-            }
-            other
+        fn one_server(&self) -> Option<&Client> {
+            Some(&self.core().client)
         }
+    }
 
-        fn fence_at_grant(&self) -> Self {
-            let mut eager = self.clone();
-            let core = eager.core_mut();
-            core.options = core.options.fence_at_grant();
-            eager
-        }
-
+    impl<T: OnOneServer> RawProtocol for T {
         async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
             extend_on_server(self, token, ttl).await
         }
@@ -335,34 +299,6 @@ pub mod private {
 
         async fn draw_fence(&self, token: &str) -> Result<u64> {
             draw_fence_on_server(self, token).await
-        }
-
-        async fn watch(&self, channel: &str, token: Option<&str>, _budget: Duration) -> WakeSet {
-            // Bounded by the subscription's own acknowledgement timeout.
-            WakeSet::one(self.core().client.notifier().watch(channel, token).await)
-        }
-
-        fn watch_if_live(&self, channel: &str, token: Option<&str>) -> Option<WakeSet> {
-            // Only a notifier some wait started: an uncontended acquire opens no pub/sub
-            // connection.
-            let notifier = self.core().client.started_notifier()?;
-            Some(WakeSet::one(notifier.watch_if_live(channel, token)?))
-        }
-
-        fn leave_queue(
-            &self,
-            queue: &QueueKeys,
-            token: &str,
-        ) -> impl Future<Output = Result<()>> + Send {
-            queue.leave(&self.core().client, token)
-        }
-
-        fn renewer(&self) -> &Renewer {
-            self.core().client.renewer()
-        }
-
-        fn one_server(&self) -> Option<&Client> {
-            Some(&self.core().client)
         }
     }
 }

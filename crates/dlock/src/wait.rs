@@ -28,6 +28,7 @@ use crate::observe;
 use crate::options::{jitter, LockOptions, Wait};
 use crate::queue::QueueKeys;
 use crate::raw::{Attempt, RawLock, Waiting};
+use crate::session::Busy;
 
 /// A little past the holder's expiry (0.5–2.5 ms, random so that waiters of an expired
 /// lock do not all arrive at once).
@@ -110,253 +111,473 @@ pub(crate) async fn acquire<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>>
 const SPLIT_DELAY: std::ops::Range<Duration> =
     Duration::from_millis(10)..Duration::from_millis(200);
 
+/// The wait, as a loop over the named steps of [`Acquisition`]. Every await of the wait is
+/// in this function (the turn in [`Acquisition::start`] aside), each on one request or one
+/// sleep; the steps between them are synchronous.
 async fn acquire_in_span<R: RawLock>(raw: &R, wait: Wait) -> Result<Guard<R>> {
-    let session = raw.session().clone();
-    let options = *raw.options();
-    let queue = match raw.waiting() {
-        Waiting::Queue(queue) if wait != Wait::NoWait => Some(queue.clone()),
-        _ => None,
-    };
-    let join_queue = queue.is_some();
-    // Shutdown waits for this wait to end (it ends at once when it sees the session closed).
-    let _busy = session.busy();
-    let started = Instant::now();
-    let deadline = match wait {
-        Wait::Timeout(timeout) => started.checked_add(timeout),
-        Wait::NoWait | Wait::Forever => None,
-    };
-    let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
-    let budget_left = || {
-        deadline.map_or(Duration::MAX, |d| {
-            d.saturating_duration_since(Instant::now())
-        })
-    };
-    // Waiters of one handle that take turns (Redlock) wait for theirs first; a single
-    // attempt does not queue.
-    let mut turn = match raw.turnstile() {
-        Some(turnstile) if wait != Wait::NoWait => match take_turn(turnstile, deadline).await {
-            Some(turn) => Some(turn),
-            None => return Err(timed_out(raw, started)),
-        },
-        _ => None,
-    };
-    // The previous waiter's subscriptions, if it was granted and left them: live since
-    // before its grant, so every release after that has woken them. Start by waiting on
-    // them: the lock was just taken.
-    let mut wakes: Option<WakeSet> = turn.as_mut().and_then(|turn| turn.take());
-    let mut wait_first = wakes.is_some();
-    let mut claim = Claim::new(raw.clone(), queue);
-    // Where this waiter listens, and as which token (a queued waiter is addressed).
-    let wake_address = |token: &str| match raw.waiting() {
-        Waiting::Channel(channel) => (channel.to_string(), None),
-        Waiting::Queue(queue) => (queue.wake_channel(token), Some(token.to_string())),
-    };
-    if wakes.is_none() && wait != Wait::NoWait {
-        // Already subscribed (another waiter of this client listens, or did a moment
-        // ago): listen before the first attempt, so a busy one needs no second attempt.
-        // (Every acquire passes here: the release channel is looked up without a copy.)
-        wakes = match raw.waiting() {
-            Waiting::Channel(channel) => raw.watch_if_live(channel, None),
-            Waiting::Queue(queue) => {
-                raw.watch_if_live(&queue.wake_channel(&claim.token), Some(&claim.token))
+    let mut acquisition = Acquisition::start(raw, wait).await?;
+    let ended = loop {
+        if raw.session().is_closed() {
+            break Error::Closed;
+        }
+        let blocked = if std::mem::take(&mut acquisition.wait_first) {
+            Blocked::default()
+        } else {
+            let next = match acquisition.look() {
+                Some(next) => next,
+                None => {
+                    let sent = acquisition.sending();
+                    let reply = raw
+                        .attempt(&acquisition.claim.token, acquisition.join_queue)
+                        .await;
+                    acquisition.received(reply, sent)
+                }
+            };
+            match next {
+                Next::Granted(grant) => match acquisition.grant(grant) {
+                    Ok(guard) => return Ok(guard),
+                    Err(ended) => break ended,
+                },
+                Next::Wait(blocked) => blocked,
+                Next::End(err) => break err,
             }
         };
-    }
-    let mut poll = options.backoff.min;
-    let mut split_delay = SPLIT_DELAY.start;
-    let mut attempts: u32 = 0;
-    let mut last_warning: Option<Instant> = None;
-    // When the last attempt that left this waiter in the queue was sent.
-    let mut queued_at: Option<Instant> = None;
-    let mut waiting: Option<observe::Waiting> = None;
-    let outcome = loop {
-        if session.is_closed() {
-            break Err(Error::Closed);
+        match acquisition.pause(blocked) {
+            Pause::Subscribe {
+                channel,
+                token,
+                budget,
+            } => {
+                acquisition.wakes = Some(raw.watch(&channel, token.as_deref(), budget).await);
+            }
+            Pause::Sleep(delay) => tokio::time::sleep(delay).await,
+            Pause::UntilWoken(sleep) => match acquisition.wakes.as_mut() {
+                Some(active) => tokio::select! {
+                    _ = active.notified() => {}
+                    _ = tokio::time::sleep(sleep) => {}
+                },
+                // (Not reached: `pause` subscribes first.)
+                None => tokio::time::sleep(sleep).await,
+            },
         }
-        // What a queued waiter was told while it slept (or subscribed).
-        let told = match wakes.as_mut() {
-            Some(wakes) if !wait_first => wakes.take_told(),
-            _ => Told::default(),
+    };
+    // The wait ends without a guard: its subscriptions are dropped, then what may be ours
+    // is given back, before the turn passes to the next waiter (with the rest of
+    // `acquisition`, at the end of this function).
+    drop(acquisition.wakes.take());
+    acquisition.claim.give_back().await;
+    Err(ended)
+}
+
+/// One acquire in progress, in named steps that [`acquire_in_span`] runs in a loop:
+/// [`start`](Acquisition::start) (the turn, the claim, an early listen), then rounds of
+/// [`look`](Acquisition::look) (or [`sending`](Acquisition::sending) an attempt and
+/// [`received`](Acquisition::received) its answer) and [`pause`](Acquisition::pause), until
+/// [`grant`](Acquisition::grant) or the wait ends.
+///
+/// Cancellation: the awaits are the loop's, each on one request or sleep, and whatever may
+/// be ours lives in the fields, so a future dropped by `timeout`/`select!` drops the
+/// acquisition and its [`Claim`] gives back in the background what may have been granted.
+/// Fields drop in declaration order, kept as the one loop this replaced dropped its
+/// locals: the waiters' gauge, the claim (its clean-up spawned), the subscriptions, the
+/// turn (the next waiter of the handle goes on), and the session's busy mark last.
+struct Acquisition<'r, R: RawLock> {
+    raw: &'r R,
+    wait: Wait,
+    options: LockOptions,
+    /// Whether attempts take (or refresh) a place in the kind's queue.
+    join_queue: bool,
+    started: Instant,
+    /// The end of the wait budget (`None`: a single attempt, or no bound).
+    deadline: Option<Instant>,
+    /// Attempts sent, for the metrics.
+    attempts: u32,
+    /// The polling interval while notifications are not delivered.
+    poll: Duration,
+    /// The bound of the random delay after the next split vote.
+    split_delay: Duration,
+    /// When a wait failing on a transient error last said so at warn level.
+    last_warning: Option<Instant>,
+    /// When the last attempt that left this waiter in the queue was sent.
+    queued_at: Option<Instant>,
+    /// The next round waits on the subscriptions first, without a look (they were handed
+    /// over by the previous waiter in turn, just granted).
+    wait_first: bool,
+    /// Found held: counted among this process's waiters until the acquire ends.
+    waiting: Option<observe::Waiting>,
+    claim: Claim<R>,
+    wakes: Option<WakeSet>,
+    turn: Option<tokio::sync::OwnedMutexGuard<Option<WakeSet>>>,
+    /// Shutdown waits for this wait to end (it ends at once when it sees the session
+    /// closed).
+    _busy: Busy,
+}
+
+/// A grant, for the guard: its fence (the first name's for a multi-lock), the owner's
+/// hold count, every name's fence (a multi-lock's; empty otherwise), and when the attempt
+/// that was granted was sent (its lease counts from then).
+struct Grant {
+    fence: Option<u64>,
+    holds: u32,
+    fences: Vec<u64>,
+    sent: Instant,
+}
+
+/// What a look that was not granted learnt, for the wait before the next one.
+#[derive(Default)]
+struct Blocked {
+    /// The blocking lease, when known.
+    remaining: Option<Duration>,
+    /// The attempt failed on a transient error (its outcome unknown).
+    failed: bool,
+    /// Contenders split the votes (Redlock).
+    split: bool,
+}
+
+/// Where a look leaves the wait.
+enum Next {
+    Granted(Grant),
+    Wait(Blocked),
+    End(Error),
+}
+
+/// How the wait pauses before its next look.
+enum Pause {
+    /// Subscribe where this waiter is woken (within `budget`), then look again at once.
+    Subscribe {
+        channel: String,
+        token: Option<String>,
+        budget: Duration,
+    },
+    /// Sleep, deaf to releases (after a split vote).
+    Sleep(Duration),
+    /// Sleep until woken, or at most this long.
+    UntilWoken(Duration),
+}
+
+impl<'r, R: RawLock> Acquisition<'r, R> {
+    /// Takes this waiter's turn where the kind's waiters take turns, draws the wait's
+    /// claim, and listens at once where a subscription is live already;
+    /// [`Error::TimedOut`] when the budget passes before its turn.
+    async fn start(raw: &'r R, wait: Wait) -> Result<Acquisition<'r, R>> {
+        let options = *raw.options();
+        let queue = match raw.waiting() {
+            Waiting::Queue(queue) if wait != Wait::NoWait => Some(queue.clone()),
+            _ => None,
         };
-        let (remaining, failed, split) = if std::mem::take(&mut wait_first) {
-            (None, false, false)
-        } else if let (None, Some(ms)) = (told.granted, told.watch_ms) {
+        let join_queue = queue.is_some();
+        let busy = raw.session().busy();
+        let started = Instant::now();
+        let deadline = match wait {
+            Wait::Timeout(timeout) => started.checked_add(timeout),
+            Wait::NoWait | Wait::Forever => None,
+        };
+        // Waiters of one handle that take turns (Redlock) wait for theirs first; a single
+        // attempt does not queue.
+        let mut turn = match raw.turnstile() {
+            Some(turnstile) if wait != Wait::NoWait => match take_turn(turnstile, deadline).await {
+                Some(turn) => Some(turn),
+                None => return Err(timed_out(raw, started)),
+            },
+            _ => None,
+        };
+        // The previous waiter's subscriptions, if it was granted and left them: live since
+        // before its grant, so every release after that has woken them. Start by waiting on
+        // them: the lock was just taken.
+        let wakes: Option<WakeSet> = turn.as_mut().and_then(|turn| turn.take());
+        let mut acquisition = Acquisition {
+            raw,
+            wait,
+            options,
+            join_queue,
+            started,
+            deadline,
+            attempts: 0,
+            poll: options.backoff.min,
+            split_delay: SPLIT_DELAY.start,
+            last_warning: None,
+            queued_at: None,
+            wait_first: wakes.is_some(),
+            waiting: None,
+            claim: Claim::new(raw.clone(), queue),
+            wakes,
+            turn,
+            _busy: busy,
+        };
+        if acquisition.wakes.is_none() && wait != Wait::NoWait {
+            acquisition.wakes = acquisition.listen_if_live();
+        }
+        Ok(acquisition)
+    }
+
+    /// One look at the lock without a request: what a queued waiter was told while it
+    /// slept, or a direct grant held as it is; `None` when an attempt must be sent.
+    fn look(&mut self) -> Option<Next> {
+        // What a queued waiter was told while it slept (or subscribed).
+        let told = match self.wakes.as_mut() {
+            Some(wakes) => wakes.take_told(),
+            None => Told::default(),
+        };
+        if let (None, Some(ms)) = (told.granted, told.watch_ms) {
             // The waiter ahead was handed the lock: this one, still in line, sleeps until
             // that lease ends unless handed the lock first, with no attempt to learn it.
-            (Some(Duration::from_millis(ms)), false, false)
-        } else {
-            // A release handed this waiter the lock: it holds the lock without an attempt.
-            // The direct grant's fence, and the instant its lease counts from.
-            let direct = told.granted.and_then(|fence| {
-                let start = direct_grant_start(&options, queued_at?)?;
-                Some((fence, start))
-            });
-            let (reply, sent) = match direct {
-                Some((fence, sent)) => (
-                    Ok(Attempt::Granted {
-                        fence: Some(fence),
-                        holds: 1,
-                    }),
-                    sent,
-                ),
-                None => {
-                    if let Some(wakes) = wakes.as_mut() {
-                        wakes.before_attempt();
-                    }
-                    attempts += 1;
-                    let sent = Instant::now();
-                    claim.sending(join_queue);
-                    let reply = raw.attempt(&claim.token, join_queue).await;
-                    if let Some(wakes) = wakes.as_mut() {
-                        wakes.wake_used();
-                    }
-                    (reply, sent)
-                }
-            };
+            return Some(Next::Wait(Blocked {
+                remaining: Some(Duration::from_millis(ms)),
+                ..Blocked::default()
+            }));
+        }
+        let (fence, sent) = self.direct_grant(told)?;
+        let granted = Attempt::Granted {
+            fence: Some(fence),
+            holds: 1,
+        };
+        Some(self.read(Ok(granted), sent))
+    }
+
+    /// A release handed this waiter the lock: it holds the lock without an attempt when
+    /// the grant can be held as it is (see [`direct_grant_start`]). The direct grant's
+    /// fence, and the instant its lease counts from.
+    fn direct_grant(&self, told: Told) -> Option<(u64, Instant)> {
+        told.granted.and_then(|fence| {
+            let start = direct_grant_start(&self.options, self.queued_at?)?;
+            Some((fence, start))
+        })
+    }
+
+    /// An attempt is about to be sent with the claim's token: the claim knows it is out,
+    /// so a future dropped meanwhile gives back what it may have been granted. When it is
+    /// sent, for the lease of its grant.
+    fn sending(&mut self) -> Instant {
+        if let Some(wakes) = self.wakes.as_mut() {
+            wakes.before_attempt();
+        }
+        self.attempts += 1;
+        let sent = Instant::now();
+        self.claim.sending(self.join_queue);
+        sent
+    }
+
+    /// The answer to the attempt sent at `sent` came: a wake that came while it was out
+    /// is used up by it. What the answer means, as [`read`](Acquisition::read).
+    fn received(&mut self, reply: Result<Attempt>, sent: Instant) -> Next {
+        if let Some(wakes) = self.wakes.as_mut() {
+            wakes.wake_used();
+        }
+        self.read(reply, sent)
+    }
+
+    /// What the answer to an attempt (or a direct grant) sent at `sent` means for the
+    /// wait; the claim follows it.
+    fn read(&mut self, reply: Result<Attempt>, sent: Instant) -> Next {
+        match self.decide(reply, sent) {
+            Next::Wait(blocked) => self.keep_waiting(blocked),
+            next => next,
+        }
+    }
+
+    /// What the answer to an attempt sent at `sent` says; the claim follows it.
+    fn decide(&mut self, reply: Result<Attempt>, sent: Instant) -> Next {
+        match reply {
             // A multi-lock's grant: the first name's fence is the guard's, and the guard
             // keeps every name's.
-            let (reply, fences) = match reply {
-                Ok(Attempt::GrantedAll { fences }) => {
-                    let fence = fences.first().copied();
-                    (Ok(Attempt::Granted { fence, holds: 1 }), fences)
+            Ok(Attempt::GrantedAll { fences }) => {
+                self.claim.answered();
+                Next::Granted(Grant {
+                    fence: fences.first().copied(),
+                    holds: 1,
+                    fences,
+                    sent,
+                })
+            }
+            Ok(Attempt::Granted { fence, holds }) => {
+                self.claim.answered();
+                Next::Granted(Grant {
+                    fence,
+                    holds,
+                    fences: Vec::new(),
+                    sent,
+                })
+            }
+            Ok(Attempt::Busy { remaining, split }) => {
+                self.claim.answered();
+                self.claim.next_token();
+                if self.join_queue {
+                    self.queued_at = Some(sent);
                 }
-                other => (other, Vec::new()),
-            };
-            let decided = match reply {
-                Ok(Attempt::GrantedAll { .. }) => unreachable!("made a Granted above"),
-                Ok(Attempt::Granted { fence, holds }) => {
-                    claim.answered();
-                    match claim.into_guard(fence, holds, sent) {
-                        Ok(mut guard) => {
-                            guard.fences = fences;
-                            // Hand the live subscriptions to the next waiter in turn: any
-                            // wake they hold came before this grant.
-                            if let (Some(turn), Some(mut wakes)) = (turn.as_mut(), wakes.take()) {
-                                wakes.before_attempt();
-                                **turn = Some(wakes);
-                            }
-                            observe::acquired(
-                                raw.kind_name(),
-                                raw.name(),
-                                attempts,
-                                started.elapsed(),
-                            );
-                            return Ok(guard);
-                        }
-                        Err(returned) => {
-                            // Granted after shutdown began: give it back.
-                            claim = returned;
-                            break Err(Error::Closed);
-                        }
-                    }
+                Next::Wait(Blocked {
+                    remaining,
+                    failed: false,
+                    split,
+                })
+            }
+            Err(err) if err.is_transient() => {
+                self.claim.unknown();
+                if self.wait == Wait::NoWait || self.past_deadline() {
+                    return Next::End(err);
                 }
-                Ok(Attempt::Busy { remaining, split }) => {
-                    claim.answered();
-                    claim.next_token();
-                    if join_queue {
-                        queued_at = Some(sent);
-                    }
-                    (remaining, false, split)
+                let loud =
+                    !matches!(self.last_warning, Some(at) if at.elapsed() < RETRY_WARNING_EVERY);
+                if loud {
+                    self.last_warning = Some(Instant::now());
                 }
-                Err(err) if err.is_transient() => {
-                    claim.unknown();
-                    if wait == Wait::NoWait || past_deadline() {
-                        break Err(err);
-                    }
-                    let loud =
-                        !matches!(last_warning, Some(at) if at.elapsed() < RETRY_WARNING_EVERY);
-                    if loud {
-                        last_warning = Some(Instant::now());
-                    }
-                    observe::retrying(raw.kind_name(), raw.name(), &err, loud);
-                    (None, true, false)
-                }
-                Err(Error::NotReplicated {
+                observe::retrying(self.raw.kind_name(), self.raw.name(), &err, loud);
+                Next::Wait(Blocked {
+                    remaining: None,
+                    failed: true,
+                    split: false,
+                })
+            }
+            Err(Error::NotReplicated {
+                wanted,
+                acknowledged,
+                ..
+            }) => {
+                // Granted, but not on enough replicas: never a silently unreplicated
+                // lock, the grant is given back.
+                self.claim.unknown();
+                Next::End(Error::NotReplicated {
+                    name: self.raw.name().to_string(),
                     wanted,
                     acknowledged,
-                    ..
-                }) => {
-                    // Granted, but not on enough replicas: never a silently unreplicated
-                    // lock, the grant is given back.
-                    claim.unknown();
-                    break Err(Error::NotReplicated {
-                        name: raw.name().to_string(),
-                        wanted,
-                        acknowledged,
-                    });
-                }
-                Err(err) => {
-                    claim.answered();
-                    break Err(err);
-                }
-            };
-            if wait == Wait::NoWait {
-                observe::busy(raw.kind_name(), raw.name());
-                break Err(Error::Busy {
-                    name: raw.name().to_string(),
-                    remaining: decided.0,
-                });
+                })
             }
-            if past_deadline() {
-                break Err(timed_out(raw, started));
+            Err(err) => {
+                self.claim.answered();
+                Next::End(err)
             }
-            // Found held: waiting from here until this acquire ends, however it ends.
-            if !decided.1 {
-                waiting.get_or_insert_with(|| observe::waiting(raw.kind_name(), &raw.keys().key));
-            }
-            decided
-        };
-        let Some(active) = wakes.as_mut() else {
+        }
+    }
+
+    /// After an attempt that was not granted: a single attempt ends [`Error::Busy`], a
+    /// wait past its budget [`Error::TimedOut`]; otherwise the wait goes on.
+    fn keep_waiting(&mut self, blocked: Blocked) -> Next {
+        let raw = self.raw;
+        if self.wait == Wait::NoWait {
+            observe::busy(raw.kind_name(), raw.name());
+            return Next::End(Error::Busy {
+                name: raw.name().to_string(),
+                remaining: blocked.remaining,
+            });
+        }
+        if self.past_deadline() {
+            return Next::End(timed_out(raw, self.started));
+        }
+        // Found held: waiting from here until this acquire ends, however it ends.
+        if !blocked.failed {
+            self.waiting
+                .get_or_insert_with(|| observe::waiting(raw.kind_name(), &raw.keys().key));
+        }
+        Next::Wait(blocked)
+    }
+
+    /// How the wait pauses before its next look: it subscribes first if not yet (and
+    /// looks again at once); after a split vote it sleeps a random delay; otherwise it
+    /// sleeps until woken, the holder's lease ends, the queue place is due for a refresh,
+    /// or the next poll.
+    fn pause(&mut self, blocked: Blocked) -> Pause {
+        let Some(active) = self.wakes.as_ref() else {
             // Subscribe, then re-check at once: a release between the failed attempt and
             // the subscription would otherwise go unnoticed.
-            let (channel, token) = wake_address(&claim.token);
-            wakes = Some(raw.watch(&channel, token.as_deref(), budget_left()).await);
-            continue;
+            let (channel, token) = self.wake_address();
+            return Pause::Subscribe {
+                channel,
+                token,
+                budget: self.budget_left(),
+            };
         };
-        if split {
+        if blocked.split {
             // Contenders split the votes: retry after a random delay (Redlock's rule,
             // growing while they keep colliding), deaf to releases meanwhile: the
             // give-backs of the split round announce releases, and woken by those the
             // contenders would collide again at once, round after round.
-            let delay = rand::rng().random_range(Duration::ZERO..=split_delay);
-            split_delay = (split_delay * 2).min(SPLIT_DELAY.end);
-            tokio::time::sleep(delay.min(budget_left())).await;
-            continue;
+            let delay = rand::rng().random_range(Duration::ZERO..=self.split_delay);
+            self.split_delay = (self.split_delay * 2).min(SPLIT_DELAY.end);
+            return Pause::Sleep(delay.min(self.budget_left()));
         }
-        let live = active.is_live() && !failed;
+        let live = active.is_live() && !blocked.failed;
         // A queued waiter refreshes its place a third of its waiter lease after the last
         // attempt that did (sleeps told to watch a lease do not refresh it). After a failed
         // attempt it polls with backoff instead: counting from the last success, a server
         // answering errors (BUSY, LOADING) for a while would be retried without a pause.
-        let refresh = join_queue.then(|| {
-            let every = options.waiter_lease / 3;
-            match queued_at {
-                Some(at) if !failed => every.saturating_sub(at.elapsed()),
+        let refresh = self.join_queue.then(|| {
+            let every = self.options.waiter_lease / 3;
+            match self.queued_at {
+                Some(at) if !blocked.failed => every.saturating_sub(at.elapsed()),
                 _ => every,
             }
         });
         let mut sleep = next_sleep(
-            remaining,
+            blocked.remaining,
             live,
-            poll,
-            options.backoff.max,
+            self.poll,
+            self.options.backoff.max,
             refresh,
-            deadline,
+            self.deadline,
         );
         if live && active.may_miss_a_word() {
-            sleep = sleep.min(options.backoff.max);
+            sleep = sleep.min(self.options.backoff.max);
         }
         if !live {
-            poll = poll.saturating_mul(2).min(options.backoff.max);
+            self.poll = self.poll.saturating_mul(2).min(self.options.backoff.max);
         }
-        tokio::select! {
-            _ = active.notified() => {}
-            _ = tokio::time::sleep(sleep) => {}
+        Pause::UntilWoken(sleep)
+    }
+
+    /// Granted: the guard takes the hold over, and the live subscriptions go to the next
+    /// waiter in turn. [`Error::Closed`] when granted after shutdown began: the claim then
+    /// gives the grant back.
+    fn grant(&mut self, grant: Grant) -> Result<Guard<R>, Error> {
+        let Some(mut guard) = self.claim.take_guard(grant.fence, grant.holds, grant.sent) else {
+            // Granted after shutdown began: give it back.
+            return Err(Error::Closed);
+        };
+        guard.fences = grant.fences;
+        // Hand the live subscriptions to the next waiter in turn: any wake they
+        // hold came before this grant.
+        if let (Some(turn), Some(mut wakes)) = (self.turn.as_mut(), self.wakes.take()) {
+            wakes.before_attempt();
+            **turn = Some(wakes);
         }
-    };
-    drop(wakes);
-    claim.give_back().await;
-    outcome
+        observe::acquired(
+            self.raw.kind_name(),
+            self.raw.name(),
+            self.attempts,
+            self.started.elapsed(),
+        );
+        Ok(guard)
+    }
+
+    /// Where this waiter listens, and as which token (a queued waiter is addressed).
+    fn wake_address(&self) -> (String, Option<String>) {
+        let token = &self.claim.token;
+        match self.raw.waiting() {
+            Waiting::Channel(channel) => (channel.to_string(), None),
+            Waiting::Queue(queue) => (queue.wake_channel(token), Some(token.to_string())),
+        }
+    }
+
+    /// Already subscribed (another waiter of this client listens, or did a moment ago):
+    /// listen before the first attempt, so a busy one needs no second attempt. (Every
+    /// acquire passes here: the release channel is looked up without a copy.)
+    fn listen_if_live(&self) -> Option<WakeSet> {
+        let token = &self.claim.token;
+        match self.raw.waiting() {
+            Waiting::Channel(channel) => self.raw.watch_if_live(channel, None),
+            Waiting::Queue(queue) => self
+                .raw
+                .watch_if_live(&queue.wake_channel(token), Some(token)),
+        }
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn budget_left(&self) -> Duration {
+        self.deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        })
+    }
 }
 
 /// Takes a hold of `raw` (waiting per its options), runs `work` with the grant's fence
@@ -483,14 +704,28 @@ impl<R: RawLock> Claim<R> {
         holds: u32,
         sent: Instant,
     ) -> Result<Guard<R>, Self> {
+        match self.take_guard(fence, holds, sent) {
+            Some(guard) => Ok(guard),
+            None => Err(self),
+        }
+    }
+
+    /// [`into_guard`](Claim::into_guard) in place: `None` when the client was shut down
+    /// meanwhile, and the claim then gives the grant back.
+    pub fn take_guard(
+        &mut self,
+        fence: Option<u64>,
+        holds: u32,
+        sent: Instant,
+    ) -> Option<Guard<R>> {
         match Guard::start(self.raw.clone(), self.token.clone(), fence, holds, sent) {
             Some(guard) => {
                 self.armed = false;
-                Ok(guard)
+                Some(guard)
             }
             None => {
                 self.unknown = true;
-                Err(self)
+                None
             }
         }
     }

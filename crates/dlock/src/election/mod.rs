@@ -91,7 +91,7 @@ impl Client {
     pub fn election_with(&self, name: &str, options: LockOptions) -> Result<Election> {
         // The term is the grant's fence: drawn with the grant.
         let mutex = self.mutex_with(name, options.fence_at_grant())?;
-        let keys = ElectionKeys::new(crate::raw::private::RawProtocol::keys(&mutex.raw));
+        let keys = ElectionKeys::new(crate::raw::private::Placement::keys(&mutex.raw));
         Ok(Election {
             mutex,
             client: self.clone(),

@@ -293,7 +293,7 @@ pub(crate) fn data_key(keys: &LockKeys, key: &str) -> String {
 
 /// Applies `batch` for the hold `token` of `raw`'s kind (see [`apply`]); refused for a
 /// kind whose holds span several servers.
-pub(crate) async fn apply_for<R: crate::raw::private::RawProtocol>(
+pub(crate) async fn apply_for<R: crate::raw::private::Placement>(
     raw: &R,
     token: &str,
     batch: &Guarded,

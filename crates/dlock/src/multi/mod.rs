@@ -29,8 +29,9 @@ use crate::lock::Lock;
 use crate::notifier::WakeSet;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
+use crate::raw::private::{HandleForms, KindProtocol, Placement, Queueing, RawProtocol, Watching};
 use crate::raw::{held_on, linger_on, Lingered, Waiting};
-use crate::raw::{private::KindProtocol, private::RawProtocol, Attempt, HoldKind, LockCore};
+use crate::raw::{Attempt, HoldKind, LockCore};
 use crate::renew::Renewer;
 use crate::script::{lua_script, Call, LuaScript};
 use crate::session::Session;
@@ -254,23 +255,6 @@ impl RawMulti {
 }
 
 impl RawProtocol for RawMulti {
-    fn session(&self) -> &Session {
-        self.core.client.session()
-    }
-
-    fn keys(&self) -> &Arc<LockKeys> {
-        &self.core.keys
-    }
-
-    fn options(&self) -> &LockOptions {
-        &self.core.options
-    }
-
-    fn fence_at_grant(&self) -> Self {
-        // Every name's fence is drawn with the grant already.
-        self.clone()
-    }
-
     async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
         crate::lease::validate_ttl(ttl)?;
         let kept = self.core.options.kept_for(ttl);
@@ -328,7 +312,40 @@ impl RawProtocol for RawMulti {
     async fn draw_fence(&self, _token: &str) -> Result<u64> {
         Err(Error::unexpected_reply("a fence missing from a grant"))
     }
+}
 
+impl Placement for RawMulti {
+    fn session(&self) -> &Session {
+        self.core.client.session()
+    }
+
+    fn keys(&self) -> &Arc<LockKeys> {
+        &self.core.keys
+    }
+
+    fn options(&self) -> &LockOptions {
+        &self.core.options
+    }
+
+    fn renewer(&self) -> &Renewer {
+        self.core.client.renewer()
+    }
+
+    fn hold_key(&self) -> (&str, HoldKind) {
+        (&self.core.keys.key, HoldKind::String)
+    }
+
+    fn other_holds(&self) -> &[LockKeys] {
+        &self.others
+    }
+
+    fn one_server(&self) -> Option<&Client> {
+        // Guarded writes check one lock key: a multi-lock's hold is at several.
+        None
+    }
+}
+
+impl Watching for RawMulti {
     async fn watch(&self, _channel: &str, _token: Option<&str>, _budget: Duration) -> WakeSet {
         // A release of any of the names may free the whole set: every channel, any one
         // word wakes (bounded by each subscription's own acknowledgement timeout).
@@ -347,27 +364,14 @@ impl RawProtocol for RawMulti {
             .collect::<Option<Vec<_>>>()?;
         Some(WakeSet::quorum(watches, 1))
     }
+}
 
-    async fn leave_queue(&self, _queue: &QueueKeys, _token: &str) -> Result<()> {
-        // A multi-lock never queues.
-        Ok(())
-    }
+impl Queueing for RawMulti {}
 
-    fn renewer(&self) -> &Renewer {
-        self.core.client.renewer()
-    }
-
-    fn hold_key(&self) -> (&str, HoldKind) {
-        (&self.core.keys.key, HoldKind::String)
-    }
-
-    fn other_holds(&self) -> &[LockKeys] {
-        &self.others
-    }
-
-    fn one_server(&self) -> Option<&Client> {
-        // Guarded writes check one lock key: a multi-lock's hold is at several.
-        None
+impl HandleForms for RawMulti {
+    fn fence_at_grant(&self) -> Self {
+        // Every name's fence is drawn with the grant already.
+        self.clone()
     }
 }
 

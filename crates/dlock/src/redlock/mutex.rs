@@ -38,9 +38,8 @@ use crate::lease;
 use crate::lock::Lock;
 use crate::notifier::{Turnstile, WakeSet};
 use crate::options::LockOptions;
-use crate::queue::QueueKeys;
 use crate::raw::{
-    private::{KindProtocol, RawProtocol},
+    private::{HandleForms, KindProtocol, Placement, Queueing, RawProtocol, Watching},
     Attempt, HoldKind, Waiting,
 };
 use crate::renew::Renewer;
@@ -633,22 +632,6 @@ impl RawProtocol for RawRedlock {
         true
     }
 
-    fn hold_key(&self) -> (&str, HoldKind) {
-        (&self.keys.key, HoldKind::String)
-    }
-
-    fn session(&self) -> &Session {
-        self.redlock.session()
-    }
-
-    fn keys(&self) -> &Arc<LockKeys> {
-        &self.keys
-    }
-
-    fn options(&self) -> &LockOptions {
-        &self.options
-    }
-
     async fn extend(&self, token: &str, ttl: Duration) -> Result<()> {
         self.extend_on_majority(token, ttl).await
     }
@@ -728,7 +711,31 @@ impl RawProtocol for RawRedlock {
     async fn draw_fence(&self, _token: &str) -> Result<u64> {
         Err(Error::unexpected_reply("a Redlock grant without its fence"))
     }
+}
 
+impl Placement for RawRedlock {
+    fn hold_key(&self) -> (&str, HoldKind) {
+        (&self.keys.key, HoldKind::String)
+    }
+
+    fn session(&self) -> &Session {
+        self.redlock.session()
+    }
+
+    fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
+    fn options(&self) -> &LockOptions {
+        &self.options
+    }
+
+    fn renewer(&self) -> &Renewer {
+        self.redlock.renewer()
+    }
+}
+
+impl Watching for RawRedlock {
     /// Subscribes on every connected master at once, within `budget`; woken when a
     /// majority of the live ones announced a release.
     async fn watch(&self, channel: &str, _token: Option<&str>, budget: Duration) -> WakeSet {
@@ -742,16 +749,12 @@ impl RawProtocol for RawRedlock {
         let subscribed = futures_util::future::join_all(subscribing).await;
         WakeSet::quorum(subscribed.into_iter().flatten().collect(), self.quorum())
     }
+}
 
-    async fn leave_queue(&self, _queue: &QueueKeys, _token: &str) -> Result<()> {
-        Ok(()) // no queue
-    }
-
-    fn renewer(&self) -> &Renewer {
-        self.redlock.renewer()
-    }
-
+impl Queueing for RawRedlock {
     fn turnstile(&self) -> Option<Arc<Turnstile>> {
         Some(self.redlock.turnstile(&self.keys.key))
     }
 }
+
+impl HandleForms for RawRedlock {}
