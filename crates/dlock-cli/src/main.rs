@@ -11,16 +11,11 @@ macro_rules! eprintln {
     }};
 }
 
-mod bench;
+mod cmd;
 mod duration;
-mod elect;
 mod exit;
-mod guarded;
 mod hold;
 mod holder;
-mod inspect;
-mod prometheus;
-mod run;
 mod tree;
 
 use std::process::ExitCode;
@@ -29,6 +24,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use dlock::{Client, LockOptions, Redlock, Wait};
 
+use cmd::{bench, elect, guarded, inspect, run};
 use hold::{KindArgs, Locks};
 
 /// The heading of the options every subcommand takes: a subcommand's `--help` lists its

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::hold::KindArgs;
-use crate::run::{RunArgs, ScheduleArgs};
+use crate::cmd::run::{RunArgs, ScheduleArgs};
 use crate::{duration, exit, LeaseArgs};
 
 /// `dlock elect`: `dlock run` on the election's lock, proclaiming a value while it runs.
