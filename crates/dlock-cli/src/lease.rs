@@ -11,9 +11,11 @@ use crate::duration;
 /// Lease and wait options shared by `run` and `acquire`.
 #[derive(Args, Debug, Clone)]
 pub struct LeaseArgs {
-    /// Lease of the lock, 10ms to 24h (e.g. 250ms, 30s, 5m); `run` renews it while the
-    /// command runs, so a long job keeps a short --ttl
-    #[arg(long, value_parser = duration::ttl, default_value = "30s")]
+    /// Lease of the lock, within the library's limits (the help says them)
+    #[arg(long, value_parser = duration::ttl, default_value = "30s", help = format!(
+        "Lease of the lock, {} (e.g. 250ms, 30s, 5m); `run` renews it while the command runs, so a long job keeps a short --ttl",
+        duration::ttl_range()
+    ))]
     pub ttl: Duration,
     /// Wait at most this long for the lock (default: wait forever)
     #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait", value_name = "DUR")]
@@ -24,14 +26,18 @@ pub struct LeaseArgs {
     /// Exit with N instead of 75 when the lock is busy (flock's -E)
     #[arg(short = 'E', long, value_name = "N")]
     pub conflict_exit_code: Option<u8>,
-    /// Lease on a waiter's place in the queue of a fair lock, write lock or semaphore: a
-    /// crashed waiter holds up the queue this long (100ms to 24h) [default: 30s]
-    #[arg(long, value_parser = duration::waiter_lease, value_name = "DUR")]
+    /// Lease on a waiter's place in a queue, within the library's limits (the help says them)
+    #[arg(long, value_parser = duration::waiter_lease, value_name = "DUR", help = format!(
+        "Lease on a waiter's place in the queue of a fair lock, write lock or semaphore: a crashed waiter holds up the queue this long ({}) [default: 30s]",
+        duration::waiter_lease_range()
+    ))]
     pub waiter_lease: Option<Duration>,
     /// Keep the lock ungrantable for DUR after a hold that ended by its lease running out
-    /// (its holder died or was stopped) rather than by a release: for storage that cannot
-    /// check DLOCK_FENCE (--ttl plus DUR at most 24h)
-    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    /// (the help says the library's limit)
+    #[arg(long, value_parser = duration::parse, value_name = "DUR", help = format!(
+        "Keep the lock ungrantable for DUR after a hold that ended by its lease running out (its holder died or was stopped) rather than by a release: for storage that cannot check DLOCK_FENCE (--ttl plus DUR at most {})",
+        dlock::humane(dlock::MAX_TTL)
+    ))]
     pub lock_delay: Option<Duration>,
 }
 

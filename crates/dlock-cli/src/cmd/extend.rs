@@ -17,8 +17,11 @@ pub struct ExtendArgs {
     pub token: String,
     #[command(flatten)]
     pub kind: KindArgs,
-    /// New lease, from now, 10ms to 24h (e.g. 30s)
-    #[arg(long, value_parser = duration::ttl)]
+    /// New lease, from now, within the library's limits (the help says them)
+    #[arg(long, value_parser = duration::ttl, help = format!(
+        "New lease, from now, {} (e.g. 30s)",
+        duration::ttl_range()
+    ))]
     pub ttl: Duration,
     /// The --lock-delay the hold was acquired with: Redis keeps it --ttl plus DUR
     /// (without it, an extend drops the delay)

@@ -92,7 +92,9 @@ impl ScheduleArgs {
 
 /// `run --help`'s epilogue: how it works, then the exit codes.
 pub fn help() -> String {
-    format!("{RUN_HELP}\n\n{}", exit::HELP)
+    // The lease limits are the library's, never restated here.
+    let how = RUN_HELP.replace("{TTL_RANGE}", &duration::ttl_range());
+    format!("{how}\n\n{}", exit::HELP)
 }
 
 const RUN_HELP: &str = "\
@@ -107,7 +109,7 @@ HOW IT WORKS:
                       (granted in queue order when K are free, given back together)
         DLOCK_FENCES  with --also: every name's fence, NAME=FENCE pairs separated by
                       spaces, in the order given (NAME first; DLOCK_FENCE is its fence)
-    While CMD runs, the lease (--ttl, 10ms to 24h, default 30s) is renewed every third of
+    While CMD runs, the lease (--ttl, {TTL_RANGE}, default 30s) is renewed every third of
     --ttl, so CMD may run far longer than --ttl. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent
     to dlock are passed on to CMD's whole process group, once. When CMD exits, anything it
     left running in its group is killed (it would run without the lock), the lock is
