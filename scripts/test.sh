@@ -92,7 +92,7 @@ for arg in "$@"; do
   esac
   previous=$arg
 done
-if [ $cli_too = yes ]; then features=(--features dlock-cli/spawn); fi
+if [ $cli_too = yes ]; then features=(-F dlock-cli/spawn); fi
 all=(${scope[@]+"${scope[@]}"} ${features[@]+"${features[@]}"} --no-fail-fast "$@" ${separator[@]+"${separator[@]}"} ${skips[@]+"${skips[@]}"})
 status=0
 # Every run's output is kept, so that the counts of all runs can be the last line printed

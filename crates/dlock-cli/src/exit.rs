@@ -276,3 +276,14 @@ pub fn die_now_if_asked() {
         }
     }
 }
+
+/// The exit code that passes on a command's end: its own code, or 128 + the signal it
+/// died of, as a shell reports it.
+pub fn of_status(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 1,
+    }
+}

@@ -363,7 +363,7 @@ pub async fn run(
                 }
             }
             match guard.unlock().await {
-                Ok(()) => Ok(exit_code(status)),
+                Ok(()) => Ok(exit::of_status(status)),
                 Err(dlock::Error::Lost { .. }) => {
                     eprintln!(
                         "dlock: the command finished, but the lock {:?} had been lost before it was released\n  hint: use a longer --ttl",
@@ -374,7 +374,7 @@ pub async fn run(
                 Err(err) => {
                     // The command is done; its lock will expire by itself.
                     eprintln!("dlock: warning: could not release {:?}: {err}; it frees when its lease ends", args.name);
-                    Ok(exit_code(status))
+                    Ok(exit::of_status(status))
                 }
             }
         }
@@ -592,12 +592,4 @@ async fn stop(child: &mut tokio::process::Child, group: &mut Group, kill_at: Ins
         let _ = child.wait().await;
     }
     group.finish();
-}
-
-fn exit_code(status: ExitStatus) -> i32 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(signal)) => 128 + signal,
-        (None, None) => 1,
-    }
 }
