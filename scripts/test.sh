@@ -80,7 +80,20 @@ for arg in "$@"; do
   previous=$arg
 done
 if [ $narrowed = yes ]; then metrics_too=no; fi
-all=(${scope[@]+"${scope[@]}"} --no-fail-fast "$@" ${separator[@]+"${separator[@]}"} ${skips[@]+"${skips[@]}"})
+# The CLI's `bench --spawn` (and its test) needs the feature `spawn`, which the published
+# binary leaves off: on whenever the CLI is among the packages run.
+features=()
+cli_too=no
+if [ ${#scope[@]} -gt 0 ]; then cli_too=yes; fi
+previous=
+for arg in "$@"; do
+  case "$previous $arg" in
+    "-p dlock-cli"|"--package dlock-cli"|*" -pdlock-cli"|*" --package=dlock-cli"|*" --workspace") cli_too=yes ;;
+  esac
+  previous=$arg
+done
+if [ $cli_too = yes ]; then features=(-F dlock-cli/spawn); fi
+all=(${scope[@]+"${scope[@]}"} ${features[@]+"${features[@]}"} --no-fail-fast "$@" ${separator[@]+"${separator[@]}"} ${skips[@]+"${skips[@]}"})
 status=0
 # Every run's output is kept, so that the counts of all runs can be the last line printed
 # (the runner's own summary is followed by its list of failures and an error line).

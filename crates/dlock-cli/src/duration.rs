@@ -7,6 +7,25 @@ pub fn ttl(text: &str) -> Result<Duration, String> {
     within(text, dlock::MIN_TTL, dlock::MAX_TTL)
 }
 
+/// The library's lease limits in words (`10ms to 24h`), for the help of the flags that
+/// set a lease: the CLI never states them itself.
+pub fn ttl_range() -> String {
+    format!(
+        "{} to {}",
+        dlock::humane(dlock::MIN_TTL),
+        dlock::humane(dlock::MAX_TTL)
+    )
+}
+
+/// The library's waiter-lease limits in words (`100ms to 24h`), for `--waiter-lease`.
+pub fn waiter_lease_range() -> String {
+    format!(
+        "{} to {}",
+        dlock::humane(dlock::MIN_WAITER_LEASE),
+        dlock::humane(dlock::MAX_TTL)
+    )
+}
+
 /// `--waiter-lease`: a duration within the library's waiter-lease limits.
 pub fn waiter_lease(text: &str) -> Result<Duration, String> {
     within(text, dlock::MIN_WAITER_LEASE, dlock::MAX_TTL)

@@ -243,3 +243,47 @@ extern "C" fn probe_stdout() {
         STDOUT_CLOSED_AT_START.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// The signal dlock should die of once it has cleaned up (0: none).
+static DIE_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Whether the signal is replayed to dlock's whole process group.
+static DIE_WITH_GROUP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records that dlock ends because of `signal` (the command died of it, or it
+/// interrupted a wait); `with_group` replays it to dlock's process group (a terminal's
+/// signal that only the command's group received).
+pub fn die_by(signal: i32, with_group: bool) {
+    DIE_BY.store(signal, std::sync::atomic::Ordering::SeqCst);
+    DIE_WITH_GROUP.store(with_group, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Dies of the signal recorded by [`die_by`], when it is one a shell stops a script for
+/// (SIGINT, SIGQUIT); returns otherwise. Called last, once everything is cleaned up.
+pub fn die_now_if_asked() {
+    let signal = DIE_BY.load(std::sync::atomic::Ordering::SeqCst);
+    if signal == libc::SIGINT || signal == libc::SIGQUIT {
+        // A shell stops a script whose command died of SIGINT/SIGQUIT, not one that exited
+        // 130: die of it too, now that everything is cleaned up.
+        // SAFETY: restoring the default action and raising it on ourselves (or on our
+        // process group, replaying a terminal's Ctrl-C the command's group received).
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            if DIE_WITH_GROUP.load(std::sync::atomic::Ordering::SeqCst) {
+                libc::killpg(libc::getpgrp(), signal);
+            }
+            libc::raise(signal);
+        }
+    }
+}
+
+/// The exit code that passes on a command's end: its own code, or 128 + the signal it
+/// died of, as a shell reports it.
+pub fn of_status(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 1,
+    }
+}

@@ -343,10 +343,10 @@ pub async fn release(locks: &Locks, kind: &KindArgs, name: &str, token: &str) ->
 pub fn extend_options(
     ttl: Duration,
     lock_delay: Option<Duration>,
-    replication: Option<crate::Replication>,
+    replication: Option<crate::lease::Replication>,
 ) -> dlock::Result<LockOptions> {
-    let options = crate::with_lock_delay(LockOptions::default().ttl(ttl), lock_delay)?;
-    crate::Replication::apply(replication, options, "--ttl")
+    let options = crate::lease::with_lock_delay(LockOptions::default().ttl(ttl), lock_delay)?;
+    crate::lease::Replication::apply(replication, options, "--ttl")
 }
 
 /// Restarts the lease of the hold `token` of `kind` at `ttl`; with `--replicas`, only
@@ -359,7 +359,7 @@ pub async fn extend(
     token: &str,
     ttl: Duration,
     lock_delay: Option<Duration>,
-    replication: Option<crate::Replication>,
+    replication: Option<crate::lease::Replication>,
 ) -> dlock::Result<()> {
     let options = extend_options(ttl, lock_delay, replication)?;
     let extend = |kind: KindArgs| async move {
@@ -370,5 +370,17 @@ pub async fn extend(
     match settle(locks, kind, name, extend(kind.clone()).await).await? {
         Settled::Done(outcome) => outcome,
         Settled::Retry(held) => extend(held).await,
+    }
+}
+
+/// A token from `dlock acquire`: never empty, no whitespace or control characters.
+pub fn check_token(token: Option<&str>) -> dlock::Result<()> {
+    match token {
+        Some(t) if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            Err(dlock::Error::InvalidArgument(format!(
+                "{t:?} is not a lock token; pass the TOKEN printed by `dlock acquire`"
+            )))
+        }
+        _ => Ok(()),
     }
 }

@@ -335,6 +335,22 @@ pub fn watch_stops(pid: libc::pid_t, stops: tokio::sync::mpsc::UnboundedSender<l
     });
 }
 
+/// The arguments of the hidden `__watch-group` subcommand: the watchdog that `run` starts.
+#[derive(clap::Args, Debug)]
+pub struct WatchGroupArgs {
+    #[arg(long)]
+    terminal: Option<i32>,
+    #[arg(long)]
+    deadline: Option<u64>,
+}
+
+impl WatchGroupArgs {
+    /// Watches the command's group (see [`watch_group`]); returns the exit code.
+    pub fn run(&self) -> i32 {
+        watch_group(self.terminal, self.deadline)
+    }
+}
+
 /// The watchdog: waits until its pipe closes (dlock exited, however it died), then gives
 /// the terminal back to dlock's group (`terminal`: its id) and kills the command's
 /// process group. The first 8 bytes on the pipe are that group's id, written by the

@@ -692,6 +692,10 @@ fn bench_reports_every_scenario_with_its_baseline() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "spawn"),
+    ignore = "bench --spawn needs the `spawn` feature (scripts/test.sh turns it on)"
+)]
 fn bench_spawn_measures_a_private_server_of_its_own() {
     // --redis points nowhere: with --spawn the bench must not need it.
     let out = Command::new(env!("CARGO_BIN_EXE_dlock"))

@@ -6,6 +6,8 @@ use clap::Args;
 use dlock::{Client, LockInfo, Redlock, RedlockInfo};
 
 use crate::holder::{token_prefix, utc, who, DlockHolder};
+mod prometheus;
+
 use crate::{duration, exit};
 
 #[derive(Args, Debug, Clone)]
@@ -82,7 +84,7 @@ pub async fn inspect(scope: Scope<'_>, args: &InspectArgs) -> dlock::Result<i32>
 async fn view(scope: &Scope<'_>, args: &InspectArgs, watching: bool) -> dlock::Result<String> {
     Ok(match scope {
         Scope::Client(client) if args.prometheus => {
-            crate::prometheus::render(&snapshot(client, args).await?)
+            prometheus::render(&snapshot(client, args).await?)
         }
         Scope::Client(client) => render(&snapshot(client, args).await?, args, watching),
         Scope::Redlock(redlock) => {
@@ -91,7 +93,7 @@ async fn view(scope: &Scope<'_>, args: &InspectArgs, watching: bool) -> dlock::R
                 None => redlock.inspect_all(&unique(&args.names)).await?,
             };
             if args.prometheus {
-                crate::prometheus::render_masters(&locks)
+                prometheus::render_masters(&locks)
             } else {
                 render_masters(&locks, redlock.nodes(), args, watching)
             }

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::cmd::run::{RunArgs, ScheduleArgs};
 use crate::hold::KindArgs;
-use crate::run::{RunArgs, ScheduleArgs};
-use crate::{duration, exit, LeaseArgs};
+use crate::lease::{LeaseArgs, Replication};
+use crate::{duration, exit};
 
 /// `dlock elect`: `dlock run` on the election's lock, proclaiming a value while it runs.
 #[derive(Args, Debug, Clone)]
@@ -32,6 +33,19 @@ pub struct ElectArgs {
 }
 
 impl ElectArgs {
+    /// Everything that can be checked without Redis.
+    pub fn check(&self, prefix: &str, replication: Option<Replication>) -> dlock::Result<()> {
+        if self.value.chars().any(char::is_control) {
+            return Err(dlock::Error::InvalidArgument(
+                "--value has a control character (a newline?); `dlock leader` prints it on one line: use printable characters".into(),
+            ));
+        }
+        let args = self.run_args();
+        dlock::check_name(prefix, &args.name)?;
+        args.lease.options(replication)?;
+        crate::cmd::run::check(&args)
+    }
+
     /// The `dlock run` this is: the plain mutex named after the election.
     pub fn run_args(&self) -> RunArgs {
         RunArgs {

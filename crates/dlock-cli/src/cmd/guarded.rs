@@ -77,6 +77,22 @@ pub struct GuardedArgs {
 }
 
 impl GuardedArgs {
+    /// Everything that can be checked without Redis (nothing for `--commands`).
+    pub fn check(&self, prefix: &str) -> dlock::Result<()> {
+        if self.commands {
+            return Ok(());
+        }
+        dlock::check_name(prefix, self.name.as_deref().unwrap_or_default())?;
+        crate::hold::check_token(self.token.as_deref())?;
+        self.kind.check()?;
+        self.batch().check()
+    }
+
+    /// Applies the command while the hold is held (see [`guarded`]).
+    pub async fn run(&self, locks: &Locks) -> dlock::Result<i32> {
+        guarded(locks, self).await
+    }
+
     /// The batch of the one command given.
     pub fn batch(&self) -> Guarded {
         Guarded::new().command(
@@ -89,7 +105,7 @@ impl GuardedArgs {
 
 /// Applies the command while the hold is held and prints its reply; `Lost` (exit 77)
 /// with nothing applied when it is not.
-pub async fn guarded(locks: &Locks, args: &GuardedArgs) -> dlock::Result<i32> {
+async fn guarded(locks: &Locks, args: &GuardedArgs) -> dlock::Result<i32> {
     // (A closed stdout was refused before connecting: see `needs_stdout`.)
     let (name, token) = (
         args.name.as_deref().unwrap_or_default(),

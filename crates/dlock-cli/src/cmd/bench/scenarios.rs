@@ -1,0 +1,275 @@
+//! The scenarios of one deployment, in their order: everything but redlock.
+
+use super::*;
+
+/// Every scenario but redlock, against one deployment: (throughput duration, renewed
+/// locks, herd waiters).
+pub(super) async fn one_deployment(
+    client: &Client,
+    target: &Target,
+    (duration, renew_locks, herd_waiters): (Duration, usize, usize),
+    progress: &indicatif::ProgressBar,
+) -> dlock::Result<Vec<Row>> {
+    let raw = Raw::connect(target).await?;
+    // Keys of the raw baseline carry the client's prefix too, so the bench runs as a user
+    // limited to that prefix (the client adds it to dlock's own keys).
+    let raw_prefix = format!("{}dlock-bench:{}:", client.prefix(), std::process::id());
+    let prefix = format!("dlock-bench:{}:", std::process::id());
+    let fixed = LockOptions::default()
+        .ttl(Duration::from_secs(10))
+        .wait(Wait::NoWait);
+    let mut rows = Vec::new();
+    let step = |what: &str| progress.set_message(what.to_string());
+
+    // Raw and dlock run in alternating slices of the same run (see `interleaved`); the
+    // server's time per cycle says where a throughput gap comes from: Redis runs on one
+    // thread, so par is bound by it.
+    step("seq");
+    let seq = interleaved(
+        std::slice::from_ref(&raw),
+        duration,
+        &mut [
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(raw_cycles(&raw, &raw_prefix, 1, slice))),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(dlock_cycles(client, &prefix, 1, slice, fixed, false))),
+            ),
+        ],
+    )
+    .await?;
+    rows.push(throughput_row("seq", &seq[1], &seq[0]));
+    progress.inc(2);
+
+    // What a scheduled job's options cost a hold: --hold-at-least gives it back by the
+    // linger script instead of the release; --skip-if-ran-within adds a guarded read and
+    // a guarded write; --lock-delay only lengthens what Redis keeps. Fresh names each cycle (a lingering hold keeps its name), against
+    // the plain path on fresh names, interleaved.
+    step("scheduled");
+    let lingering = fixed.hold_at_least(Duration::from_secs(10));
+    let delayed = fixed.lock_delay(Duration::from_secs(5));
+    let sched = interleaved(
+        std::slice::from_ref(&raw),
+        duration,
+        &mut [
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(scheduled_cycles(
+                        client, &prefix, "plain", slice, fixed, false,
+                    ))
+                }),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(scheduled_cycles(
+                        client, &prefix, "least", slice, lingering, false,
+                    ))
+                }),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(scheduled_cycles(
+                        client, &prefix, "skip", slice, fixed, true,
+                    ))
+                }),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(scheduled_cycles(
+                        client, &prefix, "delay", slice, delayed, false,
+                    ))
+                }),
+            ),
+        ],
+    )
+    .await?;
+    for (scenario, rate) in [
+        ("hold_at_least", &sched[1]),
+        ("skip_if_ran", &sched[2]),
+        ("lock_delay", &sched[3]),
+    ] {
+        let mut row = Row::new(scenario, rate.per_second, "cycles/s").baseline(sched[0].per_second);
+        row.baseline_name = "plain";
+        rows.push(row.with("server_us_per_cycle", rate.server_us_per_cycle.into()));
+    }
+    // The lingering holds end by themselves; their names' keys go with the run's.
+    remove_keys(&raw, &own_keys(client.prefix())).await?;
+    progress.inc(1);
+
+    // multi: one multi-lock over two names (one script takes both with their fences, one
+    // gives both back) against the same two names taken one by one as plain mutexes (two
+    // SET NX, two releases), interleaved.
+    step("multi");
+    let pairs = interleaved(
+        std::slice::from_ref(&raw),
+        duration,
+        &mut [
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(pair_cycles(client, &prefix, slice, fixed, false))),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(pair_cycles(client, &prefix, slice, fixed, true))),
+            ),
+        ],
+    )
+    .await?;
+    let mut row = Row::new("multi", pairs[1].per_second, "cycles/s").baseline(pairs[0].per_second);
+    row.baseline_name = "two_mutexes";
+    rows.push(row.with("server_us_per_cycle", pairs[1].server_us_per_cycle.into()));
+    progress.inc(1);
+
+    // par_fenced: what a caller that reads every grant's fence pays, configured as the
+    // docs advise (the fence drawn with the grant); the raw pair has no fence.
+    step("par, par_fenced, rwlock_read");
+    let rw_name = format!("{prefix}rw-read");
+    let par = interleaved(
+        std::slice::from_ref(&raw),
+        duration,
+        &mut [
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(raw_cycles(&raw, &raw_prefix, 64, slice))),
+            ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| Box::pin(dlock_cycles(client, &prefix, 64, slice, fixed, false))),
+            ),
+            (
+                // With the fence drawn at grant, the acquire is the grant script.
+                SCRIPT_ONLY,
+                Box::new(|slice| {
+                    Box::pin(dlock_cycles(
+                        client,
+                        &prefix,
+                        64,
+                        slice,
+                        fixed.fence_at_grant(),
+                        true,
+                    ))
+                }),
+            ),
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| Box::pin(rwlock_reads(client, &rw_name, 64, slice))),
+            ),
+        ],
+    )
+    .await?;
+    rows.push(throughput_row("par", &par[1], &par[0]));
+    rows.push(
+        Row::new("par_fenced", par[2].per_second, "cycles/s")
+            .baseline(par[0].per_second)
+            .with("server_us_per_cycle", par[2].server_us_per_cycle.into())
+            .with("raw_server_us_per_cycle", par[0].server_us_per_cycle.into()),
+    );
+    let rwlock_read = Row::new("rwlock_read", par[3].per_second, "cycles/s")
+        .baseline(par[0].per_second)
+        .with("server_us_per_cycle", par[3].server_us_per_cycle.into());
+    progress.inc(2);
+
+    for fair in [false, true] {
+        step(if fair { "handoff_fair" } else { "handoff" });
+        let h = handoff(client, &format!("{prefix}handoff:{fair}"), fair, duration).await?;
+        rows.push(
+            Row::new(
+                if fair { "handoff_fair" } else { "handoff" },
+                h.rate,
+                "acquisitions/s",
+            )
+            .with("busy_fraction", h.busy_fraction.into())
+            .with("gap_p50_ms", h.gap_p50_ms.into())
+            .with("gap_p99_ms", h.gap_p99_ms.into())
+            .with("per_worker", h.per_worker.into()),
+        );
+        progress.inc(1);
+    }
+
+    for fair in [false, true] {
+        step(if fair { "herd_fair" } else { "herd" });
+        let per = herd(
+            client,
+            &raw,
+            &format!("{prefix}herd:{fair}"),
+            fair,
+            herd_waiters,
+        )
+        .await?;
+        rows.push(
+            Row::new(
+                if fair { "herd_fair" } else { "herd" },
+                per,
+                "commands/hand-off",
+            )
+            .with("waiters", herd_waiters.into()),
+        );
+        progress.inc(1);
+    }
+
+    rows.push(rwlock_read);
+
+    step("rwlock_writer");
+    let w = rwlock_writer(client, &format!("{prefix}rw-write"), duration).await?;
+    rows.push(
+        Row::new("rwlock_writer", w.rate, "writes/s")
+            .with("writer_wait_p50_ms", w.wait_p50_ms.into())
+            .with("writer_wait_p99_ms", w.wait_p99_ms.into())
+            .with("reads", w.reads.into()),
+    );
+    progress.inc(1);
+
+    for kind in [Scale::Read, Scale::Permit] {
+        step(kind.scenario());
+        rows.push(scale(client, &raw, &format!("{prefix}scale:"), kind).await?);
+        progress.inc(1);
+    }
+
+    step("semaphore_weighted");
+    let sem = interleaved(
+        std::slice::from_ref(&raw),
+        duration,
+        &mut [
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| Box::pin(semaphore_cycles(client, &prefix, 1, slice))),
+            ),
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| Box::pin(semaphore_cycles(client, &prefix, 4, slice))),
+            ),
+        ],
+    )
+    .await?;
+    let mut weighted = Row::new("semaphore_weighted", sem[1].per_second, "cycles/s");
+    weighted.baseline_name = "plain";
+    rows.push(
+        weighted
+            .baseline(sem[0].per_second)
+            .with("take", 4.into())
+            .with("server_us_per_cycle", sem[1].server_us_per_cycle.into())
+            .with(
+                "plain_server_us_per_cycle",
+                sem[0].server_us_per_cycle.into(),
+            ),
+    );
+    progress.inc(1);
+
+    step("renew");
+    let (per_s, naive) = renew(client, &raw, &prefix, renew_locks).await?;
+    rows.push(
+        Row::new("renew", per_s, "script calls/s")
+            .baseline(naive)
+            .with("locks", renew_locks.into()),
+    );
+    progress.inc(1);
+    // Fence counters never expire: leave nothing of the run behind on a shared server.
+    remove_keys(&raw, &own_keys(client.prefix())).await?;
+    Ok(rows)
+}
