@@ -119,15 +119,15 @@ impl KindArgs {
     /// The kind's name, as the library's logs and metrics name it.
     pub fn describe(&self) -> &'static str {
         if self.fair {
-            "fair"
+            dlock::kind::FAIR
         } else if self.read {
-            "read"
+            dlock::kind::READ
         } else if self.write {
-            "write"
+            dlock::kind::WRITE
         } else if self.permits.is_some() {
-            "semaphore"
+            dlock::kind::SEMAPHORE
         } else {
-            "mutex"
+            dlock::kind::MUTEX
         }
     }
 }

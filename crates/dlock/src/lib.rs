@@ -66,6 +66,7 @@ mod guard;
 mod guarded;
 pub mod inspect;
 mod keys;
+pub mod kind;
 mod lease;
 mod lock;
 pub mod multi;

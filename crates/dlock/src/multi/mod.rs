@@ -193,7 +193,7 @@ fn groups_of(names: &[Arc<LockKeys>], sharded: bool) -> Vec<Vec<usize>> {
 
 impl KindProtocol for RawMulti {
     fn kind_name(&self) -> &'static str {
-        "multi"
+        crate::kind::MULTI
     }
 
     /// The first name's channel: [`RawProtocol::watch`] listens on every name's.

@@ -236,9 +236,9 @@ impl RawMutex {
 impl KindProtocol for RawMutex {
     fn kind_name(&self) -> &'static str {
         if self.queue.is_some() {
-            "fair"
+            crate::kind::FAIR
         } else {
-            "mutex"
+            crate::kind::MUTEX
         }
     }
 

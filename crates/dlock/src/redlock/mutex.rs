@@ -588,7 +588,7 @@ async fn extend_on_quorum(
 
 impl KindProtocol for RawRedlock {
     fn kind_name(&self) -> &'static str {
-        "redlock"
+        crate::kind::REDLOCK
     }
 
     fn waiting(&self) -> Waiting<'_> {

@@ -166,7 +166,7 @@ impl Guard<OwnedBy> {
 
 impl KindProtocol for OwnedBy {
     fn kind_name(&self) -> &'static str {
-        "reentrant"
+        crate::kind::REENTRANT
     }
 
     fn waiting(&self) -> Waiting<'_> {

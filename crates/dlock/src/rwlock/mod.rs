@@ -349,7 +349,7 @@ impl Guard<Writing> {
 
 impl KindProtocol for Reading {
     fn kind_name(&self) -> &'static str {
-        "read"
+        crate::kind::READ
     }
 
     fn waiting(&self) -> Waiting<'_> {
@@ -377,7 +377,7 @@ on_one_server!(Reading, hold: HoldKind::Entry, core: lock.core, owner: owner);
 
 impl KindProtocol for Writing {
     fn kind_name(&self) -> &'static str {
-        "write"
+        crate::kind::WRITE
     }
 
     fn waiting(&self) -> Waiting<'_> {

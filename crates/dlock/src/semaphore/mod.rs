@@ -222,7 +222,7 @@ impl Guard<RawSemaphore> {
 
 impl KindProtocol for RawSemaphore {
     fn kind_name(&self) -> &'static str {
-        "semaphore"
+        crate::kind::SEMAPHORE
     }
 
     fn waiting(&self) -> Waiting<'_> {
