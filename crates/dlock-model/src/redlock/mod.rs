@@ -174,7 +174,7 @@ pub struct RedlockModel {
 }
 
 impl RedlockModel {
-    /// Whether `mutant`'s bug acts in this Redlock model (`redlock.rs`, which no model of
+    /// Whether `mutant`'s bug acts in this Redlock model (`redlock/`, which no model of
     /// one server runs): a model it does not act in checks the same with it as without it
     /// (`tests/check.rs` shows it), and need not be searched for it. The settlement acts in
     /// every Redlock model, the raise skipped at a clock fence only where there is a

@@ -1,5 +1,5 @@
 //! States of one lock name built by the real scripts of every kind, beside the model's
-//! transitions (`scripts.rs`): what the scripts that look at a lock or act on it from
+//! transitions (`src/scripts/`): what the scripts that look at a lock or act on it from
 //! outside its holder (`admin.rs`, `tokens.rs`) are run over. The lock is named `a`, its
 //! keys and channels as the library names them (`dlock::__lock_names`).
 

@@ -1,7 +1,7 @@
 //! The model follows the scripts: random sequences of the plain mutex's operations —
 //! acquire (and its resend with the same token), release, renewal, the lazily drawn fence
 //! (and its resend), and expiry — run through the real Lua scripts on a real server and
-//! through the model's transitions (`scripts.rs`) side by side; after every step the
+//! through the model's transitions (`src/scripts/`) side by side; after every step the
 //! replies and the keys (holder, fencing counter, fence record) must agree.
 //!
 //! The semaphore's scripts (acquire and its resend, release, renewal) run the same way, and
@@ -12,13 +12,17 @@
 //! (read and write acquire and resend, release, renewal; no writer queue, no re-entry),
 //! its live read holds and writer compared; and one Redlock master's (acquire with the
 //! fence drawn at grant and its origin told, raise, release, restart empty) beside
-//! `redlock.rs`'s `Master`.
+//! `redlock/master.rs`'s `Master`.
 //!
 //! Time is not waited for: a tick shortens every key's real TTL by a tick (and, for the
 //! semaphore, moves every permit's stored end a tick earlier, for the fair mutex every
 //! waiter lease's, so the scripts' own `end <= now` decides); a key with at most a tick (plus the run's few milliseconds) left
 //! is deleted, as Redis would expire it within that tick. So a run takes no time, and a
 //! transition that kept or restarted a lease differently from the script shows.
+//!
+//! Each kind's run and its test live in a file of their own (`mutex.rs`, `semaphore.rs`,
+//! `fair.rs`, `reentrant.rs`, `rwlock.rs`, `redlock.rs`, and the later suites) over
+//! `harness.rs`, what they share; this file keeps the coverage test over all of them.
 
 use dlock_testkit::RedisServer;
 
