@@ -11,9 +11,9 @@ use dlock_model::mutant::Mutant;
 use dlock_testkit::RedisServer;
 use rand::Rng;
 
+use super::harness::same;
 use super::kinds::{Kind, KindScripts, Run};
 use super::library::LibraryScript;
-use super::same;
 
 /// A test-local bug in the model's read-only scripts, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -12,10 +12,9 @@ use dlock_model::scripts::{Grant, Server, Token};
 use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
+use super::harness::{same, tick_keys, token_text, Fences, SLACK_MS, TICK_MS, TTL};
 use super::library::LibraryScript;
-use super::{
-    same, scripts, tick_keys, token_text, Fences, Scripts, FENCE, LOCK, SLACK_MS, TICK_MS, TTL,
-};
+use super::mutex::{scripts, Scripts, FENCE, LOCK};
 
 /// The leader record and the observers' channel (`{NAME}:leader`).
 const RECORD: &str = "m:leader";

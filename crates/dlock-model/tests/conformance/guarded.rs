@@ -11,8 +11,9 @@ use dlock_model::scripts::{Grant, Server, Token};
 use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
+use super::harness::{same, tick_keys, token_text, TICK_MS, TTL};
 use super::library::LibraryScript;
-use super::{same, scripts, tick_keys, token_text, Scripts, LOCK, TICK_MS, TTL};
+use super::mutex::{scripts, Scripts, LOCK};
 
 /// The scripts a guarded run sends: the mutex's, and the batch's.
 pub struct GuardedScripts {
@@ -171,7 +172,7 @@ pub fn run_guarded(
                     .mutex
                     .acquire
                     .key(LOCK)
-                    .key(super::FENCE)
+                    .key(super::mutex::FENCE)
                     .arg(token_text(token))
                     .arg(lease_ms)
                     .arg("0")

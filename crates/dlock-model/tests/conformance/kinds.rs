@@ -1,5 +1,5 @@
 //! States of one lock name built by the real scripts of every kind, beside the model's
-//! transitions (`scripts.rs`): what the scripts that look at a lock or act on it from
+//! transitions (`src/scripts/`): what the scripts that look at a lock or act on it from
 //! outside its holder (`admin.rs`, `tokens.rs`) are run over. The lock is named `a`, its
 //! keys and channels as the library names them (`dlock::__lock_names`).
 
@@ -9,12 +9,16 @@ use dlock_model::scripts::{Grant, Server, Token};
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use super::library::LibraryScript;
-use super::{
-    entries_at, fair_scripts, reentrant_scripts, rw_scripts, same, scripts, semaphore_scripts,
-    tick_keys, token_text, waiter_text, FairScripts, Fences, ReentrantScripts, RwScripts, Scripts,
-    SemaphoreScripts, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
+use super::fair::{fair_scripts, FairScripts};
+use super::harness::{
+    entries_at, same, tick_keys, token_text, waiter_text, Fences, SLACK_MS, TICK_MS, TTL,
+    WAITER_LEASE,
 };
+use super::library::LibraryScript;
+use super::mutex::{scripts, Scripts};
+use super::reentrant::{reentrant_scripts, ReentrantScripts};
+use super::rwlock::{rw_scripts, RwScripts};
+use super::semaphore::{semaphore_scripts, SemaphoreScripts};
 
 /// The kind whose scripts build a run's states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

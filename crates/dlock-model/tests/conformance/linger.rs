@@ -10,9 +10,9 @@ use dlock_model::mutant::Mutant;
 use dlock_testkit::RedisServer;
 use rand::Rng;
 
+use super::harness::{same, TICK_MS};
 use super::kinds::{KindScripts, Run};
 use super::library::LibraryScript;
-use super::{same, TICK_MS};
 
 /// A test-local bug in the model's `linger`, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]

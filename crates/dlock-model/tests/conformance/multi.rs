@@ -13,11 +13,11 @@ use dlock_testkit::RedisServer;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use super::kinds::Names;
-use super::library::LibraryScript;
-use super::{
+use super::harness::{
     line_at, same, waiter_text, Fences, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
 };
+use super::kinds::Names;
+use super::library::LibraryScript;
 
 /// The names the runs use, as the library names their keys.
 const NAMES: [&str; 3] = ["a", "b", "c"];

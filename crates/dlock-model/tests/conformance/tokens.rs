@@ -10,9 +10,9 @@ use dlock_model::mutant::Mutant;
 use dlock_testkit::RedisServer;
 use rand::Rng;
 
+use super::harness::same;
 use super::kinds::{KindScripts, Run};
 use super::library::LibraryScript;
-use super::same;
 
 /// A test-local bug in the model's `held`, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]

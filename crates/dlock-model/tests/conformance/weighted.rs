@@ -9,10 +9,12 @@ use dlock_model::scripts::{Grant, Server, Token};
 use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
-use super::{
-    entries_at, leave_line, line_at, same, semaphore_scripts, token_text, Fences, SemaphoreScripts,
-    PERMITS, PERMITS_FENCE, PERMITS_INDEX, PERMITS_LEASES, PERMITS_QUEUE, TICK_MS, TTL,
-    WAITER_LEASE,
+use super::harness::{
+    entries_at, leave_line, line_at, same, token_text, Fences, TICK_MS, TTL, WAITER_LEASE,
+};
+use super::semaphore::{
+    semaphore_scripts, SemaphoreScripts, PERMITS, PERMITS_FENCE, PERMITS_INDEX, PERMITS_LEASES,
+    PERMITS_QUEUE,
 };
 
 /// N of the runs' semaphore.
@@ -191,7 +193,7 @@ pub fn run_weighted(
                     .key(PERMITS_QUEUE)
                     .key(PERMITS_LEASES)
                     .arg(TICK_MS)
-                    .arg(super::SLACK_MS)
+                    .arg(super::harness::SLACK_MS)
                     .invoke(conn)
                     .unwrap();
             }
