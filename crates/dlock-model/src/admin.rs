@@ -93,7 +93,7 @@ pub struct Inspection {
 }
 
 /// One call in the record of the last forced releases (`<name>:forced`, a line
-/// '<request id>|<fence>' each, newest first): a resend with the same request id answers
+/// `<request id>|<fence>` each, newest first): a resend with the same request id answers
 /// its fence and evicts nobody.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Forced {
