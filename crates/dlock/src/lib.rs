@@ -91,7 +91,7 @@ mod wait;
 pub use any::{AnyGuard, AnyKind, AnyLock};
 pub use backend::MIN_REDIS_VERSION;
 #[doc(hidden)]
-pub use catalog::{__library_scripts, __lock_names};
+pub use catalog::{__library_scripts, __lock_names, __scripts};
 pub use client::{
     Client, ClientBuilder, RawConnection, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     MAX_HOLDER_LABEL, MAX_TIMEOUT,

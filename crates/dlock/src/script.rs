@@ -151,6 +151,111 @@ impl LuaScript {
     }
 }
 
+/// One script's call as the library makes it: the script, and its `KEYS` and `ARGV`
+/// composed from Rust values in the order its `.lua` reads them. Each script has one
+/// wrapper beside its `.lua` (in its kind's `scripts.rs`) that implements it, and every
+/// caller, the test door ([`crate::__scripts`]) included, goes through that wrapper: a
+/// script's positional arguments are written down once.
+pub(crate) trait ScriptCall {
+    /// The reply, as the library reads it.
+    type Reply: redis::FromRedisValue;
+
+    /// The script sent.
+    fn script(&self) -> &'static LuaScript;
+
+    /// Adds this call's keys and arguments to `call`, in the script's order.
+    fn compose<'a>(&self, call: Call<'a>) -> Call<'a>;
+
+    /// The call, ready to run (or to adjust first, e.g. [`Call::resend_within`]).
+    fn call(&self) -> Call<'static> {
+        self.compose(self.script().call())
+    }
+
+    /// Runs the call on `on` (see [`Call::run`]).
+    async fn run(&self, on: &impl Target) -> Result<Self::Reply> {
+        self.call().run(on).await
+    }
+}
+
+/// A library script's call for a test crate ([`crate::__scripts`]): what the library
+/// would send, run on the test's own connection.
+#[doc(hidden)]
+pub trait LibraryCall {
+    /// The script, keys and arguments the library sends for this call.
+    fn composed(&self) -> Composed;
+}
+
+impl<S: ScriptCall> LibraryCall for S {
+    fn composed(&self) -> Composed {
+        self.call().composed()
+    }
+}
+
+/// A script call as the library composes it, in the form sent to a server without sharded
+/// pub/sub (as [`crate::__library_scripts`] lists it). Not a stable API.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Composed {
+    /// The script's name (as in [`LibraryScript::name`]).
+    pub name: &'static str,
+    /// The text sent (as in [`LibraryScript::code`]).
+    pub code: String,
+    /// `KEYS`, in order.
+    pub keys: Vec<Vec<u8>>,
+    /// `ARGV`, in order.
+    pub args: Vec<Vec<u8>>,
+}
+
+impl Composed {
+    /// `EVAL code numkeys keys... args...`: the call as one command, for a connection of
+    /// either kind (`cmd.query(&mut conn)` or `cmd.query_async(&mut conn)`).
+    pub fn eval(&self) -> redis::Cmd {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(&self.code)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        eval
+    }
+
+    /// `EVALSHA`, then `EVAL` when the server does not have the script yet (`NOSCRIPT`):
+    /// as the library sends it (without its resend after a dropped connection, or a
+    /// `WAIT`).
+    pub async fn run<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> redis::RedisResult<T> {
+        match self.eval_sha().query_async(conn).await {
+            Err(err) if is_no_script(&err) => self.eval().query_async(conn).await,
+            reply => reply,
+        }
+    }
+
+    /// [`Composed::run`] on a blocking connection.
+    pub fn run_blocking<T: redis::FromRedisValue, C: redis::ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> redis::RedisResult<T> {
+        match self.eval_sha().query(conn) {
+            Err(err) if is_no_script(&err) => self.eval().query(conn),
+            reply => reply,
+        }
+    }
+
+    fn eval_sha(&self) -> redis::Cmd {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(redis::Script::new(&self.code).get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        eval
+    }
+}
+
+fn is_no_script(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
 /// One prepared script call.
 pub(crate) struct Call<'a> {
     script: &'a LuaScript,
@@ -162,6 +267,16 @@ pub(crate) struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The call as the test door hands it out (the form without sharded pub/sub).
+    pub fn composed(&self) -> Composed {
+        Composed {
+            name: self.script.name,
+            code: self.script.code.clone(),
+            keys: self.keys.clone(),
+            args: self.args.clone(),
+        }
+    }
+
     pub fn key<T: redis::ToRedisArgs>(mut self, key: T) -> Self {
         key.write_redis_args(&mut self.keys);
         self
@@ -227,11 +342,7 @@ impl Call<'_> {
         request: &impl Fn(bool) -> R,
     ) -> redis::RedisResult<T> {
         match request(true).query(conn).await {
-            Err(err)
-                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                request(false).query(conn).await
-            }
+            Err(err) if is_no_script(&err) => request(false).query(conn).await,
             reply => reply,
         }
     }

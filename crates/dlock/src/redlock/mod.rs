@@ -15,6 +15,7 @@
 
 mod inspect;
 pub mod mutex;
+pub(crate) mod scripts;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,7 +29,8 @@ use crate::error::{Error, Result};
 use crate::lease;
 use crate::notifier::Turnstile;
 use crate::options::LockOptions;
-use crate::renew::{Due, RenewTarget, Renewed, Renewer};
+use crate::renew::{Due, HoldKind, Renew, RenewTarget, Renewal, Renewed, Renewer};
+use crate::script::ScriptCall;
 use crate::session::{Lane, Session};
 
 pub use inspect::{MasterView, RedlockInfo};
@@ -814,11 +816,16 @@ impl RenewTarget for QuorumRenewal {
                             let client = nodes[index].client().await?;
                             let mut replies = Vec::with_capacity(leases.len());
                             for chunk in leases.chunks(crate::renew::BATCH) {
-                                let mut call = crate::renew::RENEW.call();
-                                for (key, token, ttl_ms) in chunk {
-                                    call = call.key(key).arg("s").arg(token).arg(*ttl_ms);
-                                }
-                                let reply: Vec<i64> = call.run(&client).await?;
+                                let holds: Vec<Renewal> = chunk
+                                    .iter()
+                                    .map(|(key, token, ttl_ms)| Renewal {
+                                        key,
+                                        kind: HoldKind::String,
+                                        token,
+                                        lease_ms: *ttl_ms,
+                                    })
+                                    .collect();
+                                let reply = Renew { holds: &holds }.run(&client).await?;
                                 replies.extend(reply);
                             }
                             Ok::<_, Error>(replies)
