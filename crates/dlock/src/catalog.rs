@@ -89,7 +89,7 @@ pub mod __scripts {
 /// for the model of two look-alike locks side by side, which must find them disjoint.
 /// Refused names are refused here too. Not a stable API.
 #[doc(hidden)]
-pub fn __lock_names(prefix: &str, name: &str) -> crate::Result<Vec<(&'static str, String)>> {
+pub fn __lock_names(prefix: &str, name: &str) -> crate::error::Result<Vec<(&'static str, String)>> {
     let keys = crate::keys::LockKeys::new(prefix, name)?;
     let queue = crate::queue::QueueKeys::new(&keys);
     Ok(vec![

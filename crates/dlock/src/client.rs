@@ -145,8 +145,8 @@ impl ClientBuilder {
             if timeout.is_zero() || timeout > MAX_TIMEOUT {
                 return Err(Error::InvalidArgument(format!(
                     "the {what} timeout {} is out of range; use more than zero and at most {}",
-                    crate::humane(timeout),
-                    crate::humane(MAX_TIMEOUT)
+                    crate::duration_text::humane(timeout),
+                    crate::duration_text::humane(MAX_TIMEOUT)
                 )));
             }
         }

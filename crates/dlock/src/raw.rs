@@ -54,12 +54,12 @@ impl LockCore {
             Some(replicas) => {
                 let limit = client.response_timeout().saturating_sub(WAIT_MARGIN);
                 if replicas.timeout > limit {
-                    return Err(crate::Error::InvalidArgument(format!(
+                    return Err(crate::error::Error::InvalidArgument(format!(
                         "the replica timeout {} must be at most {} (the client's response timeout {} less {}), or the response timeout would cut the WAIT off; shorten it or raise ClientBuilder::response_timeout",
-                        crate::humane(replicas.timeout),
-                        crate::humane(limit),
-                        crate::humane(client.response_timeout()),
-                        crate::humane(WAIT_MARGIN)
+                        crate::duration_text::humane(replicas.timeout),
+                        crate::duration_text::humane(limit),
+                        crate::duration_text::humane(client.response_timeout()),
+                        crate::duration_text::humane(WAIT_MARGIN)
                     )));
                 }
                 client.acknowledging(replicas)
@@ -114,7 +114,7 @@ impl Attempt {
                 remaining: crate::queue::busy_remaining(reply),
                 split: false,
             }),
-            other => Err(crate::Error::unexpected_reply(other)),
+            other => Err(crate::error::Error::unexpected_reply(other)),
         }
     }
 }

@@ -212,7 +212,7 @@ impl Leadership {
 
     /// Applies `batch` to data beside the election's lock only while this leadership
     /// holds (see [`Guard::apply`](crate::Guard::apply)).
-    pub async fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+    pub async fn apply(&self, batch: &crate::guarded::Guarded) -> Result<Vec<redis::Value>> {
         self.guard().apply(batch).await
     }
 

@@ -121,7 +121,7 @@ impl Client {
             .map(|h| Holder {
                 // A label only in front of a token of dlock's form: another client's token
                 // may contain '/', and the part before it is no label but secret.
-                label: crate::token_tag_and_random(&h[0])
+                label: crate::session::token_tag_and_random(&h[0])
                     .and(h[0].rsplit_once('/'))
                     .map(|(label, _)| label.to_string()),
                 token: h[0].clone(),

@@ -213,8 +213,8 @@ impl RedlockBuilder {
             if timeout.is_zero() || timeout > crate::client::MAX_TIMEOUT {
                 return Err(Error::InvalidArgument(format!(
                     "the Redlock node timeout {} is out of range; use more than zero and at most {} (and under half of every lease)",
-                    crate::humane(timeout),
-                    crate::humane(crate::client::MAX_TIMEOUT)
+                    crate::duration_text::humane(timeout),
+                    crate::duration_text::humane(crate::client::MAX_TIMEOUT)
                 )));
             }
         }
@@ -223,7 +223,7 @@ impl RedlockBuilder {
             if !seen.insert(url.as_str()) {
                 return Err(Error::InvalidArgument(format!(
                     "{} is named twice: Redlock's masters must be independent servers",
-                    crate::redact_url(url)
+                    crate::redact::redact(url)
                 )));
             }
         }
@@ -234,7 +234,7 @@ impl RedlockBuilder {
                 .enumerate()
                 .map(|(index, url)| Node {
                     index,
-                    label: crate::redact_url(url),
+                    label: crate::redact::redact(url),
                     builder: self.template.clone().url(url),
                     client: tokio::sync::OnceCell::new(),
                     servers: servers.clone(),
@@ -551,8 +551,8 @@ impl Redlock {
             Some(timeout) if timeout.is_zero() || timeout >= ttl / 2 => {
                 Err(Error::InvalidArgument(format!(
                     "the Redlock node timeout {} must be above zero and under half the lease {}: a slow node would otherwise eat the grant's validity",
-                    crate::humane(timeout),
-                    crate::humane(ttl)
+                    crate::duration_text::humane(timeout),
+                    crate::duration_text::humane(ttl)
                 )))
             }
             _ => Ok(()),
@@ -901,7 +901,7 @@ fn node_timed_out(timeout: Duration) -> Error {
         std::io::ErrorKind::TimedOut,
         format!(
             "no answer within the node timeout {}",
-            crate::humane(timeout)
+            crate::duration_text::humane(timeout)
         ),
     )))
 }
