@@ -327,6 +327,23 @@ mod tests {
         }
     }
 
+    /// One Lua layout: the helpers many scripts share in `src/lua/`, every other file
+    /// beside the Rust that sends it (a directory with its `scripts.rs`).
+    #[test]
+    fn every_lua_file_sits_in_lua_or_beside_its_calls() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        files_under(&src, "lua", &mut files);
+        for file in files {
+            let dir = file.parent().unwrap();
+            assert!(
+                dir == src.join("lua") || dir.join("scripts.rs").exists(),
+                "{} is neither a shared helper in src/lua/ nor beside a scripts.rs",
+                file.display()
+            );
+        }
+    }
+
     #[test]
     fn a_listed_script_sends_its_body() {
         for script in __library_scripts() {

@@ -486,7 +486,10 @@ pub async fn probe(
     keys: &[&str],
     args: &[&str],
 ) -> Result<redis::Value> {
-    let libraries = concat!(include_str!("fencing.lua"), include_str!("prelude.lua"));
+    let libraries = concat!(
+        include_str!("lua/fencing.lua"),
+        include_str!("lua/prelude.lua")
+    );
     let script = LuaScript::new("probe", &[], libraries, source, false);
     let mut call = script.call();
     for key in keys {

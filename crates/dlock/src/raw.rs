@@ -396,7 +396,7 @@ macro_rules! on_one_server {
 pub(crate) use on_one_server;
 
 /// Releases the string hold `token` at `core`'s key, whatever kind took it, and hands the
-/// lock to whoever waits for the name the way they wait (see `release_token.lua`).
+/// lock to whoever waits for the name the way they wait (see `mutex/release_token.lua`).
 async fn release_string_hold(core: &LockCore, token: &str) -> Result<()> {
     let queue = QueueKeys::new(&core.keys);
     let (keys, queue) = (&core.keys, &queue);

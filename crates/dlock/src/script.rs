@@ -46,8 +46,8 @@ impl LibraryScript {
     }
 }
 
-/// Builds a `LazyLock<LuaScript>` from the shared libraries (`fencing.lua`,
-/// `prelude.lua`) and the given files (paths relative to `src/`): every file but the last
+/// Builds a `LazyLock<LuaScript>` from the shared libraries (`lua/fencing.lua`,
+/// `lua/prelude.lua`) and the given files (paths relative to `src/`): every file but the last
 /// is a library of helpers, the last is the script's body. `bare` leaves the shared
 /// libraries out (a bare script that draws fences names `fencing.lua` itself). Only the
 /// helpers the body uses are sent (see [`LuaScript::new`]).
@@ -56,13 +56,13 @@ macro_rules! lua_script {
         $crate::script::lua_script!(@split true, $name, [], $($file),+)
     };
     (grant $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split true, $name, ["fencing.lua", "prelude.lua"], $($file),+)
+        $crate::script::lua_script!(@split true, $name, ["lua/fencing.lua", "lua/prelude.lua"], $($file),+)
     };
     (bare $name:literal, $($file:literal),+ $(,)?) => {
         $crate::script::lua_script!(@split false, $name, [], $($file),+)
     };
     ($name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split false, $name, ["fencing.lua", "prelude.lua"], $($file),+)
+        $crate::script::lua_script!(@split false, $name, ["lua/fencing.lua", "lua/prelude.lua"], $($file),+)
     };
     // Moves files to the libraries until one is left: the body.
     (@split $grants:literal, $name:literal, [$($library:literal),*], $next:literal, $($rest:literal),+) => {
@@ -694,25 +694,28 @@ mod tests {
     /// defined once (the checks `definitions` makes when a script is built).
     #[test]
     fn the_libraries_are_definitions_only() {
-        let shared = concat!(include_str!("fencing.lua"), include_str!("prelude.lua"));
+        let shared = concat!(
+            include_str!("lua/fencing.lua"),
+            include_str!("lua/prelude.lua")
+        );
         let sets = [
             shared.to_string(),
-            format!("{shared}{}", include_str!("entries.lua")),
+            format!("{shared}{}", include_str!("lua/entries.lua")),
             format!(
                 "{shared}{}{}",
-                include_str!("entries.lua"),
+                include_str!("lua/entries.lua"),
                 include_str!("renew/holds.lua")
             ),
             format!(
                 "{shared}{}{}{}",
                 include_str!("queue/queue.lua"),
-                include_str!("entries.lua"),
+                include_str!("lua/entries.lua"),
                 include_str!("rwlock/rwlock.lua")
             ),
             format!(
                 "{}{}",
                 include_str!("mutex/bare.lua"),
-                include_str!("fencing.lua")
+                include_str!("lua/fencing.lua")
             ),
         ];
         for set in sets {

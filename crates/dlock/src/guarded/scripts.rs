@@ -9,7 +9,7 @@ use crate::script::{lua_script, Call, LuaScript, ScriptCall};
 
 pub(crate) static APPLY: LazyLock<LuaScript> = lua_script!(
     "guarded apply",
-    "entries.lua",
+    "lua/entries.lua",
     "renew/holds.lua",
     "guarded/apply.lua"
 );

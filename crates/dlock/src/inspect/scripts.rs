@@ -9,15 +9,18 @@ use crate::queue::QueueKeys;
 use crate::script::{lua_script, Call, LuaScript, ScriptCall};
 
 pub(crate) static INSPECT: LazyLock<LuaScript> =
-    lua_script!("inspect", "entries.lua", "inspect/inspect.lua");
+    lua_script!("inspect", "lua/entries.lua", "inspect/inspect.lua");
 pub(crate) static FORCE_RELEASE: LazyLock<LuaScript> = lua_script!(
     "forced release",
     "queue/queue.lua",
     "inspect/force_release.lua"
 );
-pub(crate) static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
-pub(crate) static LIVE_ENTRIES: LazyLock<LuaScript> =
-    lua_script!("list holders", "entries.lua", "entries_live.lua");
+pub(crate) static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "inspect/describe.lua");
+pub(crate) static LIVE_ENTRIES: LazyLock<LuaScript> = lua_script!(
+    "list holders",
+    "lua/entries.lua",
+    "inspect/entries_live.lua"
+);
 
 /// What holds a lock, changing nothing (`inspect/inspect.lua`): the kind, the lease, the
 /// last fence, the queue length, then four fields a holder or waiter.

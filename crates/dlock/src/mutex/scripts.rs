@@ -11,19 +11,25 @@ use crate::script::{lua_script, Call, LuaScript, ScriptCall};
 pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
     grant bare "mutex acquire",
     "mutex/bare.lua",
-    "fencing.lua",
+    "lua/fencing.lua",
     "mutex/acquire.lua"
 );
 pub(crate) static RELEASE: LazyLock<LuaScript> =
     lua_script!(bare "mutex release", "mutex/bare.lua", "mutex/release.lua");
 pub(crate) static FENCE: LazyLock<LuaScript> =
-    lua_script!(bare "fence", "mutex/bare.lua", "fencing.lua", "mutex/fence.lua");
+    lua_script!(bare "fence", "mutex/bare.lua", "lua/fencing.lua", "mutex/fence.lua");
 pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> =
-    lua_script!(grant "fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
-pub(crate) static FAIR_RELEASE: LazyLock<LuaScript> =
-    lua_script!("fair mutex release", "queue/queue.lua", "fair/release.lua");
-pub(crate) static RELEASE_TOKEN: LazyLock<LuaScript> =
-    lua_script!("release by token", "queue/queue.lua", "release_token.lua");
+    lua_script!(grant "fair mutex acquire", "queue/queue.lua", "mutex/fair_acquire.lua");
+pub(crate) static FAIR_RELEASE: LazyLock<LuaScript> = lua_script!(
+    "fair mutex release",
+    "queue/queue.lua",
+    "mutex/fair_release.lua"
+);
+pub(crate) static RELEASE_TOKEN: LazyLock<LuaScript> = lua_script!(
+    "release by token",
+    "queue/queue.lua",
+    "mutex/release_token.lua"
+);
 
 fn flag(on: bool) -> &'static str {
     if on {
@@ -119,7 +125,7 @@ impl ScriptCall for DrawFence<'_> {
     }
 }
 
-/// The fair mutex's acquire (`fair/acquire.lua`): an attempt's reply (see
+/// The fair mutex's acquire (`fair_acquire.lua`): an attempt's reply (see
 /// [`crate::raw::Attempt::from_reply`]).
 #[derive(Debug, Clone)]
 pub struct FairAcquire<'a> {
@@ -158,7 +164,7 @@ impl ScriptCall for FairAcquire<'_> {
 }
 
 /// The fair mutex's release, handing the lock to the next in line
-/// (`fair/release.lua`): 1 released, 0 not held, -1 another kind at the key.
+/// (`fair_release.lua`): 1 released, 0 not held, -1 another kind at the key.
 #[derive(Debug, Clone)]
 pub struct FairRelease<'a> {
     /// The lock's keys.

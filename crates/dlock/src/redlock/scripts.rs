@@ -10,7 +10,7 @@ use crate::script::{lua_script, Call, LuaScript, ScriptCall};
 pub(crate) static RAISE: LazyLock<LuaScript> = lua_script!(
     bare "redlock fence raise",
     "mutex/bare.lua",
-    "fencing.lua",
+    "lua/fencing.lua",
     "redlock/raise.lua"
 );
 

@@ -10,13 +10,17 @@ use crate::queue::QueueKeys;
 use crate::script::{lua_script, Call, LuaScript, ScriptCall};
 
 pub(crate) static RENEW: LazyLock<LuaScript> =
-    lua_script!(grant "renew", "entries.lua", "renew/holds.lua", "renew/renew.lua");
-pub(crate) static HELD: LazyLock<LuaScript> =
-    lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
+    lua_script!(grant "renew", "lua/entries.lua", "renew/holds.lua", "renew/renew.lua");
+pub(crate) static HELD: LazyLock<LuaScript> = lua_script!(
+    "held",
+    "lua/entries.lua",
+    "renew/holds.lua",
+    "renew/held.lua"
+);
 pub(crate) static LINGER: LazyLock<LuaScript> = lua_script!(
     "linger",
     "queue/queue.lua",
-    "entries.lua",
+    "lua/entries.lua",
     "renew/holds.lua",
     "renew/linger.lua"
 );

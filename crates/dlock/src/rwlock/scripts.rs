@@ -13,7 +13,7 @@ macro_rules! rw_script {
         lua_script!(
             grant $name,
             "queue/queue.lua",
-            "entries.lua",
+            "lua/entries.lua",
             "rwlock/rwlock.lua",
             $file
         )
@@ -22,7 +22,7 @@ macro_rules! rw_script {
         lua_script!(
             $name,
             "queue/queue.lua",
-            "entries.lua",
+            "lua/entries.lua",
             "rwlock/rwlock.lua",
             $file
         )

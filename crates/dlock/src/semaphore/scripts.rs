@@ -10,14 +10,14 @@ use crate::script::{lua_script, Call, LuaScript, ScriptCall};
 pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
     grant "semaphore acquire",
     "queue/queue.lua",
-    "entries.lua",
+    "lua/entries.lua",
     "semaphore/permits.lua",
     "semaphore/acquire.lua"
 );
 pub(crate) static RELEASE: LazyLock<LuaScript> = lua_script!(
     "semaphore release",
     "queue/queue.lua",
-    "entries.lua",
+    "lua/entries.lua",
     "semaphore/permits.lua",
     "semaphore/release.lua"
 );
