@@ -126,7 +126,7 @@ impl ScriptCall for DrawFence<'_> {
 }
 
 /// The fair mutex's acquire (`fair_acquire.lua`): an attempt's reply (see
-/// [`crate::raw::Attempt::from_reply`]).
+/// `Attempt::from_reply` in raw.rs).
 #[derive(Debug, Clone)]
 pub struct FairAcquire<'a> {
     /// The lock's keys.

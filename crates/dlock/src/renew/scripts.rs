@@ -42,7 +42,7 @@ pub struct Renewal<'a> {
 /// renewed, 0 not held, -1 another kind at the key).
 #[derive(Debug, Clone)]
 pub struct Renew<'a> {
-    /// The holds, at most [`super::BATCH`] (one slot on a cluster).
+    /// The holds, at most `renew::BATCH` (one slot on a cluster).
     pub holds: &'a [Renewal<'a>],
 }
 
