@@ -78,10 +78,10 @@ pub mod __scripts {
     pub use crate::renew::scripts::{Held, Linger, Renew, Renewal};
     pub use crate::renew::HoldKind;
     pub use crate::rwlock::scripts::{
-        Downgrade, ReadAcquire, ReadRelease, RwKeys, WriteAcquire, WriteRelease,
+        writer_queue, Downgrade, ReadAcquire, ReadRelease, RwKeys, WriteAcquire, WriteRelease,
     };
     pub use crate::script::{Composed, LibraryCall};
-    pub use crate::semaphore::scripts::{SemaphoreAcquire, SemaphoreRelease};
+    pub use crate::semaphore::scripts::{permit_queue, SemaphoreAcquire, SemaphoreRelease};
 }
 
 /// The keys and channels the library names for the lock `name` under `prefix`, each with

@@ -75,11 +75,7 @@ impl RwLock {
     fn new(client: Client, name: &str, options: LockOptions, owner: Owner) -> Result<RwLock> {
         let core = LockCore::new(client, name, options)?;
         let lock = Shared {
-            writers: QueueKeys {
-                // A writer that gives up waiting may be the last one holding readers back.
-                on_empty: Some(core.keys.channel.clone()),
-                ..QueueKeys::new(&core.keys)
-            },
+            writers: scripts::writer_queue(&core.keys),
             core,
         };
         Ok(RwLock::of(lock, owner))

@@ -59,6 +59,16 @@ impl RwKeys<'_> {
     }
 }
 
+/// The writer queue of the lock `keys`: a writer that leaves it empty tells the readers
+/// waiting behind it (on the lock's release channel), since it may have been the last one
+/// holding them back.
+pub fn writer_queue(keys: &LockKeys) -> QueueKeys {
+    QueueKeys {
+        on_empty: Some(keys.channel.clone()),
+        ..QueueKeys::new(keys)
+    }
+}
+
 fn flag(on: bool) -> &'static str {
     if on {
         "1"

@@ -80,10 +80,7 @@ impl RawSemaphore {
             )));
         }
         Ok(Lock::of(RawSemaphore {
-            queue: QueueKeys {
-                limit: Some(permits),
-                ..QueueKeys::new(&core.keys)
-            },
+            queue: scripts::permit_queue(&core.keys, permits),
             core,
             permits,
         }))

@@ -22,6 +22,15 @@ pub(crate) static RELEASE: LazyLock<LuaScript> = lua_script!(
     "semaphore/release.lua"
 );
 
+/// The queue of the semaphore `keys` with `permits` permits (its waiters' tokens name N,
+/// for a direct hand-off).
+pub fn permit_queue(keys: &LockKeys, permits: u32) -> QueueKeys {
+    QueueKeys {
+        limit: Some(permits),
+        ..QueueKeys::new(keys)
+    }
+}
+
 /// Takes a permit (`semaphore/acquire.lua`): an attempt's reply.
 #[derive(Debug, Clone)]
 pub struct SemaphoreAcquire<'a> {
