@@ -221,9 +221,9 @@ impl Composed {
     /// `EVALSHA`, then `EVAL` when the server does not have the script yet (`NOSCRIPT`):
     /// as the library sends it (without its resend after a dropped connection, or a
     /// `WAIT`).
-    pub async fn run<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
+    pub async fn run<T: redis::FromRedisValue>(
         &self,
-        conn: &mut C,
+        conn: &mut impl redis::aio::ConnectionLike,
     ) -> redis::RedisResult<T> {
         match self.eval_sha().query_async(conn).await {
             Err(err) if is_no_script(&err) => self.eval().query_async(conn).await,
@@ -232,9 +232,9 @@ impl Composed {
     }
 
     /// [`Composed::run`] on a blocking connection.
-    pub fn run_blocking<T: redis::FromRedisValue, C: redis::ConnectionLike>(
+    pub fn run_blocking<T: redis::FromRedisValue>(
         &self,
-        conn: &mut C,
+        conn: &mut impl redis::ConnectionLike,
     ) -> redis::RedisResult<T> {
         match self.eval_sha().query(conn) {
             Err(err) if is_no_script(&err) => self.eval().query(conn),
