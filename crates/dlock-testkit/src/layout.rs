@@ -2,11 +2,13 @@
 //! read from its source files so that a test in each crate can hold them:
 //! - **no import cycle** among its modules, so each module can be read, tested and moved
 //!   with what it depends on alone;
-//! - **no module reaches for a helper of the crate root**: `lib.rs`/`main.rs` hold only
-//!   modules, re-exports and entry points, so a low module never depends on the top.
+//! - **no module names an item through the crate root**: each item is named by the
+//!   module that defines it, so every dependency is written as one (and seen by the cycle
+//!   check), and `lib.rs`/`main.rs` hold only modules, re-exports and entry points: a
+//!   helper there would make every module depend on the top.
 //!
 //! A module is a file (`foo.rs`, or `foo/mod.rs` as `foo`; `foo/bar.rs` as `foo::bar`); an
-//! edge A → B is a `crate::B…` path in A's code (comments aside). Paths into A's own
+//! edge A → B is a `crate::B…` path in A's code (not in a comment or a string). Paths into A's own
 //! children do not count: a parent may use what it is made of. (The same reading as the
 //! team's `modcycles` tool, which `.ci/run` also runs where it is installed.)
 
@@ -23,7 +25,8 @@ pub struct Layout {
 #[derive(Debug)]
 struct Module {
     file: PathBuf,
-    /// The file's text with every comment line blanked (line numbers kept).
+    /// The file's code: comments, strings and character literals blanked (line numbers
+    /// kept), so that only paths the compiler reads are seen.
     code: String,
 }
 
@@ -34,6 +37,8 @@ struct Mention<'a> {
     line: usize,
     /// The path's segments after `crate::`, up to the first one that is not an identifier.
     segments: Vec<&'a str>,
+    /// The path is called (`crate::name(..)`, `crate::name!(..)`): a function or macro.
+    called: bool,
 }
 
 impl Layout {
@@ -51,14 +56,7 @@ impl Layout {
             .map(|file| {
                 let text = std::fs::read_to_string(&file)
                     .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
-                let code = text
-                    .lines()
-                    .map(|line| match line.trim_start().starts_with("//") {
-                        true => "",
-                        false => line,
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let code = code_only(&text);
                 (module_of(src, &file), Module { file, code })
             })
             .collect();
@@ -77,10 +75,11 @@ impl Layout {
         self.modules.iter().flat_map(|(from, module)| {
             crate_paths(&module.code)
                 .into_iter()
-                .map(move |(line, segments)| Mention {
+                .map(move |(line, segments, called)| Mention {
                     from,
                     line,
                     segments,
+                    called,
                 })
         })
     }
@@ -143,22 +142,21 @@ impl Layout {
         components
     }
 
-    /// Every place a module other than the root names an item defined in the crate root
-    /// itself (a function, constant, static, type or macro of `lib.rs`/`main.rs`, not a
-    /// module and not a re-export), as `file:line: crate::item`.
-    pub fn root_helper_uses(&self) -> Vec<String> {
-        let Some(root) = self.modules.get("") else {
-            return Vec::new();
-        };
-        let helpers: BTreeSet<String> = root
-            .code
-            .lines()
-            .filter_map(defined_item)
-            .filter(|name| !self.modules.contains_key(name))
-            .collect();
+    /// Every place a module other than the root names an item through the crate root
+    /// rather than through the module that defines it: a helper defined in `lib.rs`/
+    /// `main.rs` (`crate::humane(..)`), or a root re-export (`crate::Error` for
+    /// `crate::error::Error`), as `file:line: crate::item`. Named by its module, every
+    /// dependency between modules is written as one, so the cycle check sees them all.
+    pub fn root_paths(&self) -> Vec<String> {
         self.mentions()
             .filter(|m| !m.from.is_empty())
-            .filter(|m| helpers.contains(m.segments[0]))
+            .filter(|m| {
+                let first = m.segments[0];
+                let a_module = self.modules.contains_key(first);
+                // `crate::name(..)` calls a function even where a module has that name too
+                // (a root `pub use name::name` makes both).
+                !a_module || (m.segments.len() == 1 && m.called)
+            })
             .map(|m| {
                 format!(
                     "{}:{}: crate::{}",
@@ -180,11 +178,12 @@ pub fn assert_layered(crate_dir: &str) {
         cycles.is_empty(),
         "modules of {crate_dir} import each other (docs/decisions.md, \"Layering\"): {cycles:?}"
     );
-    let uses = layout.root_helper_uses();
+    let uses = layout.root_paths();
     assert!(
         uses.is_empty(),
-        "modules of {crate_dir} use helpers of the crate root; move each helper into a module \
-         of its own (docs/decisions.md, \"Layering\"):\n{}",
+        "modules of {crate_dir} name items through the crate root; name each by the module \
+         that defines it, and move a helper of the root into a module of its own \
+         (docs/decisions.md, \"Layering\"):\n{}",
         uses.join("\n")
     );
 }
@@ -228,6 +227,102 @@ fn display(module: &str) -> &str {
     }
 }
 
+/// `text` with the inside of every comment, string and character literal replaced by
+/// spaces (newlines kept, so line numbers stay).
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r'
+            && matches!(next, Some('"' | '#'))
+            && !chars[..i].last().is_some_and(|p| is_ident_char(*p))
+        {
+            // A raw string: r"..", r#".."#, ...
+            let hashes = chars[i + 1..].iter().take_while(|c| **c == '#').count();
+            if chars.get(i + 1 + hashes) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let close: Vec<char> = std::iter::once('"')
+                .chain(std::iter::repeat_n('#', hashes))
+                .collect();
+            out.push_str(&" ".repeat(2 + hashes));
+            i += 2 + hashes;
+            while i < chars.len() && !chars[i..].starts_with(&close) {
+                out.push(blank(chars[i]));
+                i += 1;
+            }
+            out.push_str(&" ".repeat(close.len()));
+            i += close.len();
+        } else if c == '"' {
+            out.push(' ');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                let skip = if chars[i] == '\\' { 2 } else { 1 };
+                for k in i..(i + skip).min(chars.len()) {
+                    out.push(blank(chars[k]));
+                }
+                i += skip;
+            }
+            out.push(' ');
+            i += 1;
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '\''), or else a lifetime ('a).
+            let length = match (next, chars.get(i + 2), chars.get(i + 3)) {
+                (Some('\\'), _, _) => chars[i + 2..]
+                    .iter()
+                    .position(|c| *c == '\'')
+                    .map(|end| end + 3),
+                (Some(_), Some('\''), _) => Some(3),
+                _ => None,
+            };
+            match length {
+                Some(length) => {
+                    out.push_str(&" ".repeat(length));
+                    i += length;
+                }
+                None => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
 fn is_ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
@@ -235,7 +330,7 @@ fn is_ident_char(c: char) -> bool {
 /// Each path after a `crate::` in `code` (not `$crate::`, not `some_crate::`) with the line
 /// it starts on, as its identifier segments; a `use` group (`crate::{a, b::{c, d}}`, over
 /// several lines too) gives one path per leaf.
-fn crate_paths(code: &str) -> Vec<(usize, Vec<&str>)> {
+fn crate_paths(code: &str) -> Vec<(usize, Vec<&str>, bool)> {
     let mut paths = Vec::new();
     for (at, _) in code.match_indices("crate::") {
         let before = code[..at].chars().next_back();
@@ -243,9 +338,12 @@ fn crate_paths(code: &str) -> Vec<(usize, Vec<&str>)> {
             continue;
         }
         let line = code[..at].matches('\n').count() + 1;
+        let rest = &code[at + "crate::".len()..];
         let mut leaves = Vec::new();
-        path_tree(&code[at + "crate::".len()..], Vec::new(), &mut leaves);
-        paths.extend(leaves.into_iter().map(|segments| (line, segments)));
+        let read = path_tree(rest, Vec::new(), &mut leaves);
+        let called = leaves.len() == 1
+            && matches!(rest[read..].trim_start().chars().next(), Some('(' | '!'));
+        paths.extend(leaves.into_iter().map(|segments| (line, segments, called)));
     }
     paths
 }
@@ -296,43 +394,6 @@ fn path_tree<'a>(text: &'a str, prefix: Vec<&'a str>, leaves: &mut Vec<Vec<&'a s
             end
         }
     }
-}
-
-/// The name an item definition at the start of a line of the crate root defines (not a
-/// `mod`, a `use` or anything indented: items of the root alone).
-fn defined_item(line: &str) -> Option<String> {
-    if line.starts_with(' ') || line.starts_with('\t') {
-        return None;
-    }
-    let mut words = line.split_whitespace().peekable();
-    while let Some(word) = words.peek() {
-        if word.starts_with("pub") || matches!(*word, "async" | "unsafe" | "const" | "extern") {
-            // `const fn` and `const NAME`: a const followed by `fn` is a qualifier.
-            if *word == "const" {
-                let mut ahead = words.clone();
-                ahead.next();
-                if ahead.peek() != Some(&"fn") {
-                    break;
-                }
-            }
-            words.next();
-        } else {
-            break;
-        }
-    }
-    let kind = words.next()?;
-    if !matches!(
-        kind,
-        "fn" | "const" | "static" | "struct" | "enum" | "type" | "trait" | "macro_rules!"
-    ) {
-        return None;
-    }
-    let name: String = words
-        .next()?
-        .chars()
-        .take_while(|c| is_ident_char(*c))
-        .collect();
-    (!name.is_empty()).then_some(name)
 }
 
 /// Tarjan's algorithm, iteratively: the strongly connected components of a graph given
@@ -439,9 +500,10 @@ mod tests {
         let code =
             "use crate::{\n    a::{self, B},\n    c::*,\n    d,\n};\nfn f() { crate::e::g() }";
         let paths = crate_paths(code);
-        let leaves: Vec<String> = paths.iter().map(|(_, s)| s.join("::")).collect();
+        let leaves: Vec<String> = paths.iter().map(|(_, s, _)| s.join("::")).collect();
         assert_eq!(leaves, ["a::self", "a::B", "c", "d", "e::g"]);
-        assert_eq!(paths.last().map(|(line, _)| *line), Some(6));
+        assert_eq!(paths.last().map(|(line, _, _)| *line), Some(6));
+        assert_eq!(paths.last().map(|(_, _, called)| *called), Some(true));
         let dir = tree(&[
             ("lib.rs", "mod a;\nmod b;\n"),
             ("a.rs", "use crate::{\n    b::{X, Y},\n};\n"),
@@ -451,6 +513,19 @@ mod tests {
             Layout::read(dir.path()).cycles(),
             vec![vec!["a".to_string(), "b".to_string()]]
         );
+    }
+
+    #[test]
+    fn paths_in_comments_strings_and_char_literals_are_not_code() {
+        let text = "let a = \"crate::x\"; // crate::y\n/* crate::z\n */ let q = '\"';\n\
+                    let r = r#\"crate::w\"#; fn f<'a>(s: &'a str) { crate::v::g(s) }";
+        let code = code_only(text);
+        assert_eq!(code.lines().count(), text.lines().count());
+        let leaves: Vec<String> = crate_paths(&code)
+            .into_iter()
+            .map(|(line, s, _)| format!("{line}:{}", s.join("::")))
+            .collect();
+        assert_eq!(leaves, ["4:v::g"]);
     }
 
     #[test]
@@ -468,40 +543,27 @@ mod tests {
     }
 
     #[test]
-    fn a_low_module_using_a_function_of_the_root_is_named_and_a_re_export_is_not() {
+    fn a_low_module_naming_an_item_through_the_root_is_named_and_one_through_its_module_is_not() {
         let dir = tree(&[
             (
                 "lib.rs",
-                "mod low;\nmod error;\npub use error::Error;\npub fn humane() {}\n\
-                 pub const LIMIT: u32 = 1;\nimpl Thing { fn method() {} }\n",
+                "mod low;\nmod error;\nmod humane;\npub use error::Error;\n\
+                 pub use humane::humane;\npub const LIMIT: u32 = 1;\n",
             ),
             ("error.rs", "pub struct Error;\n"),
+            ("humane.rs", "pub fn humane() {}\n"),
             (
                 "low.rs",
-                "use crate::Error;\nfn f() {\n    crate::humane();\n    let _ = crate::LIMIT;\n}\n",
+                "use crate::Error;\nuse crate::error::Error as E;\nuse crate::humane;\n\
+                 fn f() {\n    crate::humane();\n    let _ = crate::LIMIT;\n    \
+                 crate::humane::humane();\n}\n",
             ),
         ]);
-        let uses = Layout::read(dir.path()).root_helper_uses();
-        assert_eq!(uses.len(), 2, "{uses:?}");
-        assert!(uses[0].ends_with("low.rs:3: crate::humane"), "{uses:?}");
-        assert!(uses[1].ends_with("low.rs:4: crate::LIMIT"), "{uses:?}");
-    }
-
-    #[test]
-    fn items_of_the_root_are_recognised_with_their_qualifiers() {
-        for (line, name) in [
-            ("pub fn humane(d: Duration) -> String {", Some("humane")),
-            ("pub(crate) const fn limit() -> u32 {", Some("limit")),
-            ("pub(crate) const MAX: u32 = 1;", Some("MAX")),
-            ("static NAMES: [&str; 2] = [];", Some("NAMES")),
-            ("pub async fn run() {", Some("run")),
-            ("macro_rules! lua_script {", Some("lua_script")),
-            ("pub mod backend;", None),
-            ("pub use error::Error;", None),
-            ("    fn nested() {}", None),
-        ] {
-            assert_eq!(defined_item(line).as_deref(), name, "{line}");
-        }
+        let uses = Layout::read(dir.path()).root_paths();
+        assert_eq!(uses.len(), 3, "{uses:?}");
+        assert!(uses[0].ends_with("low.rs:1: crate::Error"), "{uses:?}");
+        assert!(uses[1].ends_with("low.rs:5: crate::humane"), "{uses:?}");
+        assert!(uses[2].ends_with("low.rs:6: crate::LIMIT"), "{uses:?}");
     }
 
     #[test]

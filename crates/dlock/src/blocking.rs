@@ -47,8 +47,8 @@ mod sealed {
     pub trait Connected: Clone + Send + Sync + 'static {
         /// What configures and connects it.
         type Builder;
-        fn connect(builder: Self::Builder) -> impl Future<Output = crate::Result<Self>>;
-        fn session(&self) -> &crate::Session;
+        fn connect(builder: Self::Builder) -> impl Future<Output = crate::error::Result<Self>>;
+        fn session(&self) -> &crate::session::Session;
         fn shutdown(&self) -> impl Future<Output = ()> + Send;
     }
 
@@ -57,10 +57,10 @@ mod sealed {
         ($($handle:ty => $builder:ty),*) => {$(
             impl Connected for $handle {
                 type Builder = $builder;
-                fn connect(builder: $builder) -> impl Future<Output = crate::Result<Self>> {
+                fn connect(builder: $builder) -> impl Future<Output = crate::error::Result<Self>> {
                     builder.connect()
                 }
-                fn session(&self) -> &crate::Session {
+                fn session(&self) -> &crate::session::Session {
                     <$handle>::session(self)
                 }
                 fn shutdown(&self) -> impl Future<Output = ()> + Send {
@@ -70,7 +70,7 @@ mod sealed {
         )*};
     }
 
-    connected!(crate::Client => crate::ClientBuilder, crate::Redlock => crate::RedlockBuilder);
+    connected!(crate::client::Client => crate::client::ClientBuilder, crate::redlock::Redlock => crate::redlock::RedlockBuilder);
 }
 
 impl<H: sealed::Connected> Handle<H> {
@@ -110,7 +110,7 @@ impl<H: sealed::Connected> Handle<H> {
     }
 
     /// The handle's [`Session`](crate::Session): its holds and whether it is closed.
-    pub fn session(&self) -> &crate::Session {
+    pub fn session(&self) -> &crate::session::Session {
         self.inner.session()
     }
 
@@ -125,7 +125,7 @@ trait Blocks {
     fn blocking(self, runtime: Arc<Runtime>) -> Self::Blocking;
 }
 
-impl<R> Blocks for crate::Lock<R> {
+impl<R> Blocks for crate::lock::Lock<R> {
     type Blocking = Lock<R>;
     fn blocking(self, runtime: Arc<Runtime>) -> Lock<R> {
         Lock {
@@ -135,7 +135,7 @@ impl<R> Blocks for crate::Lock<R> {
     }
 }
 
-impl Blocks for crate::RwLock {
+impl Blocks for crate::rwlock::RwLock {
     type Blocking = RwLock;
     fn blocking(self, runtime: Arc<Runtime>) -> RwLock {
         RwLock {
@@ -162,7 +162,7 @@ macro_rules! blocking_constructors {
 }
 
 /// A blocking handle to one Redis deployment.
-pub type Client = Handle<crate::Client>;
+pub type Client = Handle<crate::client::Client>;
 
 /// A blocking handle on several independent masters that grant locks by majority: the
 /// blocking form of [`crate::Redlock`].
@@ -180,17 +180,20 @@ pub type Client = Handle<crate::Client>;
 /// redlock.shutdown();
 /// # Ok(()) }
 /// ```
-pub type Redlock = Handle<crate::Redlock>;
+pub type Redlock = Handle<crate::redlock::Redlock>;
 
 impl Client {
     /// Connects with default options.
     pub fn connect(url: &str) -> Result<Client> {
-        Client::connect_with(crate::Client::builder(url))
+        Client::connect_with(crate::client::Client::builder(url))
     }
 
     /// The leader election `name` with default options (see [`crate::Client::election`]).
     pub fn election(&self, name: &str) -> Result<Election> {
-        self.election_with(name, LockOptions::default().wait(crate::Wait::Forever))
+        self.election_with(
+            name,
+            LockOptions::default().wait(crate::options::Wait::Forever),
+        )
     }
 
     /// The leader election `name` with `options` for its leaders' lock.
@@ -255,7 +258,7 @@ fn own_runtime() -> Result<Runtime> {
 impl Redlock {
     /// Connects to `urls`, independent masters, with default settings.
     pub fn connect<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> Result<Redlock> {
-        Redlock::connect_with(crate::Client::redlock_builder(urls))
+        Redlock::connect_with(crate::client::Client::redlock_builder(urls))
     }
 
     blocking_constructors! {
@@ -269,7 +272,7 @@ impl Redlock {
 /// owner, as [`crate::Lock`]'s does).
 #[derive(Debug)]
 pub struct Lock<R> {
-    inner: crate::Lock<R>,
+    inner: crate::lock::Lock<R>,
     runtime: Arc<Runtime>,
 }
 
@@ -284,11 +287,11 @@ impl<R: RawLock> Clone for Lock<R> {
 
 impl<R: RawLock> Lock<R> {
     /// The async handle underneath.
-    pub fn get_ref(&self) -> &crate::Lock<R> {
+    pub fn get_ref(&self) -> &crate::lock::Lock<R> {
         &self.inner
     }
 
-    fn guard(&self, guard: Result<crate::Guard<R>>) -> Result<Guard<R>> {
+    fn guard(&self, guard: Result<crate::guard::Guard<R>>) -> Result<Guard<R>> {
         Ok(Guard {
             inner: Some(guard?),
             runtime: self.runtime.clone(),
@@ -322,7 +325,7 @@ impl<R: RawLock> Lock<R> {
     }
 
     /// Takes the lock, waiting per `wait` for this call only.
-    pub fn lock_with(&self, wait: crate::Wait) -> Result<Guard<R>> {
+    pub fn lock_with(&self, wait: crate::options::Wait) -> Result<Guard<R>> {
         self.guard(self.runtime.block_on(self.inner.lock_with(wait)))
     }
 
@@ -352,7 +355,11 @@ impl<R: RawLock> Lock<R> {
     }
 
     /// Applies `batch` while the hold `token` is held (see [`crate::Lock::apply_token`]).
-    pub fn apply_token(&self, token: &str, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+    pub fn apply_token(
+        &self,
+        token: &str,
+        batch: &crate::guarded::Guarded,
+    ) -> Result<Vec<redis::Value>> {
         self.runtime.block_on(self.inner.apply_token(token, batch))
     }
 
@@ -364,7 +371,7 @@ impl<R: RawLock> Lock<R> {
 
 impl<R: RawLock> Lock<R>
 where
-    crate::Lock<R>: Into<crate::AnyLock>,
+    crate::lock::Lock<R>: Into<crate::any::AnyLock>,
 {
     /// This lock as an [`AnyLock`], for code that serves several kinds.
     pub fn into_any(self) -> AnyLock {
@@ -386,7 +393,7 @@ pub type RedlockMutex = Lock<RawRedlock>;
 /// Blocking counterpart of [`crate::MultiLock`].
 pub type MultiLock = Lock<RawMulti>;
 /// Blocking counterpart of [`crate::AnyLock`].
-pub type AnyLock = Lock<crate::AnyKind>;
+pub type AnyLock = Lock<crate::any::AnyKind>;
 
 /// Blocking counterpart of [`crate::MutexGuard`].
 pub type MutexGuard = Guard<RawMutex>;
@@ -403,7 +410,7 @@ pub type RedlockGuard = Guard<RawRedlock>;
 /// Blocking counterpart of [`crate::MultiGuard`].
 pub type MultiGuard = Guard<RawMulti>;
 /// Blocking counterpart of [`crate::AnyGuard`].
-pub type AnyGuard = Guard<crate::AnyKind>;
+pub type AnyGuard = Guard<crate::any::AnyKind>;
 
 impl ReentrantMutex {
     /// The owner this handle acts for.
@@ -475,7 +482,7 @@ impl Semaphore {
     }
 
     /// Takes `k` permits, waiting per `wait` for this call only.
-    pub fn lock_many_with(&self, k: u32, wait: crate::Wait) -> Result<SemaphorePermit> {
+    pub fn lock_many_with(&self, k: u32, wait: crate::options::Wait) -> Result<SemaphorePermit> {
         self.taking(k)?.lock_with(wait)
     }
 }
@@ -490,17 +497,17 @@ impl SemaphorePermit {
 /// Blocking counterpart of [`crate::RwLock`], reading for the owner bound to it.
 #[derive(Clone, Debug)]
 pub struct RwLock {
-    inner: crate::RwLock,
+    inner: crate::rwlock::RwLock,
     runtime: Arc<Runtime>,
 }
 
 impl RwLock {
     /// The async handle underneath.
-    pub fn get_ref(&self) -> &crate::RwLock {
+    pub fn get_ref(&self) -> &crate::rwlock::RwLock {
         &self.inner
     }
 
-    fn side<R: RawLock>(&self, inner: crate::Lock<R>) -> Lock<R> {
+    fn side<R: RawLock>(&self, inner: crate::lock::Lock<R>) -> Lock<R> {
         Lock {
             inner,
             runtime: self.runtime.clone(),
@@ -566,16 +573,16 @@ impl RwLock {
 #[must_use = "dropping a guard releases the lock at once"]
 #[derive(Debug)]
 pub struct Guard<R: RawLock> {
-    inner: Option<crate::Guard<R>>,
+    inner: Option<crate::guard::Guard<R>>,
     runtime: Arc<Runtime>,
 }
 
 impl<R: RawLock> Guard<R> {
-    fn get(&self) -> &crate::Guard<R> {
+    fn get(&self) -> &crate::guard::Guard<R> {
         self.inner.as_ref().expect("guard present until consumed")
     }
 
-    fn take(&mut self) -> crate::Guard<R> {
+    fn take(&mut self) -> crate::guard::Guard<R> {
         self.inner.take().expect("guard present until consumed")
     }
 
@@ -643,7 +650,7 @@ impl<R: RawLock> Guard<R> {
     }
 
     /// Applies `batch` only while this hold is held (see [`crate::Guard::apply`]).
-    pub fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+    pub fn apply(&self, batch: &crate::guarded::Guarded) -> Result<Vec<redis::Value>> {
         self.runtime.block_on(self.get().apply(batch))
     }
 
@@ -696,21 +703,21 @@ impl<R: RawLock> Drop for Guard<R> {
 /// Made by [`Client::lost`].
 #[derive(Debug)]
 pub struct LostHolds {
-    inner: crate::LostHolds,
+    inner: crate::session::LostHolds,
     runtime: Arc<Runtime>,
 }
 
 /// Blocks until the next lost hold; ends once the client is shut down and done.
 impl Iterator for LostHolds {
-    type Item = crate::LostHold;
+    type Item = crate::signal::LostHold;
 
-    fn next(&mut self) -> Option<crate::LostHold> {
+    fn next(&mut self) -> Option<crate::signal::LostHold> {
         self.runtime.block_on(self.inner.next())
     }
 }
 
 impl LostHolds {
-    fn of(session: &crate::Session, runtime: &Arc<Runtime>) -> LostHolds {
+    fn of(session: &crate::session::Session, runtime: &Arc<Runtime>) -> LostHolds {
         LostHolds {
             inner: session.lost(),
             runtime: runtime.clone(),
@@ -721,7 +728,7 @@ impl LostHolds {
     pub fn next_timeout(
         &mut self,
         timeout: Duration,
-    ) -> std::result::Result<Option<crate::LostHold>, tokio::time::error::Elapsed> {
+    ) -> std::result::Result<Option<crate::signal::LostHold>, tokio::time::error::Elapsed> {
         self.runtime
             .block_on(async { tokio::time::timeout(timeout, self.inner.next()).await })
     }
@@ -735,7 +742,7 @@ impl LostHolds {
 /// A leader election: the blocking form of [`crate::Election`].
 #[derive(Clone, Debug)]
 pub struct Election {
-    inner: crate::Election,
+    inner: crate::election::Election,
     runtime: Arc<Runtime>,
 }
 
@@ -749,7 +756,7 @@ impl Election {
     }
 
     /// The current leader, without campaigning.
-    pub fn leader(&self) -> Result<Option<crate::Leader>> {
+    pub fn leader(&self) -> Result<Option<crate::election::Leader>> {
         self.runtime.block_on(self.inner.leader())
     }
 
@@ -766,12 +773,12 @@ impl Election {
 /// in the background.
 #[must_use = "dropping a leadership resigns at once (in the background)"]
 pub struct Leadership {
-    inner: Option<crate::Leadership>,
+    inner: Option<crate::election::Leadership>,
     runtime: Arc<Runtime>,
 }
 
 impl Leadership {
-    fn get(&self) -> &crate::Leadership {
+    fn get(&self) -> &crate::election::Leadership {
         self.inner.as_ref().expect("held until resign")
     }
 
@@ -796,7 +803,7 @@ impl Leadership {
     }
 
     /// A guarded write under the leadership (see [`crate::Leadership::apply`]).
-    pub fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+    pub fn apply(&self, batch: &crate::guarded::Guarded) -> Result<Vec<redis::Value>> {
         self.runtime.block_on(self.get().apply(batch))
     }
 
@@ -833,12 +840,12 @@ impl Drop for Leadership {
 /// iterator whose first item is the leader now and each next one the leader after a
 /// change (blocking until then).
 pub struct Observer {
-    inner: crate::Observer,
+    inner: crate::election::Observer,
     runtime: Arc<Runtime>,
 }
 
 impl Iterator for Observer {
-    type Item = Result<Option<crate::Leader>>;
+    type Item = Result<Option<crate::election::Leader>>;
 
     fn next(&mut self) -> Option<Self::Item> {
         Some(self.runtime.block_on(self.inner.next()))

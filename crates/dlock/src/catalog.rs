@@ -13,36 +13,36 @@ use crate::script::{LibraryScript, LuaScript};
 /// The library's scripts, in the order of its layout.
 fn all() -> [&'static LazyLock<LuaScript>; 30] {
     [
-        &crate::mutex::ACQUIRE,
-        &crate::mutex::RELEASE,
-        &crate::raw::FENCE,
-        &crate::renew::RENEW,
-        &crate::raw::HELD,
-        &crate::raw::LINGER,
-        &crate::raw::RELEASE_TOKEN,
-        &crate::mutex::FAIR_ACQUIRE,
-        &crate::mutex::FAIR_RELEASE,
-        &crate::queue::CANCEL,
-        &crate::reentrant::ACQUIRE,
-        &crate::reentrant::RELEASE,
-        &crate::rwlock::READ_ACQUIRE,
-        &crate::rwlock::READ_RELEASE,
-        &crate::rwlock::WRITE_ACQUIRE,
-        &crate::rwlock::WRITE_RELEASE,
-        &crate::rwlock::DOWNGRADE,
-        &crate::semaphore::ACQUIRE,
-        &crate::semaphore::RELEASE,
-        &crate::redlock::mutex::RAISE,
-        &crate::guarded::APPLY,
-        &crate::election::PROCLAIM,
-        &crate::election::LOOK,
-        &crate::election::RESIGN,
-        &crate::inspect::INSPECT,
-        &crate::inspect::FORCE_RELEASE,
-        &crate::client::DESCRIBE,
-        &crate::client::LIVE_ENTRIES,
-        &crate::multi::ACQUIRE,
-        &crate::multi::RELEASE,
+        &crate::mutex::scripts::ACQUIRE,
+        &crate::mutex::scripts::RELEASE,
+        &crate::mutex::scripts::FENCE,
+        &crate::renew::scripts::RENEW,
+        &crate::renew::scripts::HELD,
+        &crate::renew::scripts::LINGER,
+        &crate::mutex::scripts::RELEASE_TOKEN,
+        &crate::mutex::scripts::FAIR_ACQUIRE,
+        &crate::mutex::scripts::FAIR_RELEASE,
+        &crate::queue::scripts::CANCEL,
+        &crate::reentrant::scripts::ACQUIRE,
+        &crate::reentrant::scripts::RELEASE,
+        &crate::rwlock::scripts::READ_ACQUIRE,
+        &crate::rwlock::scripts::READ_RELEASE,
+        &crate::rwlock::scripts::WRITE_ACQUIRE,
+        &crate::rwlock::scripts::WRITE_RELEASE,
+        &crate::rwlock::scripts::DOWNGRADE,
+        &crate::semaphore::scripts::ACQUIRE,
+        &crate::semaphore::scripts::RELEASE,
+        &crate::redlock::scripts::RAISE,
+        &crate::guarded::scripts::APPLY,
+        &crate::election::scripts::PROCLAIM,
+        &crate::election::scripts::LOOK,
+        &crate::election::scripts::RESIGN,
+        &crate::inspect::scripts::INSPECT,
+        &crate::inspect::scripts::FORCE_RELEASE,
+        &crate::inspect::scripts::DESCRIBE,
+        &crate::inspect::scripts::LIVE_ENTRIES,
+        &crate::multi::scripts::ACQUIRE,
+        &crate::multi::scripts::RELEASE,
     ]
 }
 
@@ -53,12 +53,43 @@ pub fn __library_scripts() -> Vec<LibraryScript> {
     all().into_iter().map(|script| script.source()).collect()
 }
 
+/// Each of the library's script calls, composed exactly as the library composes it, for a
+/// test crate that runs it on a connection of its own: build a call's wrapper (keys from
+/// [`LockKeys::new`](crate::keys::LockKeys::new) and
+/// [`QueueKeys::new`](crate::queue::QueueKeys::new)), then
+/// [`LibraryCall::composed`](crate::script::LibraryCall::composed) gives the script's name
+/// and text with its `KEYS` and `ARGV`, which [`Composed::run`](crate::script::Composed::run)
+/// (async), [`Composed::run_blocking`](crate::script::Composed::run_blocking) or
+/// [`Composed::eval`](crate::script::Composed::eval) send. Not a stable API.
+#[doc(hidden)]
+pub mod __scripts {
+    pub use crate::election::scripts::{ElectionKeys, LookAtLeader, Proclaim, Resign};
+    pub use crate::guarded::scripts::ApplyBatch;
+    pub use crate::inspect::scripts::{DescribeKey, ForceRelease, Inspect, LiveEntries};
+    pub use crate::keys::LockKeys;
+    pub use crate::multi::scripts::{MultiAcquire, MultiRelease};
+    pub use crate::mutex::scripts::{
+        DrawFence, FairAcquire, FairRelease, MutexAcquire, MutexRelease, ReleaseToken,
+    };
+    pub use crate::queue::scripts::LeaveQueue;
+    pub use crate::queue::QueueKeys;
+    pub use crate::redlock::scripts::RaiseFence;
+    pub use crate::reentrant::scripts::{ReentrantAcquire, ReentrantRelease};
+    pub use crate::renew::scripts::{Held, Linger, Renew, Renewal};
+    pub use crate::renew::HoldKind;
+    pub use crate::rwlock::scripts::{
+        writer_queue, Downgrade, ReadAcquire, ReadRelease, RwKeys, WriteAcquire, WriteRelease,
+    };
+    pub use crate::script::{Composed, LibraryCall};
+    pub use crate::semaphore::scripts::{permit_queue, SemaphoreAcquire, SemaphoreRelease};
+}
+
 /// The keys and channels the library names for the lock `name` under `prefix`, each with
 /// what it is (its suffix, or `key` for the lock key itself), as the kinds compute them:
 /// for the model of two look-alike locks side by side, which must find them disjoint.
 /// Refused names are refused here too. Not a stable API.
 #[doc(hidden)]
-pub fn __lock_names(prefix: &str, name: &str) -> crate::Result<Vec<(&'static str, String)>> {
+pub fn __lock_names(prefix: &str, name: &str) -> crate::error::Result<Vec<(&'static str, String)>> {
     let keys = crate::keys::LockKeys::new(prefix, name)?;
     let queue = crate::queue::QueueKeys::new(&keys);
     Ok(vec![
@@ -177,6 +208,65 @@ mod tests {
         names
     }
 
+    /// The door composes what the library sends: the keys and arguments in each script's
+    /// order, as its `.lua` reads them.
+    #[test]
+    fn the_door_composes_the_library_calls() {
+        use super::__scripts::*;
+        let keys = LockKeys::new("p:", "job").unwrap();
+        let text = |parts: &[Vec<u8>]| -> Vec<String> {
+            parts
+                .iter()
+                .map(|part| String::from_utf8(part.clone()).unwrap())
+                .collect()
+        };
+        // Redlock's acquire: the fence with the grant, and whether it came from the clock.
+        let acquire = MutexAcquire {
+            keys: &keys,
+            token: "t",
+            lease_ms: 1000,
+            eager: true,
+            tell_clock: true,
+        }
+        .composed();
+        assert_eq!(acquire.name, "mutex acquire");
+        assert_eq!(text(&acquire.keys), [keys.key.as_str(), &keys.fence]);
+        assert_eq!(text(&acquire.args), ["t", "1000", "1", "1"]);
+        let plain = MutexAcquire {
+            keys: &keys,
+            token: "t",
+            lease_ms: 1000,
+            eager: false,
+            tell_clock: false,
+        }
+        .composed();
+        assert_eq!(text(&plain.args), ["t", "1000", "0"]);
+        // A renewal: three arguments a hold; an entry hold's expiry index after its key.
+        let holds = [
+            Renewal {
+                key: "p:job",
+                kind: HoldKind::String,
+                token: "a",
+                lease_ms: 5,
+            },
+            Renewal {
+                key: "p:sem",
+                kind: HoldKind::Entry,
+                token: "b",
+                lease_ms: 6,
+            },
+        ];
+        let renew = Renew { holds: &holds }.composed();
+        assert_eq!(
+            text(&renew.keys),
+            ["p:job", "p:sem", &crate::keys::expiry_index_of("p:sem")]
+        );
+        assert_eq!(text(&renew.args), ["s", "a", "5", "e", "b", "6"]);
+        let listed = super::__library_scripts();
+        let script = listed.iter().find(|s| s.name == renew.name).unwrap();
+        assert_eq!(script.code, renew.code);
+    }
+
     /// Scripts made without the macros: `LuaScript::new` called outside script.rs. The
     /// only one is the resend check's probe (a caller's script, not the library's).
     #[test]
@@ -233,6 +323,23 @@ mod tests {
             assert!(
                 used.contains(relative.as_str()),
                 "{relative} is in no script of the catalogue"
+            );
+        }
+    }
+
+    /// One Lua layout: the helpers many scripts share in `src/lua/`, every other file
+    /// beside the Rust that sends it (a directory with its `scripts.rs`).
+    #[test]
+    fn every_lua_file_sits_in_lua_or_beside_its_calls() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        files_under(&src, "lua", &mut files);
+        for file in files {
+            let dir = file.parent().unwrap();
+            assert!(
+                dir == src.join("lua") || dir.join("scripts.rs").exists(),
+                "{} is neither a shared helper in src/lua/ nor beside a scripts.rs",
+                file.display()
             );
         }
     }

@@ -3,20 +3,17 @@
 //! [`Backend::connect`](crate::backend::Backend::connect), which owns each topology's
 //! connect code).
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Backend, Connection, Settings, Topology};
 
 use crate::error::{Error, Result};
+use crate::inspect::scripts::{DescribeKey, LiveEntries};
 use crate::notifier::Notifier;
 use crate::renew::Renewer;
-use crate::script::{describe, lua_script, LuaScript};
+use crate::script::{describe, LuaScript, ScriptCall};
 use crate::session::{Lane, Session};
-
-pub(crate) static DESCRIBE: LazyLock<LuaScript> = lua_script!("describe", "describe.lua");
-pub(crate) static LIVE_ENTRIES: LazyLock<LuaScript> =
-    lua_script!("list holders", "entries.lua", "entries_live.lua");
 
 /// Longest connect or response timeout accepted.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
@@ -148,8 +145,8 @@ impl ClientBuilder {
             if timeout.is_zero() || timeout > MAX_TIMEOUT {
                 return Err(Error::InvalidArgument(format!(
                     "the {what} timeout {} is out of range; use more than zero and at most {}",
-                    crate::humane(timeout),
-                    crate::humane(MAX_TIMEOUT)
+                    crate::duration_text::humane(timeout),
+                    crate::duration_text::humane(MAX_TIMEOUT)
                 )));
             }
         }
@@ -353,13 +350,13 @@ impl Client {
         kind: &str,
         string_is_empty: bool,
     ) -> Result<Vec<(String, String)>> {
-        let flat: Vec<String> = LIVE_ENTRIES
-            .call()
-            .key(key)
-            .arg(kind)
-            .arg(if string_is_empty { "1" } else { "0" })
-            .run(self)
-            .await?;
+        let flat = LiveEntries {
+            key,
+            kind,
+            string_is_empty,
+        }
+        .run(self)
+        .await?;
         Ok(flat
             .chunks_exact(2)
             .map(|pair| (pair[0].clone(), pair[1].clone()))
@@ -368,10 +365,7 @@ impl Client {
 
     /// [`Error::WrongType`] for `key`, saying what it holds (one more request).
     pub(crate) async fn wrong_type(&self, key: &str, wanted: &str) -> Error {
-        let found: String = DESCRIBE
-            .call()
-            .key(key)
-            .arg(wanted)
+        let found = DescribeKey { key, wanted }
             .run(self)
             .await
             .unwrap_or_else(|_| "another type".to_string());
@@ -492,7 +486,10 @@ pub async fn probe(
     keys: &[&str],
     args: &[&str],
 ) -> Result<redis::Value> {
-    let libraries = concat!(include_str!("fencing.lua"), include_str!("prelude.lua"));
+    let libraries = concat!(
+        include_str!("lua/fencing.lua"),
+        include_str!("lua/prelude.lua")
+    );
     let script = LuaScript::new("probe", &[], libraries, source, false);
     let mut call = script.call();
     for key in keys {

@@ -24,7 +24,7 @@ pub enum Error {
     },
 
     /// Waiting for the lock used up the whole wait budget.
-    #[error("lock {name:?} was not acquired within {}: another owner kept holding it", crate::humane(*.waited))]
+    #[error("lock {name:?} was not acquired within {}: another owner kept holding it", crate::duration_text::humane(*.waited))]
     TimedOut {
         /// The lock name.
         name: String,
@@ -137,7 +137,7 @@ pub enum Error {
 
 fn describe_remaining(remaining: Option<Duration>) -> String {
     match remaining {
-        Some(d) => format!(" for another {}", crate::humane(d)),
+        Some(d) => format!(" for another {}", crate::duration_text::humane(d)),
         None => String::new(),
     }
 }

@@ -230,7 +230,7 @@ impl<R: RawLock> Guard<R> {
     /// its record), and a connection back later than that fails the call with [`Error::Connection`]: whether the batch
     /// was applied is then unknown, as after a response timeout. The batches of one
     /// guard are applied one at a time, in the order they are called.
-    pub async fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+    pub async fn apply(&self, batch: &crate::guarded::Guarded) -> Result<Vec<redis::Value>> {
         let _one_at_a_time = self.applying.lock().await;
         let applied = match crate::guarded::apply_for(&self.raw, &self.token, batch).await {
             // This guard's kind is the one it took: another kind at the key took the name

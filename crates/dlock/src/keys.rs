@@ -45,6 +45,7 @@ pub struct LockKeys {
 }
 
 impl LockKeys {
+    /// The keys of the lock `name` under `prefix`; refused names are refused here.
     pub fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_name(name)?;
         let key = format!("{prefix}{name}");

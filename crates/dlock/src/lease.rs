@@ -28,9 +28,9 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
     if ttl < MIN_TTL || ttl > MAX_TTL {
         return Err(Error::InvalidArgument(format!(
             "lease {} is out of range; use between {} and {} (hold longer by renewing)",
-            crate::humane(ttl),
-            crate::humane(MIN_TTL),
-            crate::humane(MAX_TTL)
+            crate::duration_text::humane(ttl),
+            crate::duration_text::humane(MIN_TTL),
+            crate::duration_text::humane(MAX_TTL)
         )));
     }
     Ok(())

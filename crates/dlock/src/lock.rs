@@ -171,7 +171,7 @@ impl<R: RawLock> Lock<R> {
     pub async fn apply_token(
         &self,
         token: &str,
-        batch: &crate::Guarded,
+        batch: &crate::guarded::Guarded,
     ) -> Result<Vec<redis::Value>> {
         crate::guarded::apply_for(&self.raw, token, batch).await
     }

@@ -122,7 +122,7 @@ pub(crate) fn timed_out(kind: &'static str, lock: &str, waited: Duration) {
 
 /// A transient error while waiting; `loud` for the first one and then every few seconds,
 /// so a wait against a Redis that went away says it is retrying without flooding.
-pub(crate) fn retrying(kind: &'static str, lock: &str, error: &crate::Error, loud: bool) {
+pub(crate) fn retrying(kind: &'static str, lock: &str, error: &crate::error::Error, loud: bool) {
     if loud {
         tracing::warn!(lock, kind, %error, "Redis is not answering; still waiting for the lock and retrying");
     } else {

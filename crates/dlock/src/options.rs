@@ -270,9 +270,9 @@ impl LockOptions {
         if !(MIN_WAITER_LEASE..=lease::MAX_TTL).contains(&self.waiter_lease) {
             return Err(Error::InvalidArgument(format!(
                 "the waiter lease {} is out of range; use between {} and {} (a waiter refreshes its place every third of it)",
-                crate::humane(self.waiter_lease),
-                crate::humane(MIN_WAITER_LEASE),
-                crate::humane(lease::MAX_TTL)
+                crate::duration_text::humane(self.waiter_lease),
+                crate::duration_text::humane(MIN_WAITER_LEASE),
+                crate::duration_text::humane(lease::MAX_TTL)
             )));
         }
         if self.backoff.min.is_zero()
@@ -281,9 +281,9 @@ impl LockOptions {
         {
             return Err(Error::InvalidArgument(format!(
                 "backoff bounds {}..{} are invalid; the minimum must be above zero and at most the maximum, which is at most {}",
-                crate::humane(self.backoff.min),
-                crate::humane(self.backoff.max),
-                crate::humane(MAX_BACKOFF)
+                crate::duration_text::humane(self.backoff.min),
+                crate::duration_text::humane(self.backoff.max),
+                crate::duration_text::humane(MAX_BACKOFF)
             )));
         }
         if let Renewal::Auto {
@@ -300,8 +300,8 @@ impl LockOptions {
             if least.is_zero() || least > lease::MAX_TTL {
                 return Err(Error::InvalidArgument(format!(
                     "hold_at_least {} is out of range; use above zero and at most {} (it becomes the lock's lease)",
-                    crate::humane(least),
-                    crate::humane(lease::MAX_TTL)
+                    crate::duration_text::humane(least),
+                    crate::duration_text::humane(lease::MAX_TTL)
                 )));
             }
         }
@@ -310,10 +310,10 @@ impl LockOptions {
             if delay.is_zero() || delay > room {
                 return Err(Error::InvalidArgument(format!(
                     "lock_delay {} is out of range; use above zero and at most {} with the lease {} (Redis keeps a hold the lease plus the delay, at most {})",
-                    crate::humane(delay),
-                    crate::humane(room),
-                    crate::humane(self.ttl),
-                    crate::humane(lease::MAX_TTL)
+                    crate::duration_text::humane(delay),
+                    crate::duration_text::humane(room),
+                    crate::duration_text::humane(self.ttl),
+                    crate::duration_text::humane(lease::MAX_TTL)
                 )));
             }
         }
@@ -327,8 +327,8 @@ impl LockOptions {
             if replicas.timeout.is_zero() || replicas.timeout >= self.ttl {
                 return Err(Error::InvalidArgument(format!(
                     "the replica timeout {} must be above zero and shorter than the lease {}: an acknowledgement after the lease is worthless",
-                    crate::humane(replicas.timeout),
-                    crate::humane(self.ttl)
+                    crate::duration_text::humane(replicas.timeout),
+                    crate::duration_text::humane(self.ttl)
                 )));
             }
         }
@@ -336,8 +336,8 @@ impl LockOptions {
             if timeout > MAX_WAIT {
                 return Err(Error::InvalidArgument(format!(
                     "wait timeout {} is longer than the {} dlock accepts; to wait without limit, wait forever",
-                    crate::humane(timeout),
-                    crate::humane(MAX_WAIT)
+                    crate::duration_text::humane(timeout),
+                    crate::duration_text::humane(MAX_WAIT)
                 )));
             }
         }

@@ -7,18 +7,19 @@
 //! `RawMutex` under `Mutex<R, T>`.
 
 use std::future::Future;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lease;
+use crate::mutex::scripts::{DrawFence, ReleaseToken};
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 pub use crate::renew::HoldKind;
 use crate::renew::Renewer;
-use crate::script::{lua_script, LuaScript};
+use crate::renew::{Held, Linger, Renew, Renewal};
+use crate::script::ScriptCall;
 use crate::session::{Owner, Session};
 
 mod abilities;
@@ -62,12 +63,12 @@ impl LockCore {
             Some(replicas) => {
                 let limit = client.response_timeout().saturating_sub(WAIT_MARGIN);
                 if replicas.timeout > limit {
-                    return Err(crate::Error::InvalidArgument(format!(
+                    return Err(crate::error::Error::InvalidArgument(format!(
                         "the replica timeout {} must be at most {} (the client's response timeout {} less {}), or the response timeout would cut the WAIT off; shorten it or raise ClientBuilder::response_timeout",
-                        crate::humane(replicas.timeout),
-                        crate::humane(limit),
-                        crate::humane(client.response_timeout()),
-                        crate::humane(WAIT_MARGIN)
+                        crate::duration_text::humane(replicas.timeout),
+                        crate::duration_text::humane(limit),
+                        crate::duration_text::humane(client.response_timeout()),
+                        crate::duration_text::humane(WAIT_MARGIN)
                     )));
                 }
                 client.acknowledging(replicas)
@@ -122,7 +123,7 @@ impl Attempt {
                 remaining: crate::queue::busy_remaining(reply),
                 split: false,
             }),
-            other => Err(crate::Error::unexpected_reply(other)),
+            other => Err(crate::error::Error::unexpected_reply(other)),
         }
     }
 }
@@ -330,35 +331,12 @@ macro_rules! on_one_server {
 }
 pub(crate) use on_one_server;
 
-pub(crate) static HELD: LazyLock<LuaScript> =
-    lua_script!("held", "entries.lua", "renew/holds.lua", "renew/held.lua");
-pub(crate) static FENCE: LazyLock<LuaScript> =
-    lua_script!(bare "fence", "mutex/bare.lua", "fencing.lua", "mutex/fence.lua");
-
-pub(crate) static LINGER: LazyLock<LuaScript> = lua_script!(
-    "linger",
-    "queue/queue.lua",
-    "entries.lua",
-    "renew/holds.lua",
-    "renew/linger.lua"
-);
-
-pub(crate) static RELEASE_TOKEN: LazyLock<LuaScript> =
-    lua_script!("release by token", "queue/queue.lua", "release_token.lua");
-
 /// Releases the string hold `token` at `core`'s key, whatever kind took it, and hands the
-/// lock to whoever waits for the name the way they wait (see `release_token.lua`).
+/// lock to whoever waits for the name the way they wait (see `mutex/release_token.lua`).
 async fn release_string_hold(core: &LockCore, token: &str) -> Result<()> {
     let queue = QueueKeys::new(&core.keys);
-    let released: i64 = RELEASE_TOKEN
-        .call()
-        .key(&core.keys.key)
-        .key(&queue.queue)
-        .key(&queue.leases)
-        .key(&core.keys.fence)
-        .arg(token)
-        .arg(&core.keys.channel)
-        .arg(&queue.wake_prefix)
+    let (keys, queue) = (&core.keys, &queue);
+    let released = ReleaseToken { keys, queue, token }
         .run(&core.client)
         .await?;
     match released {
@@ -391,19 +369,15 @@ pub(crate) async fn linger_on(
     rest: Duration,
 ) -> Result<Lingered> {
     let queue = QueueKeys::new(keys);
-    let lingered: i64 = LINGER
-        .call()
-        .key(&keys.key)
-        .key(&queue.queue)
-        .key(crate::keys::expiry_index_of(&keys.key))
-        .arg(kind.code())
-        .arg(token)
-        // At least a millisecond: PEXPIRE 0 would end it at once, unannounced.
-        .arg(rest.as_millis().max(1) as u64)
-        .arg(&keys.channel)
-        .arg(&queue.wake_prefix)
-        .run(client)
-        .await?;
+    let lingered = Linger {
+        keys,
+        queue: &queue,
+        kind,
+        token,
+        rest,
+    }
+    .run(client)
+    .await?;
     match lingered {
         1 => Ok(Lingered::Held),
         2 => Ok(Lingered::GivenBack),
@@ -420,13 +394,7 @@ pub(crate) async fn held_on(
     kind: HoldKind,
     token: &str,
 ) -> Result<bool> {
-    let held: i64 = HELD
-        .call()
-        .key(key)
-        .arg(kind.code())
-        .arg(token)
-        .run(client)
-        .await?;
+    let held = Held { key, kind, token }.run(client).await?;
     Ok(held == 1)
 }
 
@@ -437,14 +405,8 @@ async fn draw_fence_on_server<R: private::OnOneServer>(raw: &R, token: &str) -> 
     if R::HOLD != HoldKind::String {
         return Err(Error::unexpected_reply("a fence missing from a grant"));
     }
-    let fence: i64 = FENCE
-        .call()
-        .key(&core.keys.key)
-        .key(&core.keys.fence)
-        .key(core.keys.companion(crate::keys::FENCE_RECORD))
-        .arg(token)
-        .run(&core.client)
-        .await?;
+    let keys = &core.keys;
+    let fence = DrawFence { keys, token }.run(&core.client).await?;
     match fence {
         0 => Err(Error::Lost {
             name: core.keys.name.clone(),
@@ -466,15 +428,13 @@ pub(crate) async fn extend_on_server<R: private::OnOneServer>(
     lease::validate_ttl(ttl)?;
     let core = raw.core();
     let kind = R::HOLD;
-    let outcome: Result<Vec<i64>> = crate::renew::renewal_of(
-        crate::renew::RENEW.call(),
-        &core.keys.key,
+    let hold = Renewal {
+        key: &core.keys.key,
         kind,
         token,
-        core.options.kept_for(ttl),
-    )
-    .run(&core.client)
-    .await;
+        lease_ms: core.options.kept_for(ttl).as_millis() as u64,
+    };
+    let outcome = Renew { holds: &[hold] }.run(&core.client).await;
     let outcome = match outcome {
         Err(Error::NotReplicated {
             wanted,

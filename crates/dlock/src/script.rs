@@ -46,8 +46,8 @@ impl LibraryScript {
     }
 }
 
-/// Builds a `LazyLock<LuaScript>` from the shared libraries (`fencing.lua`,
-/// `prelude.lua`) and the given files (paths relative to `src/`): every file but the last
+/// Builds a `LazyLock<LuaScript>` from the shared libraries (`lua/fencing.lua`,
+/// `lua/prelude.lua`) and the given files (paths relative to `src/`): every file but the last
 /// is a library of helpers, the last is the script's body. `bare` leaves the shared
 /// libraries out (a bare script that draws fences names `fencing.lua` itself). Only the
 /// helpers the body uses are sent (see [`LuaScript::new`]).
@@ -56,13 +56,13 @@ macro_rules! lua_script {
         $crate::script::lua_script!(@split true, $name, [], $($file),+)
     };
     (grant $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split true, $name, ["fencing.lua", "prelude.lua"], $($file),+)
+        $crate::script::lua_script!(@split true, $name, ["lua/fencing.lua", "lua/prelude.lua"], $($file),+)
     };
     (bare $name:literal, $($file:literal),+ $(,)?) => {
         $crate::script::lua_script!(@split false, $name, [], $($file),+)
     };
     ($name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split false, $name, ["fencing.lua", "prelude.lua"], $($file),+)
+        $crate::script::lua_script!(@split false, $name, ["lua/fencing.lua", "lua/prelude.lua"], $($file),+)
     };
     // Moves files to the libraries until one is left: the body.
     (@split $grants:literal, $name:literal, [$($library:literal),*], $next:literal, $($rest:literal),+) => {
@@ -151,6 +151,111 @@ impl LuaScript {
     }
 }
 
+/// One script's call as the library makes it: the script, and its `KEYS` and `ARGV`
+/// composed from Rust values in the order its `.lua` reads them. Each script has one
+/// wrapper beside its `.lua` (in its kind's `scripts.rs`) that implements it, and every
+/// caller, the test door ([`crate::__scripts`]) included, goes through that wrapper: a
+/// script's positional arguments are written down once.
+pub(crate) trait ScriptCall {
+    /// The reply, as the library reads it.
+    type Reply: redis::FromRedisValue;
+
+    /// The script sent.
+    fn script(&self) -> &'static LuaScript;
+
+    /// Adds this call's keys and arguments to `call`, in the script's order.
+    fn compose<'a>(&self, call: Call<'a>) -> Call<'a>;
+
+    /// The call, ready to run (or to adjust first, e.g. [`Call::resend_within`]).
+    fn call(&self) -> Call<'static> {
+        self.compose(self.script().call())
+    }
+
+    /// Runs the call on `on` (see [`Call::run`]).
+    async fn run(&self, on: &impl Target) -> Result<Self::Reply> {
+        self.call().run(on).await
+    }
+}
+
+/// A library script's call for a test crate ([`crate::__scripts`]): what the library
+/// would send, run on the test's own connection.
+#[doc(hidden)]
+pub trait LibraryCall {
+    /// The script, keys and arguments the library sends for this call.
+    fn composed(&self) -> Composed;
+}
+
+impl<S: ScriptCall> LibraryCall for S {
+    fn composed(&self) -> Composed {
+        self.call().composed()
+    }
+}
+
+/// A script call as the library composes it, in the form sent to a server without sharded
+/// pub/sub (as [`crate::__library_scripts`] lists it). Not a stable API.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Composed {
+    /// The script's name (as in [`LibraryScript::name`]).
+    pub name: &'static str,
+    /// The text sent (as in [`LibraryScript::code`]).
+    pub code: String,
+    /// `KEYS`, in order.
+    pub keys: Vec<Vec<u8>>,
+    /// `ARGV`, in order.
+    pub args: Vec<Vec<u8>>,
+}
+
+impl Composed {
+    /// `EVAL code numkeys keys... args...`: the call as one command, for a connection of
+    /// either kind (`cmd.query(&mut conn)` or `cmd.query_async(&mut conn)`).
+    pub fn eval(&self) -> redis::Cmd {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(&self.code)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        eval
+    }
+
+    /// `EVALSHA`, then `EVAL` when the server does not have the script yet (`NOSCRIPT`):
+    /// as the library sends it (without its resend after a dropped connection, or a
+    /// `WAIT`).
+    pub async fn run<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> redis::RedisResult<T> {
+        match self.eval_sha().query_async(conn).await {
+            Err(err) if is_no_script(&err) => self.eval().query_async(conn).await,
+            reply => reply,
+        }
+    }
+
+    /// [`Composed::run`] on a blocking connection.
+    pub fn run_blocking<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut impl redis::ConnectionLike,
+    ) -> redis::RedisResult<T> {
+        match self.eval_sha().query(conn) {
+            Err(err) if is_no_script(&err) => self.eval().query(conn),
+            reply => reply,
+        }
+    }
+
+    fn eval_sha(&self) -> redis::Cmd {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(redis::Script::new(&self.code).get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        eval
+    }
+}
+
+fn is_no_script(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
 /// One prepared script call.
 pub(crate) struct Call<'a> {
     script: &'a LuaScript,
@@ -162,6 +267,16 @@ pub(crate) struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The call as the test door hands it out (the form without sharded pub/sub).
+    pub fn composed(&self) -> Composed {
+        Composed {
+            name: self.script.name,
+            code: self.script.code.clone(),
+            keys: self.keys.clone(),
+            args: self.args.clone(),
+        }
+    }
+
     pub fn key<T: redis::ToRedisArgs>(mut self, key: T) -> Self {
         key.write_redis_args(&mut self.keys);
         self
@@ -227,11 +342,7 @@ impl Call<'_> {
         request: &impl Fn(bool) -> R,
     ) -> redis::RedisResult<T> {
         match request(true).query(conn).await {
-            Err(err)
-                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                request(false).query(conn).await
-            }
+            Err(err) if is_no_script(&err) => request(false).query(conn).await,
             reply => reply,
         }
     }
@@ -583,25 +694,28 @@ mod tests {
     /// defined once (the checks `definitions` makes when a script is built).
     #[test]
     fn the_libraries_are_definitions_only() {
-        let shared = concat!(include_str!("fencing.lua"), include_str!("prelude.lua"));
+        let shared = concat!(
+            include_str!("lua/fencing.lua"),
+            include_str!("lua/prelude.lua")
+        );
         let sets = [
             shared.to_string(),
-            format!("{shared}{}", include_str!("entries.lua")),
+            format!("{shared}{}", include_str!("lua/entries.lua")),
             format!(
                 "{shared}{}{}",
-                include_str!("entries.lua"),
+                include_str!("lua/entries.lua"),
                 include_str!("renew/holds.lua")
             ),
             format!(
                 "{shared}{}{}{}",
                 include_str!("queue/queue.lua"),
-                include_str!("entries.lua"),
+                include_str!("lua/entries.lua"),
                 include_str!("rwlock/rwlock.lua")
             ),
             format!(
                 "{}{}",
                 include_str!("mutex/bare.lua"),
-                include_str!("fencing.lua")
+                include_str!("lua/fencing.lua")
             ),
         ];
         for set in sets {

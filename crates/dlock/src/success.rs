@@ -60,8 +60,8 @@ impl<R: RawLock> Guard<R> {
         if ms == 0 || remember > MAX_SUCCESS_MEMORY {
             return Err(Error::InvalidArgument(format!(
                 "a success is remembered for 1ms to {}, not {}",
-                crate::humane(MAX_SUCCESS_MEMORY),
-                crate::humane(remember)
+                crate::duration_text::humane(MAX_SUCCESS_MEMORY),
+                crate::duration_text::humane(remember)
             )));
         }
         let ms = ms as u64;

@@ -204,7 +204,7 @@ fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
         Kind::Read => (
             &[
                 "queue/queue.lua",
-                "entries.lua",
+                "lua/entries.lua",
                 "rwlock/rwlock.lua",
                 "rwlock/read_acquire.lua",
             ],
@@ -213,11 +213,11 @@ fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
         ),
         Kind::Fair | Kind::Write => (
             if kind == Kind::Fair {
-                &["queue/queue.lua", "fair/acquire.lua"]
+                &["queue/queue.lua", "mutex/fair_acquire.lua"]
             } else {
                 &[
                     "queue/queue.lua",
-                    "entries.lua",
+                    "lua/entries.lua",
                     "rwlock/rwlock.lua",
                     "rwlock/write_acquire.lua",
                 ]
@@ -234,7 +234,7 @@ fn acquire_call(kind: Kind, token: &str) -> redis::ScriptInvocation<'static> {
         Kind::Permit => (
             &[
                 "queue/queue.lua",
-                "entries.lua",
+                "lua/entries.lua",
                 "semaphore/permits.lua",
                 "semaphore/acquire.lua",
             ],

@@ -346,7 +346,7 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
             Queued::Fair => {
                 let _: () = server.cmd(&["SET", "k", "tok", "PX", "60000"]);
                 (
-                    &["queue/queue.lua", "fair/release.lua"],
+                    &["queue/queue.lua", "mutex/fair_release.lua"],
                     &["k", "{k}:queue", "{k}:queue-leases", "{k}:fence"],
                     &["tok", "{k}:wake:"],
                 )
@@ -356,7 +356,7 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
                 (
                     &[
                         "queue/queue.lua",
-                        "entries.lua",
+                        "lua/entries.lua",
                         "rwlock/rwlock.lua",
                         "rwlock/write_release.lua",
                     ],
@@ -380,7 +380,7 @@ async fn a_resent_release_with_a_direct_hand_off_grants_once() {
                 (
                     &[
                         "queue/queue.lua",
-                        "entries.lua",
+                        "lua/entries.lua",
                         "semaphore/permits.lua",
                         "semaphore/release.lua",
                     ],

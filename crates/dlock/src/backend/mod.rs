@@ -377,7 +377,7 @@ impl Settings {
                     std::io::ErrorKind::TimedOut,
                     format!(
                         "no connection to {what} within {}{}",
-                        crate::humane(budget),
+                        crate::duration_text::humane(budget),
                         if tls {
                             " (a TLS handshake that never completes: is the server serving TLS on this port?)"
                         } else {

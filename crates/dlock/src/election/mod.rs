@@ -3,26 +3,17 @@
 //! (`{NAME}:leader`) while it holds it. Observers are told of changes on `{NAME}:leader`
 //! and look again when the leader's lease ends (a leader that died says nothing).
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
 use crate::mutex::{Mutex, MutexGuard};
 use crate::options::{LockOptions, Wait};
-use crate::script::{lua_script, LuaScript};
+use crate::script::ScriptCall;
 use crate::signal::{LostReason, LostSignal};
 
-pub(crate) static PROCLAIM: LazyLock<LuaScript> =
-    lua_script!(bare "election proclaim", "mutex/bare.lua", "election/proclaim.lua");
-pub(crate) static RESIGN: LazyLock<LuaScript> =
-    lua_script!(bare "election resign", "election/resign.lua");
-pub(crate) static LOOK: LazyLock<LuaScript> =
-    lua_script!(bare "election leader", "election/leader.lua");
-
-/// The suffix of an election's leader record and of its observers' channel.
-const LEADER: &str = crate::keys::LEADER_RECORD;
+pub(crate) mod scripts;
+use scripts::{ElectionKeys, LookAtLeader, Proclaim, Resign};
 
 /// How long an observer waits for a message when it cannot know better (no leader whose
 /// lease end it could wait for): a message normally comes first.
@@ -49,23 +40,6 @@ pub struct Election {
     mutex: Mutex,
     client: Client,
     keys: ElectionKeys,
-}
-
-#[derive(Clone, Debug)]
-struct ElectionKeys {
-    lock: String,
-    record: String,
-    channel: String,
-}
-
-impl ElectionKeys {
-    fn new(keys: &LockKeys) -> ElectionKeys {
-        ElectionKeys {
-            lock: keys.key.clone(),
-            record: keys.companion(LEADER),
-            channel: keys.companion(LEADER),
-        }
-    }
 }
 
 /// The leader of an election, as [`Election::leader`] and [`Observer::next`] see it.
@@ -143,12 +117,7 @@ impl Election {
 
     /// The leader and what is left of its lease.
     async fn look(&self) -> Result<Option<(Leader, Duration)>> {
-        let reply: redis::Value = LOOK
-            .call()
-            .key(&self.keys.lock)
-            .key(&self.keys.record)
-            .run(&self.client)
-            .await?;
+        let reply = LookAtLeader { keys: &self.keys }.run(&self.client).await?;
         let reply = match reply {
             redis::Value::Array(items) => items,
             redis::Value::Int(-1) => {
@@ -243,7 +212,7 @@ impl Leadership {
 
     /// Applies `batch` to data beside the election's lock only while this leadership
     /// holds (see [`Guard::apply`](crate::Guard::apply)).
-    pub async fn apply(&self, batch: &crate::Guarded) -> Result<Vec<redis::Value>> {
+    pub async fn apply(&self, batch: &crate::guarded::Guarded) -> Result<Vec<redis::Value>> {
         self.guard().apply(batch).await
     }
 
@@ -280,16 +249,14 @@ impl Leadership {
 }
 
 async fn proclaim(election: &Election, token: &str, term: u64, value: &str) -> Result<()> {
-    let recorded: i64 = PROCLAIM
-        .call()
-        .key(&election.keys.lock)
-        .key(&election.keys.record)
-        .arg(token)
-        .arg(value)
-        .arg(term)
-        .arg(&election.keys.channel)
-        .run(&election.client)
-        .await?;
+    let recorded = Proclaim {
+        keys: &election.keys,
+        token,
+        value,
+        term,
+    }
+    .run(&election.client)
+    .await?;
     match recorded {
         1 => Ok(()),
         _ => Err(Error::Lost {
@@ -299,13 +266,12 @@ async fn proclaim(election: &Election, token: &str, term: u64, value: &str) -> R
 }
 
 async fn resign(election: &Election, token: &str) -> Result<()> {
-    let _: i64 = RESIGN
-        .call()
-        .key(&election.keys.record)
-        .arg(token)
-        .arg(&election.keys.channel)
-        .run(&election.client)
-        .await?;
+    Resign {
+        keys: &election.keys,
+        token,
+    }
+    .run(&election.client)
+    .await?;
     Ok(())
 }
 

@@ -5,21 +5,16 @@
 //! itself: Kleppmann's GC-pause case, closed for data kept beside the lock without a
 //! fenced store (see `docs/decisions.md`).
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::renew::HoldKind;
-use crate::script::{lua_script, LuaScript};
+use crate::script::ScriptCall;
 
-pub(crate) static APPLY: LazyLock<LuaScript> = lua_script!(
-    "guarded apply",
-    "entries.lua",
-    "renew/holds.lua",
-    "guarded/apply.lua"
-);
+pub(crate) mod scripts;
+use scripts::ApplyBatch;
 
 /// The commands a [`Guarded`] batch may run. Each takes one key, its first argument, and
 /// names no other key (the batch's keys must be known before it runs: a cluster routes by
@@ -322,29 +317,21 @@ pub(crate) async fn apply(
     batch.check()?;
     // A fresh id per batch: a resend of this one finds it in the record.
     let id = format!("{:016x}", rand::random::<u64>());
-    let mut call = APPLY.call();
+    let record_ms = if batch.writes() { record_ms.max(1) } else { 0 };
+    let mut call = ApplyBatch {
+        keys,
+        kind,
+        token,
+        id: &id,
+        record_ms,
+        batch,
+    }
+    .call();
     if batch.writes() {
         // The record lives `record_ms` from when the script ran, so at least that long
         // from now: a resend later than that (a reconnect slower than a lease) could find
         // no record and apply the batch again, or answer "not held" though it applied.
-        call = call.resend_within(Duration::from_millis(record_ms.max(1)));
-    }
-    let mut call = call
-        .key(&keys.key)
-        .key(keys.companion(&format!("applied:{token}")))
-        .arg(kind.code())
-        .arg(token)
-        .arg(&id)
-        .arg(if batch.writes() { record_ms.max(1) } else { 0 })
-        .arg(batch.commands.len());
-    for command in &batch.commands {
-        call = call.key(data_key(keys, &command.key));
-    }
-    for command in &batch.commands {
-        call = call
-            .arg(&command.name)
-            .arg(command.args.len())
-            .arg(&command.args);
+        call = call.resend_within(Duration::from_millis(record_ms));
     }
     let reply: redis::Value = call.run(client).await?;
     let items = match reply {

@@ -1,22 +1,16 @@
 //! Looking at locks from outside: who holds a lock, for how long, what is queued; finding
 //! locks by pattern; and an operator's forced release.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::queue::QueueKeys;
-use crate::script::{lua_script, LuaScript};
+use crate::script::ScriptCall;
 
-pub(crate) static INSPECT: LazyLock<LuaScript> =
-    lua_script!("inspect", "entries.lua", "inspect/inspect.lua");
-pub(crate) static FORCE_RELEASE: LazyLock<LuaScript> = lua_script!(
-    "forced release",
-    "queue/queue.lua",
-    "inspect/force_release.lua"
-);
+pub(crate) mod scripts;
+use scripts::{ForceRelease, Inspect};
 
 /// What holds a lock's key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,13 +95,12 @@ impl Client {
         let keys = LockKeys::new(self.prefix(), name)?;
         let queue = QueueKeys::new(&keys);
         // Another client's value need not be text: read bytes, show them lossily.
-        let reply: Vec<Vec<u8>> = INSPECT
-            .call()
-            .key(&keys.key)
-            .key(&keys.fence)
-            .key(&queue.queue)
-            .run(self)
-            .await?;
+        let reply = Inspect {
+            keys: &keys,
+            queue: &queue,
+        }
+        .run(self)
+        .await?;
         let reply: Vec<String> = reply
             .iter()
             .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
@@ -128,7 +121,7 @@ impl Client {
             .map(|h| Holder {
                 // A label only in front of a token of dlock's form: another client's token
                 // may contain '/', and the part before it is no label but secret.
-                label: crate::token_tag_and_random(&h[0])
+                label: crate::session::token_tag_and_random(&h[0])
                     .and(h[0].rsplit_once('/'))
                     .map(|(label, _)| label.to_string()),
                 token: h[0].clone(),
@@ -210,22 +203,16 @@ impl Client {
         // (a minute after the last forced release of the name): not resent later, or it
         // could evict a holder granted since (as a guarded batch is not: script.rs).
         let record_life = Duration::from_secs(60);
-        let fence: u64 = FORCE_RELEASE
-            .call()
-            .resend_within(record_life)
-            .key(&keys.key)
-            .key(&keys.fence)
-            .key(&queue.queue)
-            .key(&queue.leases)
-            .key(keys.companion(crate::keys::FORCED_RECORD))
-            .key(crate::keys::expiry_index_of(&keys.key))
-            .arg(&keys.channel)
-            .arg(&queue.wake_prefix)
-            // The request id that makes a resend of this call a no-op.
-            .arg(crate::session::random_token())
-            .arg(keys.companion(crate::keys::LEADER_RECORD))
-            .run(self)
-            .await?;
+        let request = crate::session::random_token();
+        let fence: u64 = ForceRelease {
+            keys: &keys,
+            queue: &queue,
+            request: &request,
+        }
+        .call()
+        .resend_within(record_life)
+        .run(self)
+        .await?;
         if fence > 0 {
             tracing::warn!(lock = name, fence, "lock released by force");
         }

@@ -18,7 +18,7 @@
 //! set again at the first release. It does not queue in the names' fair queues: a fair
 //! waiter of one of the names may be served first.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
@@ -28,18 +28,16 @@ use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::notifier::WakeSet;
 use crate::options::LockOptions;
-use crate::queue::QueueKeys;
 use crate::raw::private::{HandleForms, KindProtocol, Placement, Queueing, RawProtocol, Watching};
 use crate::raw::{held_on, linger_on, Lingered, Waiting};
 use crate::raw::{Attempt, HoldKind, LockCore};
 use crate::renew::Renewer;
-use crate::script::{lua_script, Call, LuaScript};
+use crate::renew::{Renew, Renewal};
+use crate::script::ScriptCall;
 use crate::session::Session;
 
-pub(crate) static ACQUIRE: LazyLock<LuaScript> =
-    lua_script!(grant "multi acquire", "queue/queue.lua", "multi/acquire.lua");
-pub(crate) static RELEASE: LazyLock<LuaScript> =
-    lua_script!("multi release", "queue/queue.lua", "multi/release.lua");
+pub(crate) mod scripts;
+use scripts::{MultiAcquire, MultiRelease};
 
 /// The most names one multi-lock takes (one script's keys stay few).
 pub const MAX_MULTI_NAMES: usize = 64;
@@ -117,36 +115,20 @@ impl RawMulti {
         self.names.iter().map(|keys| keys.name.as_str())
     }
 
-    /// A call of `script` over `group`'s names: four keys a name (see acquire.lua).
-    fn call<'a>(&self, script: &'a LuaScript, group: &[usize]) -> Call<'a> {
-        let mut call = script.call();
-        for &index in group {
-            let keys = &self.names[index];
-            let queue = QueueKeys::new(keys);
-            call = call
-                .key(&keys.key)
-                .key(&keys.fence)
-                .key(queue.queue)
-                .key(queue.leases);
-        }
-        call
-    }
-
-    /// The per-name arguments of a call over `group`: release channel, wake prefix.
-    fn name_args<'a>(&self, mut call: Call<'a>, group: &[usize]) -> Call<'a> {
-        for &index in group {
-            let keys = &self.names[index];
-            call = call
-                .arg(&keys.channel)
-                .arg(QueueKeys::new(keys).wake_prefix);
-        }
-        call
+    /// The keys of `group`'s names.
+    fn group_names(&self, group: &[usize]) -> Vec<&LockKeys> {
+        group.iter().map(|&index| &*self.names[index]).collect()
     }
 
     /// Gives back what `token` holds of `group`; how many of its names it held.
     async fn release_group(&self, token: &str, group: &[usize]) -> Result<usize> {
-        let call = self.call(&RELEASE, group).arg(token);
-        let released: i64 = self.name_args(call, group).run(&self.core.client).await?;
+        let names = self.group_names(group);
+        let released = MultiRelease {
+            names: &names,
+            token,
+        }
+        .run(&self.core.client)
+        .await?;
         usize::try_from(released).map_err(|_| Error::unexpected_reply(released))
     }
 
@@ -156,11 +138,14 @@ impl RawMulti {
         token: &str,
         group: &[usize],
     ) -> Result<Result<Vec<u64>, Attempt>> {
-        let call = self
-            .call(&ACQUIRE, group)
-            .arg(token)
-            .arg(self.core.options.kept_ms());
-        let reply: Vec<i64> = self.name_args(call, group).run(&self.core.client).await?;
+        let names = self.group_names(group);
+        let reply = MultiAcquire {
+            names: &names,
+            token,
+            lease_ms: self.core.options.kept_ms(),
+        }
+        .run(&self.core.client)
+        .await?;
         match reply.split_first() {
             Some((1, fences)) if fences.len() == group.len() && fences.iter().all(|f| *f > 0) => {
                 Ok(Ok(fences.iter().map(|f| *f as u64).collect()))
@@ -260,17 +245,16 @@ impl RawProtocol for RawMulti {
         let kept = self.core.options.kept_for(ttl);
         let mut lost = false;
         for group in self.groups.iter() {
-            let mut call = crate::renew::RENEW.call();
-            for &index in group {
-                call = crate::renew::renewal_of(
-                    call,
-                    &self.names[index].key,
-                    HoldKind::String,
+            let holds: Vec<Renewal> = group
+                .iter()
+                .map(|&index| Renewal {
+                    key: &self.names[index].key,
+                    kind: HoldKind::String,
                     token,
-                    kept,
-                );
-            }
-            let renewed: Vec<i64> = match call.run(&self.core.client).await {
+                    lease_ms: kept.as_millis() as u64,
+                })
+                .collect();
+            let renewed = match (Renew { holds: &holds }).run(&self.core.client).await {
                 Err(err @ Error::NotReplicated { .. }) => {
                     // As any kind's extend: never keep a hold the replicas do not have.
                     let _ = self.release(token).await;

@@ -10,8 +10,6 @@
 //! each other on the same key. The fencing counter lives beside it (same hash slot), never
 //! expires and only grows. The fair mutex adds a queue of leased waiter places.
 
-use std::sync::LazyLock;
-
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
@@ -19,20 +17,11 @@ use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
-use crate::script::{lua_script, LuaScript};
+use crate::script::ScriptCall;
 
-pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
-    grant bare "mutex acquire",
-    "mutex/bare.lua",
-    "fencing.lua",
-    "mutex/acquire.lua"
-);
-pub(crate) static RELEASE: LazyLock<LuaScript> =
-    lua_script!(bare "mutex release", "mutex/bare.lua", "mutex/release.lua");
-pub(crate) static FAIR_ACQUIRE: LazyLock<LuaScript> =
-    lua_script!(grant "fair mutex acquire", "queue/queue.lua", "fair/acquire.lua");
-pub(crate) static FAIR_RELEASE: LazyLock<LuaScript> =
-    lua_script!("fair mutex release", "queue/queue.lua", "fair/release.lua");
+pub(crate) mod scripts;
+use scripts::{FairAcquire, FairRelease};
+pub(crate) use scripts::{MutexAcquire, MutexRelease};
 
 /// A named distributed mutex: the one [`Lock`] handle over the mutex's protocol. Cheap to
 /// clone; made by [`Client::mutex`] (or [`Client::fair_mutex`] for FIFO order).
@@ -116,23 +105,12 @@ impl RawMutex {
     async fn release_hold(&self, token: &str) -> Result<()> {
         let released: i64 = match &self.queue {
             None => {
-                RELEASE
-                    .call()
-                    .key(&self.core.keys.key)
-                    .arg(token)
-                    .arg(&self.core.keys.channel)
-                    .run(&self.core.client)
-                    .await?
+                let keys = &self.core.keys;
+                MutexRelease { keys, token }.run(&self.core.client).await?
             }
             Some(queue) => {
-                FAIR_RELEASE
-                    .call()
-                    .key(&self.core.keys.key)
-                    .key(&queue.queue)
-                    .key(&queue.leases)
-                    .key(&self.core.keys.fence)
-                    .arg(token)
-                    .arg(&queue.wake_prefix)
+                let keys = &self.core.keys;
+                FairRelease { keys, queue, token }
                     .run(&self.core.client)
                     .await?
             }
@@ -208,15 +186,15 @@ impl RawMutex {
 
     /// The acquire script (see acquire.lua), drawing the fence with a grant when `eager`.
     async fn acquire_script(&self, token: &str, ttl_ms: u64, eager: bool) -> Result<Attempt> {
-        let reply: Vec<i64> = ACQUIRE
-            .call()
-            .key(&self.core.keys.key)
-            .key(&self.core.keys.fence)
-            .arg(token)
-            .arg(ttl_ms)
-            .arg(if eager { "1" } else { "0" })
-            .run(&self.core.client)
-            .await?;
+        let reply = MutexAcquire {
+            keys: &self.core.keys,
+            token,
+            lease_ms: ttl_ms,
+            eager,
+            tell_clock: false,
+        }
+        .run(&self.core.client)
+        .await?;
         match reply.as_slice() {
             [-1] => Err(self
                 .core
@@ -250,21 +228,19 @@ impl KindProtocol for RawMutex {
     }
 
     async fn attempt(&self, token: &str, join_queue: bool) -> Result<Attempt> {
-        let call = match &self.queue {
-            None => return self.attempt_plain(token).await,
-            Some(queue) => FAIR_ACQUIRE
-                .call()
-                .key(&self.core.keys.key)
-                .key(&self.core.keys.fence)
-                .key(&queue.queue)
-                .key(&queue.leases)
-                .arg(token)
-                .arg(self.core.options.kept_ms())
-                .arg(self.core.options.waiter_lease.as_millis() as u64)
-                .arg(&queue.wake_prefix)
-                .arg(if join_queue { "1" } else { "0" }),
+        let Some(queue) = &self.queue else {
+            return self.attempt_plain(token).await;
         };
-        let reply: Vec<i64> = call.run(&self.core.client).await?;
+        let reply = FairAcquire {
+            keys: &self.core.keys,
+            queue,
+            token,
+            lease_ms: self.core.options.kept_ms(),
+            waiter_lease_ms: self.core.options.waiter_lease.as_millis() as u64,
+            join_queue,
+        }
+        .run(&self.core.client)
+        .await?;
         Attempt::from_reply(&reply)
     }
 

@@ -7,21 +7,21 @@
 //! ([`crate::wait`]) gives the place back when a wait ends without a grant, including when
 //! its future is dropped.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::error::Result;
 use crate::keys::LockKeys;
-use crate::script::{lua_script, LuaScript};
+use crate::script::{ScriptCall, Target};
 
-pub(crate) static CANCEL: LazyLock<LuaScript> =
-    lua_script!("queue leave", "queue/queue.lua", "queue/cancel.lua");
+pub(crate) mod scripts;
+use scripts::LeaveQueue;
 
 /// Keys and channels of one lock's waiter queue.
 #[derive(Debug, Clone)]
 pub struct QueueKeys {
+    /// The queue: a sorted set of waiter tokens in arrival order.
     pub queue: String,
+    /// The waiters' leases (a sorted set of lease ends).
     pub leases: String,
     /// A semaphore waiter's N, named in its token for a direct hand-off.
     pub limit: Option<u32>,
@@ -36,7 +36,8 @@ pub struct QueueKeys {
 }
 
 impl QueueKeys {
-    pub(crate) fn new(keys: &LockKeys) -> QueueKeys {
+    /// The queue of the lock `keys` (one place at a time; no semaphore limit).
+    pub fn new(keys: &LockKeys) -> QueueKeys {
         QueueKeys {
             queue: keys.companion("queue"),
             leases: keys.companion("queue-leases"),
@@ -78,18 +79,11 @@ impl QueueKeys {
         format!("{}{to}", self.wake_prefix)
     }
 
-    /// Removes `token` from the queue, waking the next waiter if it was first.
-    pub async fn leave(&self, client: &Client, token: &str) -> Result<()> {
-        let mut call = CANCEL
-            .call()
-            .key(&self.queue)
-            .key(&self.leases)
-            .arg(token)
-            .arg(&self.wake_prefix);
-        if let Some(channel) = &self.on_empty {
-            call = call.arg(channel);
-        }
-        let _: i64 = call.run(client).await?;
+    /// Removes `token` from the queue on `client`'s deployment, waking the next waiter if
+    /// it was first. (A script [`Target`], not a client handle: the queue sits below the
+    /// client, which inspects through the queue's keys.)
+    pub(crate) async fn leave(&self, client: &impl Target, token: &str) -> Result<()> {
+        LeaveQueue { queue: self, token }.run(client).await?;
         Ok(())
     }
 }

@@ -178,7 +178,7 @@ impl Redlock {
         request: F,
     ) -> Result<Views<T>>
     where
-        F: Fn(crate::Client, String) -> Fut,
+        F: Fn(crate::client::Client, String) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
         let answers = join_all(self.inner.nodes.iter().enumerate().map(|(index, node)| {

@@ -15,6 +15,7 @@
 
 mod inspect;
 pub mod mutex;
+pub(crate) mod scripts;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,7 +29,8 @@ use crate::error::{Error, Result};
 use crate::lease;
 use crate::notifier::Turnstile;
 use crate::options::LockOptions;
-use crate::renew::{Due, RenewTarget, Renewed, Renewer};
+use crate::renew::{Due, HoldKind, Renew, RenewTarget, Renewal, Renewed, Renewer};
+use crate::script::ScriptCall;
 use crate::session::{Lane, Session};
 
 pub use inspect::{MasterView, RedlockInfo};
@@ -211,8 +213,8 @@ impl RedlockBuilder {
             if timeout.is_zero() || timeout > crate::client::MAX_TIMEOUT {
                 return Err(Error::InvalidArgument(format!(
                     "the Redlock node timeout {} is out of range; use more than zero and at most {} (and under half of every lease)",
-                    crate::humane(timeout),
-                    crate::humane(crate::client::MAX_TIMEOUT)
+                    crate::duration_text::humane(timeout),
+                    crate::duration_text::humane(crate::client::MAX_TIMEOUT)
                 )));
             }
         }
@@ -221,7 +223,7 @@ impl RedlockBuilder {
             if !seen.insert(url.as_str()) {
                 return Err(Error::InvalidArgument(format!(
                     "{} is named twice: Redlock's masters must be independent servers",
-                    crate::redact_url(url)
+                    crate::redact::redact(url)
                 )));
             }
         }
@@ -232,7 +234,7 @@ impl RedlockBuilder {
                 .enumerate()
                 .map(|(index, url)| Node {
                     index,
-                    label: crate::redact_url(url),
+                    label: crate::redact::redact(url),
                     builder: self.template.clone().url(url),
                     client: tokio::sync::OnceCell::new(),
                     servers: servers.clone(),
@@ -549,8 +551,8 @@ impl Redlock {
             Some(timeout) if timeout.is_zero() || timeout >= ttl / 2 => {
                 Err(Error::InvalidArgument(format!(
                     "the Redlock node timeout {} must be above zero and under half the lease {}: a slow node would otherwise eat the grant's validity",
-                    crate::humane(timeout),
-                    crate::humane(ttl)
+                    crate::duration_text::humane(timeout),
+                    crate::duration_text::humane(ttl)
                 )))
             }
             _ => Ok(()),
@@ -814,11 +816,16 @@ impl RenewTarget for QuorumRenewal {
                             let client = nodes[index].client().await?;
                             let mut replies = Vec::with_capacity(leases.len());
                             for chunk in leases.chunks(crate::renew::BATCH) {
-                                let mut call = crate::renew::RENEW.call();
-                                for (key, token, ttl_ms) in chunk {
-                                    call = call.key(key).arg("s").arg(token).arg(*ttl_ms);
-                                }
-                                let reply: Vec<i64> = call.run(&client).await?;
+                                let holds: Vec<Renewal> = chunk
+                                    .iter()
+                                    .map(|(key, token, ttl_ms)| Renewal {
+                                        key,
+                                        kind: HoldKind::String,
+                                        token,
+                                        lease_ms: *ttl_ms,
+                                    })
+                                    .collect();
+                                let reply = Renew { holds: &holds }.run(&client).await?;
                                 replies.extend(reply);
                             }
                             Ok::<_, Error>(replies)
@@ -894,7 +901,7 @@ fn node_timed_out(timeout: Duration) -> Error {
         std::io::ErrorKind::TimedOut,
         format!(
             "no answer within the node timeout {}",
-            crate::humane(timeout)
+            crate::duration_text::humane(timeout)
         ),
     )))
 }

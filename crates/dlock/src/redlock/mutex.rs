@@ -26,7 +26,7 @@
 //! majority forgets its counters (a restart without persistence). `dlock-torture`'s
 //! `redlock-clock-offset` and `dlock-model`'s offset clock show both.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Redlock, Rest, Vote};
@@ -36,22 +36,18 @@ use crate::guard::Guard;
 use crate::keys::LockKeys;
 use crate::lease;
 use crate::lock::Lock;
+use crate::mutex::{MutexAcquire, MutexRelease};
 use crate::notifier::{Turnstile, WakeSet};
 use crate::options::LockOptions;
 use crate::raw::{
     private::{HandleForms, KindProtocol, Placement, Queueing, RawProtocol, Watching},
     Attempt, HoldKind, Waiting,
 };
+use crate::redlock::scripts::RaiseFence;
 use crate::renew::Renewer;
-use crate::script::{lua_script, LuaScript};
+use crate::renew::{Renew, Renewal};
+use crate::script::ScriptCall;
 use crate::session::Session;
-
-pub(crate) static RAISE: LazyLock<LuaScript> = lua_script!(
-    bare "redlock fence raise",
-    "mutex/bare.lua",
-    "fencing.lua",
-    "redlock/raise.lua"
-);
 
 /// Proof of holding a [`RedlockMutex`] on a majority of its masters: the one
 /// [`Guard`] every kind hands out. Its fence is drawn with the grant; renewal runs on the
@@ -396,14 +392,8 @@ impl RawRedlock {
             async move {
                 let raise = async {
                     let client = node.client().await?;
-                    RAISE
-                        .call()
-                        .key(&self.keys.key)
-                        .key(&self.keys.fence)
-                        .arg(token)
-                        .arg(fence)
-                        .run::<i64>(&client)
-                        .await
+                    let keys = &*self.keys;
+                    RaiseFence { keys, token, fence }.run(&client).await
                 };
                 matches!(tokio::time::timeout(timeout, raise).await, Ok(Ok(1)))
             }
@@ -492,27 +482,20 @@ fn read_acquire(reply: &[i64]) -> Result<NodeReply> {
 
 /// The plain mutex's acquire script on one node, drawing the fence with the grant.
 async fn acquire_on(client: Client, keys: &LockKeys, token: &str, ttl_ms: u64) -> Result<Vec<i64>> {
-    crate::mutex::ACQUIRE
-        .call()
-        .key(&keys.key)
-        .key(&keys.fence)
-        .arg(token)
-        .arg(ttl_ms)
-        .arg("1")
-        .arg("1")
-        .run(&client)
-        .await
+    MutexAcquire {
+        keys,
+        token,
+        lease_ms: ttl_ms,
+        eager: true,
+        tell_clock: true,
+    }
+    .run(&client)
+    .await
 }
 
 /// The plain mutex's release on one node: true released, false not held there.
 pub(crate) async fn release_on(client: Client, keys: &LockKeys, token: &str) -> Result<bool> {
-    let released: i64 = crate::mutex::RELEASE
-        .call()
-        .key(&keys.key)
-        .arg(token)
-        .arg(&keys.channel)
-        .run(&client)
-        .await?;
+    let released = MutexRelease { keys, token }.run(&client).await?;
     match released {
         1 => Ok(true),
         // Another kind on the key (-1) cannot be our hold either.
@@ -544,14 +527,13 @@ async fn extend_on_quorum(
             move |client| {
                 let (key, token) = (key.clone(), token.clone());
                 async move {
-                    let reply: Vec<i64> = crate::renew::RENEW
-                        .call()
-                        .key(&key)
-                        .arg("s")
-                        .arg(&token)
-                        .arg(ttl_ms)
-                        .run(&client)
-                        .await?;
+                    let hold = Renewal {
+                        key: &key,
+                        kind: HoldKind::String,
+                        token: &token,
+                        lease_ms: ttl_ms,
+                    };
+                    let reply = Renew { holds: &[hold] }.run(&client).await?;
                     Ok(reply.first() == Some(&1))
                 }
             },

@@ -8,21 +8,17 @@
 //! the holds share the key's lease. It is released when the last hold is given back. The
 //! fencing token is drawn once per outermost grant; nested holds report the same one.
 
-use std::sync::LazyLock;
-
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
-use crate::script::{lua_script, LuaScript};
+use crate::script::ScriptCall;
 pub use crate::session::Owner;
 
-pub(crate) static ACQUIRE: LazyLock<LuaScript> =
-    lua_script!(grant "reentrant acquire", "reentrant/acquire.lua");
-pub(crate) static RELEASE: LazyLock<LuaScript> =
-    lua_script!("reentrant release", "reentrant/release.lua");
+pub(crate) mod scripts;
+use scripts::{ReentrantAcquire, ReentrantRelease};
 
 /// A named reentrant distributed mutex, acting for the [`Owner`] bound to the handle: the
 /// one [`Lock`] handle over the reentrant protocol. Made by [`Client::reentrant_mutex`]
@@ -142,14 +138,13 @@ impl OwnedBy {
     }
 
     async fn release_hold(&self, hold: &str) -> Result<u32> {
-        let left: i64 = RELEASE
-            .call()
-            .key(&self.core.keys.key)
-            .arg(self.owner.id())
-            .arg(&self.core.keys.channel)
-            .arg(hold)
-            .run(&self.core.client)
-            .await?;
+        let left = ReentrantRelease {
+            keys: &self.core.keys,
+            owner: self.owner.id(),
+            token: hold,
+        }
+        .run(&self.core.client)
+        .await?;
         match left {
             n if n >= 0 => Ok(n as u32),
             _ => Err(self.lost()),
@@ -174,15 +169,14 @@ impl KindProtocol for OwnedBy {
     }
 
     async fn attempt(&self, token: &str, _join_queue: bool) -> Result<Attempt> {
-        let reply: Vec<i64> = ACQUIRE
-            .call()
-            .key(&self.core.keys.key)
-            .key(&self.core.keys.fence)
-            .arg(self.owner.id())
-            .arg(self.core.options.kept_ms())
-            .arg(token)
-            .run(&self.core.client)
-            .await?;
+        let reply = ReentrantAcquire {
+            keys: &self.core.keys,
+            owner: self.owner.id(),
+            lease_ms: self.core.options.kept_ms(),
+            token,
+        }
+        .run(&self.core.client)
+        .await?;
         Attempt::from_reply(&reply)
     }
 

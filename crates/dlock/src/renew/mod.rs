@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -26,8 +26,11 @@ use crate::backend::Backend;
 use crate::lease;
 use crate::observe;
 use crate::options::Replicas;
-use crate::script::{lua_script, LuaScript};
+use crate::script::ScriptCall;
 use crate::signal::{self, LeaseCell, LostReason};
+
+pub(crate) mod scripts;
+pub(crate) use scripts::{Held, Linger, Renew, Renewal};
 
 /// How a hold is recorded at the lock key, for the renewal and "still held?" scripts
 /// (see `renew/holds.lua`).
@@ -51,6 +54,7 @@ impl HoldKind {
         }
     }
 
+    /// How the scripts name this kind of hold (`renew/holds.lua`).
     pub fn code(self) -> &'static str {
         match self {
             HoldKind::String => "s",
@@ -58,24 +62,6 @@ impl HoldKind {
             HoldKind::Entry => "e",
         }
     }
-}
-
-pub(crate) static RENEW: LazyLock<LuaScript> =
-    lua_script!(grant "renew", "entries.lua", "renew/holds.lua", "renew/renew.lua");
-
-/// Adds one hold to a call of [`RENEW`] (see `renew/renew.lua`).
-pub(crate) fn renewal_of<'a>(
-    call: crate::script::Call<'a>,
-    key: &str,
-    kind: HoldKind,
-    token: &str,
-    ttl: Duration,
-) -> crate::script::Call<'a> {
-    let mut call = call.key(key);
-    if kind == HoldKind::Entry {
-        call = call.key(crate::keys::expiry_index_of(key));
-    }
-    call.arg(kind.code()).arg(token).arg(ttl.as_millis() as u64)
 }
 
 /// Most leases renewed by one script call (keeps each call short on the server).
@@ -370,10 +356,16 @@ async fn renew_batch(
     chunk: &[&Due],
     replicas: Option<Replicas>,
 ) -> redis::RedisResult<Vec<i64>> {
-    let mut call = RENEW.call();
-    for lease in chunk {
-        call = renewal_of(call, &lease.key, lease.kind, &lease.token, lease.kept_for());
-    }
+    let holds: Vec<Renewal> = chunk
+        .iter()
+        .map(|lease| Renewal {
+            key: &lease.key,
+            kind: lease.kind,
+            token: &lease.token,
+            lease_ms: lease.kept_for().as_millis() as u64,
+        })
+        .collect();
+    let call = Renew { holds: &holds }.call();
     let Some(replicas) = replicas else {
         return call.run_on(backend).await;
     };

@@ -13,7 +13,6 @@
 //! to a read hold without a gap. All keys share one hash slot.
 
 use std::collections::HashSet;
-use std::sync::LazyLock;
 use std::time::Instant;
 
 use crate::client::Client;
@@ -24,40 +23,11 @@ use crate::options::LockOptions;
 use crate::queue::QueueKeys;
 use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
 use crate::reentrant::Owner;
-use crate::script::{lua_script, LuaScript};
+use crate::script::ScriptCall;
 use crate::wait::Claim;
 
-macro_rules! rw_script {
-    (grant $name:literal, $file:literal) => {
-        lua_script!(
-            grant $name,
-            "queue/queue.lua",
-            "entries.lua",
-            "rwlock/rwlock.lua",
-            $file
-        )
-    };
-    ($name:literal, $file:literal) => {
-        lua_script!(
-            $name,
-            "queue/queue.lua",
-            "entries.lua",
-            "rwlock/rwlock.lua",
-            $file
-        )
-    };
-}
-
-pub(crate) static WRITE_ACQUIRE: LazyLock<LuaScript> =
-    rw_script!(grant "write lock acquire", "rwlock/write_acquire.lua");
-pub(crate) static WRITE_RELEASE: LazyLock<LuaScript> =
-    rw_script!("write lock release", "rwlock/write_release.lua");
-pub(crate) static READ_ACQUIRE: LazyLock<LuaScript> =
-    rw_script!(grant "read lock acquire", "rwlock/read_acquire.lua");
-pub(crate) static READ_RELEASE: LazyLock<LuaScript> =
-    rw_script!("read lock release", "rwlock/read_release.lua");
-pub(crate) static DOWNGRADE: LazyLock<LuaScript> =
-    rw_script!(grant "downgrade", "rwlock/downgrade.lua");
+pub(crate) mod scripts;
+use scripts::{Downgrade, ReadAcquire, ReadRelease, RwKeys, WriteAcquire, WriteRelease};
 
 /// One read hold of a [`RwLock`]. See [`Guard`] for what every guard does.
 pub type ReadGuard = Guard<Reading>;
@@ -99,20 +69,13 @@ impl Clone for RwLock {
 struct Shared {
     core: LockCore,
     writers: QueueKeys,
-    /// The expiry index of the read holds (see `entries.lua`).
-    read_expiry: String,
 }
 
 impl RwLock {
     fn new(client: Client, name: &str, options: LockOptions, owner: Owner) -> Result<RwLock> {
         let core = LockCore::new(client, name, options)?;
         let lock = Shared {
-            writers: QueueKeys {
-                // A writer that gives up waiting may be the last one holding readers back.
-                on_empty: Some(core.keys.channel.clone()),
-                ..QueueKeys::new(&core.keys)
-            },
-            read_expiry: crate::keys::expiry_index_of(&core.keys.key),
+            writers: scripts::writer_queue(&core.keys),
             core,
         };
         Ok(RwLock::of(lock, owner))
@@ -193,34 +156,25 @@ impl RwLock {
 }
 
 impl Shared {
-    fn call<'a>(&'a self, script: &'a LuaScript) -> crate::script::Call<'a> {
-        script
-            .call()
-            .key(&self.core.keys.key)
-            .key(&self.core.keys.fence)
-            .key(&self.writers.queue)
-            .key(&self.writers.leases)
-            .key(&self.read_expiry)
+    /// The keys every script of the lock takes.
+    fn rw_keys(&self) -> RwKeys<'_> {
+        RwKeys {
+            keys: &self.core.keys,
+            writers: &self.writers,
+        }
     }
 
     async fn release_read(&self, hold: &str) -> Result<()> {
-        let released: i64 = self
-            .call(&READ_RELEASE)
-            .arg(hold)
-            .arg(&self.writers.wake_prefix)
+        let lock = self.rw_keys();
+        let released = ReadRelease { lock, token: hold }
             .run(&self.core.client)
             .await?;
         self.released(released)
     }
 
     async fn release_write(&self, token: &str) -> Result<()> {
-        let released: i64 = self
-            .call(&WRITE_RELEASE)
-            .arg(token)
-            .arg(&self.writers.wake_prefix)
-            .arg(&self.core.keys.channel)
-            .run(&self.core.client)
-            .await?;
+        let lock = self.rw_keys();
+        let released = WriteRelease { lock, token }.run(&self.core.client).await?;
         self.released(released)
     }
 
@@ -299,16 +253,16 @@ impl Guard<Writing> {
         let lock = &self.raw.lock;
         let sent = Instant::now();
         claim.sending(false);
-        let reply: Result<Vec<i64>> = lock
-            .call(&DOWNGRADE)
-            .arg(self.token())
-            .arg(owner.id())
-            .arg(lock.core.options.kept_ms())
-            .arg(&claim.token)
-            .arg(fence)
-            .arg(&lock.core.keys.channel)
-            .run(&lock.core.client)
-            .await;
+        let reply = Downgrade {
+            lock: lock.rw_keys(),
+            writer: self.token(),
+            owner: owner.id(),
+            lease_ms: lock.core.options.kept_ms(),
+            token: &claim.token,
+            fence,
+        }
+        .run(&lock.core.client)
+        .await;
         let reply = match reply {
             Ok(reply) => reply,
             Err(err) => {
@@ -357,14 +311,14 @@ impl KindProtocol for Reading {
     }
 
     async fn attempt(&self, token: &str, _join_queue: bool) -> Result<Attempt> {
-        let reply: Vec<i64> = self
-            .lock
-            .call(&READ_ACQUIRE)
-            .arg(self.owner.id())
-            .arg(self.lock.core.options.kept_ms())
-            .arg(token)
-            .run(&self.lock.core.client)
-            .await?;
+        let reply = ReadAcquire {
+            lock: self.lock.rw_keys(),
+            owner: self.owner.id(),
+            lease_ms: self.lock.core.options.kept_ms(),
+            token,
+        }
+        .run(&self.lock.core.client)
+        .await?;
         Attempt::from_reply(&reply)
     }
 
@@ -385,16 +339,15 @@ impl KindProtocol for Writing {
     }
 
     async fn attempt(&self, token: &str, join_queue: bool) -> Result<Attempt> {
-        let reply: Vec<i64> = self
-            .lock
-            .call(&WRITE_ACQUIRE)
-            .arg(token)
-            .arg(self.lock.core.options.kept_ms())
-            .arg(self.lock.core.options.waiter_lease.as_millis() as u64)
-            .arg(&self.lock.writers.wake_prefix)
-            .arg(if join_queue { "1" } else { "0" })
-            .run(&self.lock.core.client)
-            .await?;
+        let reply = WriteAcquire {
+            lock: self.lock.rw_keys(),
+            token,
+            lease_ms: self.lock.core.options.kept_ms(),
+            waiter_lease_ms: self.lock.core.options.waiter_lease.as_millis() as u64,
+            join_queue,
+        }
+        .run(&self.lock.core.client)
+        .await?;
         Attempt::from_reply(&reply)
     }
 

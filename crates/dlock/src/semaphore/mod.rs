@@ -18,8 +18,6 @@
 //! N = 5 may take a fifth permit while one with N = 3 waits until fewer than three are
 //! held. Keep N in shared configuration.
 
-use std::sync::LazyLock;
-
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
@@ -27,22 +25,10 @@ use crate::lock::Lock;
 use crate::options::{LockOptions, Wait};
 use crate::queue::QueueKeys;
 use crate::raw::{on_one_server, private::KindProtocol, Attempt, HoldKind, LockCore, Waiting};
-use crate::script::{lua_script, LuaScript};
+use crate::script::ScriptCall;
 
-pub(crate) static ACQUIRE: LazyLock<LuaScript> = lua_script!(
-    grant "semaphore acquire",
-    "queue/queue.lua",
-    "entries.lua",
-    "semaphore/permits.lua",
-    "semaphore/acquire.lua"
-);
-pub(crate) static RELEASE: LazyLock<LuaScript> = lua_script!(
-    "semaphore release",
-    "queue/queue.lua",
-    "entries.lua",
-    "semaphore/permits.lua",
-    "semaphore/release.lua"
-);
+pub(crate) mod scripts;
+use scripts::{SemaphoreAcquire, SemaphoreRelease};
 
 /// Most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -68,8 +54,6 @@ pub struct RawSemaphore {
     core: LockCore,
     permits: u32,
     queue: QueueKeys,
-    /// The expiry index of the permits (see `entries.lua`).
-    expiry: String,
 }
 
 /// One permit of a [`Semaphore`], worth [`weight`](Guard::weight) of its N permits (1
@@ -96,11 +80,7 @@ impl RawSemaphore {
             )));
         }
         Ok(Lock::of(RawSemaphore {
-            queue: QueueKeys {
-                limit: Some(permits),
-                ..QueueKeys::new(&core.keys)
-            },
-            expiry: crate::keys::expiry_index_of(&core.keys.key),
+            queue: scripts::permit_queue(&core.keys, permits),
             core,
             permits,
         }))
@@ -108,18 +88,14 @@ impl RawSemaphore {
 
     /// Gives back the permit held with `token`; [`Error::Lost`] when its lease had ended.
     async fn release_permit(&self, token: &str) -> Result<()> {
-        let released: i64 = RELEASE
-            .call()
-            .key(&self.core.keys.key)
-            .key(&self.queue.queue)
-            .key(&self.queue.leases)
-            .key(&self.expiry)
-            .key(&self.core.keys.fence)
-            .arg(token)
-            .arg(&self.queue.wake_prefix)
-            .arg(self.permits)
-            .run(&self.core.client)
-            .await?;
+        let released = SemaphoreRelease {
+            keys: &self.core.keys,
+            queue: &self.queue,
+            token,
+            permits: self.permits,
+        }
+        .run(&self.core.client)
+        .await?;
         match released {
             1 => Ok(()),
             0 => Err(Error::Lost {
@@ -230,21 +206,17 @@ impl KindProtocol for RawSemaphore {
     }
 
     async fn attempt(&self, token: &str, join_queue: bool) -> Result<Attempt> {
-        let reply: Vec<i64> = ACQUIRE
-            .call()
-            .key(&self.core.keys.key)
-            .key(&self.core.keys.fence)
-            .key(&self.queue.queue)
-            .key(&self.queue.leases)
-            .key(&self.expiry)
-            .arg(token)
-            .arg(self.core.options.kept_ms())
-            .arg(self.permits)
-            .arg(self.core.options.waiter_lease.as_millis() as u64)
-            .arg(&self.queue.wake_prefix)
-            .arg(if join_queue { "1" } else { "0" })
-            .run(&self.core.client)
-            .await?;
+        let reply = SemaphoreAcquire {
+            keys: &self.core.keys,
+            queue: &self.queue,
+            token,
+            lease_ms: self.core.options.kept_ms(),
+            permits: self.permits,
+            waiter_lease_ms: self.core.options.waiter_lease.as_millis() as u64,
+            join_queue,
+        }
+        .run(&self.core.client)
+        .await?;
         Attempt::from_reply(&reply)
     }
 
