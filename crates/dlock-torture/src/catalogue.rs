@@ -3,8 +3,8 @@
 
 use crate::client::Primitive;
 use crate::fault::{
-    Amnesia, ClientPause, ClockJump, ClockOffset, ClusterFailover, DelayedRestart, Failover, Fault,
-    HolderCrash, MinorityDown, NetworkDelay, Partition, PauseAndCrash, ServerPause, ServerRestart,
+    Amnesia, ClientPause, ClockJump, ClockOffset, ClusterFailover, Failover, Fault, HolderCrash,
+    MinorityDown, NetworkDelay, Partition, PauseAndCrash, ServerPause, ServerRestart,
 };
 pub use crate::verdict::Expect;
 
@@ -102,7 +102,7 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "redlock-restart-nopersist",
         expect: Expect::Violation,
         about: "Redlock on 3 masters without persistence: right after a grant, C killed (the hold now on A and B only), B kill -9ed and restarted empty, C back empty: the waiter gets B and C while the holder believes (negative control); fences keep growing by the clock floor",
-        fault: &Amnesia,
+        fault: &Amnesia { delayed: false },
         durable: false,
         acknowledged: false,
         pending: None,
@@ -112,7 +112,7 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "redlock-restart-durable",
         expect: Expect::Safe,
         about: "the same schedule with AOF and appendfsync always: the restarted master still has the hold",
-        fault: &Amnesia,
+        fault: &Amnesia { delayed: false },
         durable: true,
         acknowledged: false,
         pending: None,
@@ -122,7 +122,7 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "redlock-delayed-restart",
         expect: Expect::Safe,
         about: "the same schedule without persistence, but B and C kept down 1.5 leases before they return empty (the usual advice): the holder's renewals find no majority and its belief ends first; no double grant, fences keep growing by the clock floor",
-        fault: &DelayedRestart,
+        fault: &Amnesia { delayed: true },
         durable: false,
         acknowledged: false,
         pending: None,

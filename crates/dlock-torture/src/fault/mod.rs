@@ -27,7 +27,7 @@ pub use cluster::ClusterFailover;
 pub use failover::Failover;
 pub use holders::{ClientPause, HolderCrash, PauseAndCrash};
 pub use partition::Partition;
-pub use redlock::{Amnesia, DelayedRestart, MinorityDown};
+pub use redlock::{Amnesia, MinorityDown};
 pub use server::{NetworkDelay, ServerPause, ServerRestart};
 
 /// One kind of fault: everything about a scenario that varies with what it does to the

@@ -43,9 +43,13 @@ impl Fault for MinorityDown {
 }
 
 /// Three Redlock masters: right after a grant one is killed (the hold is left on the
-/// other two), then one of those two is restarted and the killed one too.
+/// other two), then one of those two is restarted and the killed one too; `delayed`: the
+/// two are kept down for longer than a lease before they return.
 #[derive(Debug)]
-pub struct Amnesia;
+pub struct Amnesia {
+    /// Kept down longer than a lease (the restart delay that makes it safe).
+    pub delayed: bool,
+}
 
 impl Fault for Amnesia {
     fn kinds(&self) -> &'static [Primitive] {
@@ -61,38 +65,17 @@ impl Fault for Amnesia {
     }
 
     fn inject(&self, _: u32, run: &Run, servers: &mut LockServers, faults: &mut Faults) {
+        let down_for = self.delayed.then(|| run.ttl * 3 / 2);
         if let LockServers::Redlock(masters) = servers {
-            amnesia(masters, run, faults, None);
-        }
-    }
-}
-
-/// The same as [`Amnesia`], but the two are kept down for longer than a lease before they
-/// return.
-#[derive(Debug)]
-pub struct DelayedRestart;
-
-impl Fault for DelayedRestart {
-    fn kinds(&self) -> &'static [Primitive] {
-        &[Primitive::Redlock]
-    }
-
-    fn clients(&self, primitive: Primitive) -> Vec<(&'static str, usize)> {
-        restart_clients(primitive)
-    }
-
-    fn servers(&self, setup: &Setup) -> Result<LockServers, String> {
-        Ok(masters(AMNESIA_NODES, setup.durable))
-    }
-
-    fn inject(&self, _: u32, run: &Run, servers: &mut LockServers, faults: &mut Faults) {
-        if let LockServers::Redlock(masters) = servers {
-            amnesia(masters, run, faults, Some(run.ttl * 3 / 2));
+            amnesia(masters, run, faults, down_for);
         }
     }
 
     fn judge(&self, evidence: &Evidence) -> Vec<String> {
-        held_while_out(evidence)
+        match self.delayed {
+            true => held_while_out(evidence),
+            false => Vec::new(),
+        }
     }
 }
 
