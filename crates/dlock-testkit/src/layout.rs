@@ -288,9 +288,11 @@ fn code_only(text: &str) -> String {
             i += 1;
             while i < chars.len() && chars[i] != '"' {
                 let skip = if chars[i] == '\\' { 2 } else { 1 };
-                for k in i..(i + skip).min(chars.len()) {
-                    out.push(blank(chars[k]));
-                }
+                out.extend(
+                    chars[i..(i + skip).min(chars.len())]
+                        .iter()
+                        .map(|c| blank(*c)),
+                );
                 i += skip;
             }
             out.push(' ');
