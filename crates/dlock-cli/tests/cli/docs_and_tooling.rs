@@ -1,0 +1,207 @@
+//! What comes with the binary: completions and man pages, the help's option order, the
+//! docs' install lines, and the test script's summary and status.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::common::{code, output};
+
+/// `dlock completions SHELL` and `dlock man` come from the clap definitions, need no Redis
+/// (the URL here reaches nothing), and work: bash completes a subcommand and its flags from
+/// the generated script; the man page renders the command and its subcommands; pages
+/// written to a directory that does not exist are an I/O error (74), said.
+#[test]
+fn completions_and_man_pages_are_generated_without_redis() {
+    let offline = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
+        command.env("DLOCK_REDIS", "redis://127.0.0.1:1");
+        command
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("dlock.bash");
+    let out = output(offline().args(["completions", "bash"]));
+    assert_eq!(out.status.code(), Some(0));
+    std::fs::write(&script, &out.stdout).unwrap();
+    let complete = |words: &str| {
+        let probe = format!(
+            "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _dlock dlock \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; echo \"${{COMPREPLY[*]}}\"",
+            script.display()
+        );
+        let out = output(Command::new("bash").args(["-c", &probe]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let subcommands = complete("dlock ru");
+    assert!(
+        subcommands.split_whitespace().any(|w| w == "run"),
+        "{subcommands}"
+    );
+    let flags = complete("dlock run job --wai");
+    assert!(
+        flags.split_whitespace().any(|w| w == "--waiter-lease"),
+        "{flags}"
+    );
+    // Negative control: the probe does not complete whatever it is given.
+    let nothing = complete("dlock zzz");
+    assert!(!nothing.contains("run"), "{nothing}");
+    for shell in ["zsh", "fish"] {
+        let out = output(offline().args(["completions", shell]));
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("waiter-lease"),
+            "{shell}"
+        );
+    }
+    assert_eq!(code(offline().args(["completions", "tcsh"])), 64);
+
+    let out = output(offline().arg("man"));
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH dlock 1"), "{page}");
+    assert!(page.contains("inspect"), "{page}");
+    let pages = dir.path().join("man1");
+    std::fs::create_dir(&pages).unwrap();
+    let out = output(offline().args(["man", "--out-dir"]).arg(&pages));
+    assert_eq!(out.status.code(), Some(0));
+    let run_page = std::fs::read_to_string(pages.join("dlock-run.1")).unwrap();
+    assert!(run_page.contains("waiter"), "{run_page}");
+    assert!(
+        !pages.join("dlock-__watch-group.1").exists(),
+        "internal commands have no page"
+    );
+    let out = output(
+        offline()
+            .args(["man", "--out-dir"])
+            .arg(dir.path().join("missing")),
+    );
+    assert_eq!(out.status.code(), Some(74));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the manual pages"));
+}
+
+// Issue 36, part 4: the CLI's rough edges, each shown here.
+
+#[test]
+fn every_install_line_in_the_docs_uses_the_lock_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        files.push(entry.unwrap().path());
+    }
+    let mut seen = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("cargo install")) {
+            seen += 1;
+            assert!(line.contains("--locked"), "{}: {line}", file.display());
+        }
+    }
+    assert!(seen > 0, "the README says how to install dlock");
+}
+
+#[test]
+fn the_test_script_ends_with_its_summary_and_keeps_its_status() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::tempdir().unwrap();
+    // A stand-in for cargo that prints what nextest prints for a failed run.
+    let fake = dir.path().join("cargo");
+    std::fs::write(
+        &fake,
+        r#"#!/bin/sh
+case "$*" in
+  "nextest --version") echo "cargo-nextest 0.9.0"; exit 0 ;;
+  *--doc*) echo "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured"; exit 0 ;;
+  *--features*) echo "     Summary [   1.000s] 1 test run: 1 passed, 0 skipped"; exit 0 ;;
+esac
+echo "        PASS [   0.100s] dlock-cli::cli one"
+echo "        FAIL [   0.200s] dlock-cli::cli two"
+echo "------------"
+echo "     Summary [  10.000s] 3 tests run: 2 passed, 1 failed, 4 skipped"
+echo "        FAIL [   0.200s] dlock-cli::cli two"
+echo "error: test run failed" >&2
+exit 100
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    // Both streams in one, as a terminal shows them.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("\"$0\" 2>&1")
+        .arg(root.join("scripts/test.sh"))
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(100), "the runner's status is kept");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    // 2 + 1 (metrics) + 12 (doc tests) passed; 4 skipped + 1 ignored doc test.
+    assert!(
+        last.contains("15 passed") && last.contains("1 failed") && last.contains("5 skipped"),
+        "the summary is the last line: {text}"
+    );
+
+    // A run that fails before any test (a build error) says so on its last line too,
+    // rather than a clean-looking "0 failed".
+    std::fs::write(
+        &fake,
+        r#"#!/bin/sh
+case "$*" in
+  "nextest --version") echo "cargo-nextest 0.9.0"; exit 0 ;;
+  *--doc*) echo "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured"; exit 0 ;;
+  *--features*) echo "     Summary [   1.000s] 1 test run: 1 passed, 0 skipped"; exit 0 ;;
+esac
+echo "error[E0308]: mismatched types" >&2
+exit 101
+"#,
+    )
+    .unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("\"$0\" 2>&1")
+        .arg(root.join("scripts/test.sh"))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                dir.path().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(101), "the runner's status is kept");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.contains("the run failed (exit 101)"), "{text}");
+}
+
+#[test]
+fn a_subcommand_lists_its_own_options_before_the_global_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["elect", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let at = |needle: &str| {
+        help.find(needle)
+            .unwrap_or_else(|| panic!("{needle} in {help}"))
+    };
+    let heading = at("Global options");
+    for own in ["--value", "--ttl", "--kill-after"] {
+        assert!(at(own) < heading, "{own} before the global options: {help}");
+    }
+    for global in ["--redis", "--cluster", "--prefix", "--quiet"] {
+        assert!(at(global) > heading, "{global} under its heading: {help}");
+    }
+}

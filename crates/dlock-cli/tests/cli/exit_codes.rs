@@ -1,0 +1,158 @@
+//! Exit codes for bad input, bad state and a Redis that refuses or cannot be reached
+//! (passwords never echoed), and TLS from the shell.
+
+use std::process::Command;
+use std::time::Duration;
+
+use dlock_testkit::RedisServer;
+
+use crate::common::{code, dlock, output};
+
+#[test]
+fn exit_codes_for_bad_input_and_bad_state() {
+    let server = RedisServer::start();
+    // 64: invalid arguments.
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--ttl", "0s"])),
+        64
+    );
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--ttl", "soon"])),
+        64
+    );
+    assert_eq!(code(dlock(&server).args(["acquire", ""])), 64);
+    assert_eq!(code(dlock(&server).args(["run", "job"])), 64, "no command");
+    assert_eq!(code(dlock(&server).args(["frobnicate"])), 64);
+    assert_eq!(
+        code(dlock(&server).args(["--redis", "nonsense", "acquire", "job"])),
+        64
+    );
+    // 65: the key is not a lock.
+    let _: i64 = server.cmd(&["LPUSH", "listkey", "x"]);
+    let out = output(dlock(&server).args(["run", "listkey", "--", "true"]));
+    assert_eq!(out.status.code(), Some(65));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("listkey") && stderr.contains("hint:"),
+        "{stderr}"
+    );
+    // 69: Redis unreachable.
+    let mut gone = RedisServer::start();
+    let url = gone.url();
+    gone.kill9();
+    let out = output(dlock(&server).args(["--redis", &url, "acquire", "job"]));
+    assert_eq!(out.status.code(), Some(69));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DLOCK_REDIS"));
+    // --help documents the codes and exits 0.
+    let help = output(dlock(&server).args(["--help"]));
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for code in ["64", "65", "69", "70", "75", "77"] {
+        assert!(text.contains(code), "--help lists exit code {code}");
+    }
+}
+
+#[test]
+fn tls_from_the_shell() {
+    let tls = dlock_testkit::RedisServer::start_with(dlock_testkit::ServerOptions::tls());
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, tls.ca_pem()).unwrap();
+    let ca = ca.display().to_string();
+    assert_eq!(
+        code(dlock(&tls).args(["--tls-ca", &ca, "run", "job", "--", "true"])),
+        0
+    );
+    assert_eq!(
+        code(dlock(&tls).args(["run", "job", "--", "true"])),
+        69,
+        "untrusted certificate"
+    );
+    assert_eq!(
+        code(dlock(&tls).args(["--tls-ca", "/no/such.pem", "run", "job", "--", "true"])),
+        64
+    );
+}
+
+#[test]
+fn refusals_by_redis() {
+    // 76: Redis refuses the request (an ACL user without script permissions).
+    let server = RedisServer::start();
+    let _: () = server.cmd(&[
+        "ACL", "SETUSER", "reader", "on", ">pw", "~*", "&*", "+@read",
+    ]);
+    let url = format!("redis://reader:pw@127.0.0.1:{}", server.port());
+    let out = output(dlock(&server).args(["--redis", &url, "acquire", "job"]));
+    assert_eq!(out.status.code(), Some(76));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("NOPERM"), "the server's words: {stderr}");
+    assert!(stderr.contains("hint:"));
+
+    // Wrong credentials: refused, not "unreachable", and the password is not echoed.
+    let url = format!("redis://reader:wrong-secret@127.0.0.1:{}", server.port());
+    let out = output(dlock(&server).args(["--redis", &url, "acquire", "job"]));
+    assert_eq!(out.status.code(), Some(76));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("credentials"), "{stderr}");
+    assert!(!stderr.contains("wrong-secret"), "{stderr}");
+
+    // A file that is not a certificate is refused before connecting.
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("bogus.pem");
+    std::fs::write(&bogus, "not a certificate").unwrap();
+    let bogus = bogus.display().to_string();
+    let tls_url = format!("rediss://127.0.0.1:{}", server.port());
+    assert_eq!(
+        code(
+            dlock(&server)
+                .args(["--redis", &tls_url, "--tls-ca", &bogus, "run", "job", "--", "true"])
+        ),
+        64
+    );
+
+    // A rediss:// URL to a plain port fails at once and says TLS.
+    let plain = format!("rediss://127.0.0.1:{}", server.port());
+    let started = std::time::Instant::now();
+    let out = output(dlock(&server).args(["--redis", &plain, "acquire", "job"]));
+    assert_eq!(out.status.code(), Some(69));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TLS"));
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // Another kind on the name: exit 65, naming what holds it, advising no deletion.
+    let _: () = server.cmd(&[
+        "HSET",
+        "job",
+        "~kind",
+        "semaphore",
+        "h:x",
+        "99999999999999|1",
+    ]);
+    let out = output(dlock(&server).args(["acquire", "job", "--no-wait"]));
+    assert_eq!(out.status.code(), Some(65));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("semaphore"), "{stderr}");
+    assert!(
+        !stderr.contains("remove") && !stderr.contains("delete"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unreachable_redis_is_named_without_its_password() {
+    let mut gone = RedisServer::start();
+    let port = gone.port();
+    gone.kill9();
+    let url = format!("redis://user:s3cret@127.0.0.1:{port}");
+    let out = output(
+        Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .env("DLOCK_REDIS", &url)
+            .args(["acquire", "job"]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.contains(&format!("redis://user:***@127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+}

@@ -1,0 +1,220 @@
+//! `acquire`, `release` and `extend` from a shell: tokens, leases, kinds, what is not a
+//! lock, a full semaphore, a zero TTL, and an interrupted wait.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock_testkit::RedisServer;
+
+use crate::common::{code, dlock, output};
+
+#[test]
+fn acquire_release_and_extend_from_a_shell() {
+    let server = RedisServer::start();
+    let out = output(dlock(&server).args(["acquire", "job", "--ttl", "10s", "--json"]));
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["name"], "job");
+    assert_eq!(json["ttl_ms"], 10_000);
+    // The fence has the clock floor: at least the server's clock in µs (after 2020).
+    assert!(
+        json["fence"].as_u64().unwrap() > 1_577_836_800_000_000,
+        "{json}"
+    );
+    let token = json["token"].as_str().unwrap().to_string();
+    let stored: String = server.cmd(&["GET", "job"]);
+    assert_eq!(stored, token, "left held after dlock exited");
+
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--no-wait"])),
+        75
+    );
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--wait", "200ms"])),
+        75
+    );
+    assert_eq!(
+        code(dlock(&server).args(["extend", "job", &token, "--ttl", "60s"])),
+        0
+    );
+    let pttl: i64 = server.cmd(&["PTTL", "job"]);
+    assert!(pttl > 50_000);
+    assert_eq!(
+        code(dlock(&server).args(["release", "job", "not-the-token"])),
+        77
+    );
+    assert_eq!(code(dlock(&server).args(["release", "job", &token])), 0);
+    assert_eq!(
+        code(dlock(&server).args(["release", "job", &token])),
+        77,
+        "second release"
+    );
+    assert_eq!(
+        code(dlock(&server).args(["extend", "job", &token, "--ttl", "5s"])),
+        77
+    );
+
+    let plain = output(dlock(&server).args(["acquire", "job"]));
+    let text = String::from_utf8(plain.stdout).unwrap();
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(parts.len(), 2, "TOKEN FENCE");
+    let (first, second): (u64, u64) = (json["fence"].as_u64().unwrap(), parts[1].parse().unwrap());
+    assert!(second > first, "the fence grows: {first} then {second}");
+}
+
+#[test]
+fn an_abandoned_cli_lock_frees_after_its_lease() {
+    let server = RedisServer::start();
+    assert_eq!(
+        code(dlock(&server).args(["acquire", "job", "--ttl", "700ms"])),
+        0
+    );
+    let started = Instant::now();
+    assert_eq!(
+        code(dlock(&server).args(["run", "job", "--wait", "10s", "--", "true"])),
+        0
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_string_without_an_expiry_is_not_a_lock() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&["SET", "plain", "hello"]);
+    for kind in [&[][..], &["--read"], &["--write"], &["--fair"]] {
+        let out = output(dlock(&server).args(["acquire", "plain", "-n"]).args(kind));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{kind:?}: {stderr}");
+        assert!(stderr.contains("not a dlock lock"), "{stderr}");
+    }
+    // `run` waits forever by default: it must say so at once instead.
+    let mut child = dlock(&server)
+        .args(["run", "plain", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("dlock run waited on a key that is no lock");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(65));
+    let stored: String = server.cmd(&["GET", "plain"]);
+    assert_eq!(stored, "hello", "nothing was changed");
+    // Another client's lock with a lease is still a busy lock.
+    let _: () = server.cmd(&["SET", "leased", "theirs", "PX", "60000"]);
+    assert_eq!(code(dlock(&server).args(["acquire", "leased", "-n"])), 75);
+}
+
+#[test]
+fn a_full_semaphore_says_none_of_its_permits_is_free() {
+    let server = RedisServer::start();
+    for _ in 0..2 {
+        assert_eq!(
+            code(dlock(&server).args(["acquire", "gpu", "--permits", "2"])),
+            0
+        );
+    }
+    for wait in [&["-n"][..], &["--wait", "200ms"]] {
+        let out = output(
+            dlock(&server)
+                .args(["acquire", "gpu", "--permits", "2"])
+                .args(wait),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(75), "{stderr}");
+        assert!(stderr.contains("none of its 2 permits is free"), "{stderr}");
+        assert!(!stderr.contains("another owner"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_zero_ttl_is_worded_once_and_echoed_as_written() {
+    let run = |ttl: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .env("DLOCK_REDIS", "redis://127.0.0.1:1")
+            .args(["acquire", "x", "--ttl", ttl])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    for ttl in ["0", "0s", "0h", "25h"] {
+        let stderr = run(ttl);
+        assert!(stderr.contains(&format!("'{ttl}'")), "{stderr}");
+        assert!(stderr.contains("out of range; use 10ms to 24h"), "{stderr}");
+        assert!(
+            !stderr.contains("'0ms'") && !stderr.contains(" 0ms "),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_token_released_as_the_wrong_kind_is_65_and_its_own_kind_needs_no_flag() {
+    let server = RedisServer::start();
+    let token = |args: &[&str]| {
+        let out = output(dlock(&server).args(args));
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let mutex = token(&["acquire", "m"]);
+    for flag in ["--read", "--permits"] {
+        let mut args = vec!["release", "m", &mutex, flag];
+        if flag == "--permits" {
+            args.push("2");
+        }
+        let out = output(dlock(&server).args(&args));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{flag}: {stderr}");
+    }
+    let reader = token(&["acquire", "rw", "--read"]);
+    assert_eq!(
+        code(dlock(&server).args(["release", "rw", &reader, "--write"])),
+        65
+    );
+    // The hold says which kind it is: no flag needed.
+    assert_eq!(code(dlock(&server).args(["release", "rw", &reader])), 0);
+    let permit = token(&["acquire", "sem", "--permits", "3"]);
+    assert_eq!(
+        code(dlock(&server).args(["extend", "sem", &permit, "--ttl", "10s"])),
+        0
+    );
+    assert_eq!(code(dlock(&server).args(["release", "sem", &permit])), 0);
+    assert_eq!(
+        code(dlock(&server).args(["release", "sem", &permit])),
+        77,
+        "gone"
+    );
+    assert_eq!(code(dlock(&server).args(["release", "m", &mutex])), 0);
+}
+
+#[test]
+fn an_interrupted_wait_says_so_in_one_line() {
+    let server = RedisServer::start();
+    assert_eq!(code(dlock(&server).args(["acquire", "job"])), 0);
+    for command in [&["acquire", "job"][..], &["run", "job", "--", "true"]] {
+        let child = dlock(&server)
+            .args(command)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        // SAFETY: signalling the dlock process this test spawned.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(143), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{command:?}: {stderr}");
+        assert!(stderr.contains("interrupted"), "{stderr}");
+    }
+}
