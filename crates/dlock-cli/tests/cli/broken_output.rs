@@ -147,13 +147,6 @@ fn run_unwritable(command: &mut Command, how: Unwritable) -> (Option<i32>, Strin
     )
 }
 
-/// Every subcommand that prints a result exits 74 when it cannot be delivered: standard
-/// output closed, or a pipe whose reader left before reading anything. The list is every
-/// subcommand of `dlock --help` that prints on stdout (and `--help`, `help`, `--version`,
-/// whose text is what was asked for); those that print nothing there (`run`, `elect`,
-/// `extend`, `release` by token) are unaffected. `acquire` leaves nothing held; `release
-/// --force` with stdout closed releases nothing. `bench` is tried with stdout closed only:
-/// with a reader gone it would run its whole measurement before writing.
 /// Holds `cfg` (its token returned, for the commands that name one) and `forced` (for
 /// `release --force`), as the printing commands' table expects.
 fn hold_cfg_and_forced(server: &RedisServer) -> String {
@@ -165,6 +158,13 @@ fn hold_cfg_and_forced(server: &RedisServer) -> String {
     token
 }
 
+/// Every subcommand that prints a result exits 74 when it cannot be delivered: standard
+/// output closed, or a pipe whose reader left before reading anything. The list is every
+/// subcommand of `dlock --help` that prints on stdout (and `--help`, `help`, `--version`,
+/// whose text is what was asked for); those that print nothing there (`run`, `elect`,
+/// `extend`, `release` by token) are unaffected. `acquire` leaves nothing held; `release
+/// --force` with stdout closed releases nothing. `bench` is tried with stdout closed only:
+/// with a reader gone it would run its whole measurement before writing.
 #[test]
 fn every_printing_subcommand_exits_74_when_its_result_cannot_be_written() {
     let server = RedisServer::start();

@@ -82,7 +82,8 @@ fn completions_and_man_pages_are_generated_without_redis() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the manual pages"));
 }
 
-// Issue 36, part 4: the CLI's rough edges, each shown here.
+// Issue 36, part 4: the CLI's rough edges (the rest are in lock_commands, exit_codes,
+// inspect and broken_output).
 
 #[test]
 fn every_install_line_in_the_docs_uses_the_lock_file() {
