@@ -288,8 +288,8 @@ fn code_only(text: &str) -> String {
             i += 1;
             while i < chars.len() && chars[i] != '"' {
                 let skip = if chars[i] == '\\' { 2 } else { 1 };
-                for k in i..(i + skip).min(chars.len()) {
-                    out.push(blank(chars[k]));
+                for &escaped in &chars[i..(i + skip).min(chars.len())] {
+                    out.push(blank(escaped));
                 }
                 i += skip;
             }
