@@ -6,6 +6,7 @@
 //! fence, and the keys after it, must be the model's; forced releases are resent (a lost
 //! reply), also after another call and after a new grant, and must evict once per call.
 
+use dlock::__scripts::{DescribeKey, ForceRelease, Inspect, LiveEntries};
 use dlock_model::admin::{Entries, Forced};
 use dlock_model::mutant::Mutant;
 use dlock_testkit::RedisServer;
@@ -13,7 +14,7 @@ use rand::Rng;
 
 use super::harness::same;
 use super::kinds::{Kind, KindScripts, Run};
-use super::library::LibraryScript;
+use super::library::{send, try_send};
 
 /// A test-local bug in the model's read-only scripts, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -24,21 +25,14 @@ enum Bug {
     ListIgnoresKind,
 }
 
+/// The kinds' keys: the scripts that look from outside name the lock's keys and line.
 struct AdminScripts {
     kinds: KindScripts,
-    inspect: LibraryScript,
-    force: LibraryScript,
-    describe: LibraryScript,
-    list: LibraryScript,
 }
 
 fn admin_scripts() -> AdminScripts {
     AdminScripts {
         kinds: KindScripts::new(),
-        inspect: LibraryScript::named("inspect"),
-        force: LibraryScript::named("forced release"),
-        describe: LibraryScript::named("describe"),
-        list: LibraryScript::named("list holders"),
     }
 }
 
@@ -84,11 +78,11 @@ fn run_admin(
         match choice {
             0..=5 => run.kind_step(&scripts.kinds, &context)?,
             6 | 7 => {
-                let reply: Vec<String> = (scripts.inspect.key(&run.names.key))
-                    .key(&run.names.fence)
-                    .key(&run.names.queue)
-                    .invoke(run.conn)
-                    .unwrap();
+                let inspect = Inspect {
+                    keys: scripts.kinds.keys(),
+                    queue: scripts.kinds.queue(),
+                };
+                let reply: Vec<String> = send(&inspect, run.conn);
                 let mut expected = run.model.inspect(now, entries);
                 if bug == Some(Bug::InspectListsEnded) && !run.model.entries.is_empty() {
                     expected.holders = run.model.entries.keys().copied().collect();
@@ -129,16 +123,18 @@ fn run_admin(
                 // describe, of the lock key (as the kind's scripts would ask) and of the
                 // fencing counter.
                 let wanted = entries.name();
-                let found: String = (scripts.describe.key(&run.names.key))
-                    .arg(wanted)
-                    .invoke(run.conn)
-                    .unwrap();
+                let describe = DescribeKey {
+                    key: &scripts.kinds.keys().key,
+                    wanted,
+                };
+                let found: String = send(&describe, run.conn);
                 let modelled = run.model.describe_lock(now, entries);
                 same(found.as_str(), modelled, &format!("{context}: lock"))?;
-                let found: String = (scripts.describe.key(&run.names.fence))
-                    .arg("counter")
-                    .invoke(run.conn)
-                    .unwrap();
+                let describe = DescribeKey {
+                    key: &scripts.kinds.keys().fence,
+                    wanted: "counter",
+                };
+                let found: String = send(&describe, run.conn);
                 let modelled = run.model.describe_counter();
                 same(found.as_str(), modelled, &format!("{context}: counter"))?;
             }
@@ -150,10 +146,12 @@ fn run_admin(
                     [Entries::Read, Entries::Semaphore][run.rng.random_range(0..2)]
                 };
                 let string_is_empty = run.rng.random_bool(0.5);
-                let reply: redis::RedisResult<Vec<String>> = (scripts.list.key(&run.names.key))
-                    .arg(wanted.name())
-                    .arg(if string_is_empty { "1" } else { "0" })
-                    .invoke(run.conn);
+                let list = LiveEntries {
+                    key: &scripts.kinds.keys().key,
+                    kind: wanted.name(),
+                    string_is_empty,
+                };
+                let reply: redis::RedisResult<Vec<String>> = try_send(&list, run.conn);
                 let mut expected = run
                     .model
                     .list_holders(now, entries, wanted, string_is_empty);
@@ -188,18 +186,12 @@ fn run_admin(
                 let resend = record.iter().any(|r| r.request == request);
                 let before = run.holds_in_model();
                 let expected = run.model.force_release(&mut record, request, now, mutants);
-                let n = &run.names;
-                let fence: u64 = (scripts.force.key(&n.key).key(&n.fence))
-                    .key(&n.queue)
-                    .key(&n.leases)
-                    .key(&n.forced)
-                    .key(&n.expiry)
-                    .arg(&n.released)
-                    .arg(&n.wake)
-                    .arg(format!("req{request}"))
-                    .arg(&n.leader)
-                    .invoke(run.conn)
-                    .unwrap();
+                let force = ForceRelease {
+                    keys: scripts.kinds.keys(),
+                    queue: scripts.kinds.queue(),
+                    request: &format!("req{request}"),
+                };
+                let fence: u64 = send(&force, run.conn);
                 same(fence > 0, expected > 0, &format!("{context}: forced"))?;
                 if fence > 0 {
                     run.fences

@@ -7,7 +7,9 @@ use dlock_model::scripts::{Server, Token};
 
 use dlock_testkit::RedisServer;
 
-use super::library::LibraryScript;
+use dlock::__scripts::{HoldKind, LeaveQueue, QueueKeys, Renew, Renewal};
+
+use super::library::send;
 
 /// A model tick on the server: leases are long, and expiry is applied by the test.
 pub const TICK_MS: u64 = 60_000;
@@ -96,9 +98,34 @@ pub fn same<T: PartialEq + std::fmt::Debug>(
     }
 }
 
-/// renew/renew.lua, as every kind sends it.
-pub fn renew_script() -> LibraryScript {
-    LibraryScript::named("renew")
+/// renew/renew.lua, as every kind sends it, for the one hold written `token` of `kind` at
+/// `key`: `[1]` when it held.
+pub fn renew(
+    key: &str,
+    kind: HoldKind,
+    token: &str,
+    lease_ms: u64,
+    conn: &mut redis::Connection,
+) -> Vec<i64> {
+    let hold = [Renewal {
+        key,
+        kind,
+        token,
+        lease_ms,
+    }];
+    send(&Renew { holds: &hold }, conn)
+}
+
+/// The library's name for the model's form of a hold (the same code on both sides).
+pub fn hold_kind(form: dlock_model::admin::Form) -> HoldKind {
+    use dlock_model::admin::Form;
+    let kind = match form {
+        Form::String => HoldKind::String,
+        Form::Reentrant => HoldKind::Reentrant,
+        Form::Entry => HoldKind::Entry,
+    };
+    assert_eq!(kind.code(), form.code());
+    kind
 }
 
 /// A tick on the server for a hash of leased entries (the semaphore's permits, the
@@ -200,30 +227,29 @@ pub fn line_at(conn: &mut redis::Connection, queue: &str, leases: &str) -> Vec<S
         .collect()
 }
 
-/// queue/cancel.lua (a waiter leaves the `line`: its queue, leases and wake prefix) beside
+/// queue/cancel.lua (a waiter leaves the `line`, as the library names its keys) beside
 /// the model's `queue_cancel`. Their answers (whether it was in line) are compared for a
 /// waiter whose waiter lease had not ended: a lapsed one the script finds until another
 /// script purges it, while the model forgets a line all of whose leases ended (`expire`);
 /// what is left in line is compared after the step either way.
 pub fn leave_line(
     conn: &mut redis::Connection,
-    cancel: &LibraryScript,
-    (queue, leases, prefix): (&str, &str, &str),
+    line: &QueueKeys,
     text: &str,
     model: &mut Server,
     token: Token,
     now: u8,
 ) -> Result<(), String> {
-    let was_live = line_at(conn, queue, leases).iter().any(|w| w == text);
+    let was_live = line_at(conn, &line.queue, &line.leases)
+        .iter()
+        .any(|w| w == text);
     let modelled_live = model.live_waiters(now).any(|t| t == token);
     let expected = model.queue_cancel(token);
-    let left: i64 = cancel
-        .key(queue)
-        .key(leases)
-        .arg(text)
-        .arg(prefix)
-        .invoke(conn)
-        .unwrap();
+    let leave = LeaveQueue {
+        queue: line,
+        token: text,
+    };
+    let left: i64 = send(&leave, conn);
     same(was_live, modelled_live, "in line before it left")?;
     if modelled_live {
         same(left == 1, expected, "left the line")?;

@@ -5,14 +5,17 @@
 //! once, a hold no longer held untouched, another kind at the key a type error. Replies
 //! and keys compared after every step; later ticks show a lease set differently.
 
+use std::time::Duration;
+
+use dlock::__scripts::Linger;
 use dlock_model::admin::Lingered;
 use dlock_model::mutant::Mutant;
 use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::harness::{same, TICK_MS};
+use super::harness::{hold_kind, same, TICK_MS};
 use super::kinds::{KindScripts, Run};
-use super::library::LibraryScript;
+use super::library::try_send;
 
 /// A test-local bug in the model's `linger`, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,15 +26,14 @@ enum Bug {
     ReentrantLingersWithOthers,
 }
 
+/// The kinds' keys: linger names the lock's keys and line.
 struct LingerScripts {
     kinds: KindScripts,
-    linger: LibraryScript,
 }
 
 fn linger_scripts() -> LingerScripts {
     LingerScripts {
         kinds: KindScripts::new(),
-        linger: LibraryScript::named("linger"),
     }
 }
 
@@ -70,16 +72,14 @@ fn run_linger(
         let form = run.asked_form(client, 0.75);
         // Shorter than the lease, as long, or longer.
         let rest = run.rng.random_range(1..=3u8);
-        let n = &run.names;
-        let reply: redis::RedisResult<i64> = (scripts.linger.key(&n.key))
-            .key(&n.queue)
-            .key(&n.expiry)
-            .arg(form.code())
-            .arg(run.text(token))
-            .arg(u64::from(rest) * TICK_MS)
-            .arg(&n.released)
-            .arg(&n.wake)
-            .invoke(run.conn);
+        let linger = Linger {
+            keys: scripts.kinds.keys(),
+            queue: scripts.kinds.queue(),
+            kind: hold_kind(form),
+            token: &run.text(token),
+            rest: Duration::from_millis(u64::from(rest) * TICK_MS),
+        };
+        let reply: redis::RedisResult<i64> = try_send(&linger, run.conn);
         let before = run.model.clone();
         let mut expected = run.model.linger(form, token, now, rest);
         match bug {

@@ -43,8 +43,6 @@ mod semaphore;
 mod tokens;
 mod weighted;
 
-use library::LibraryScript;
-
 /// Every suite's run for one seed, as the coverage test runs them: a suite added for a
 /// script the library sends is called here too. Divergences are the suites' own tests'
 /// to report; this only calls the scripts.
@@ -66,9 +64,9 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
         &[],
         &mut Default::default(),
     );
-    let raise = LibraryScript::named("redlock fence raise");
     let mut reached = Default::default();
-    let _ = redlock::run_redlock_master(seed, &mutex::scripts(), &raise, conn, None, &mut reached);
+    let master = redlock::master_scripts();
+    let _ = redlock::run_redlock_master(seed, &master, conn, None, &mut reached);
     let _ = guarded::run_guarded(
         seed,
         &guarded::guarded_scripts(),

@@ -5,14 +5,15 @@
 //! released and handed to the first in line; a hash at the key is a type error). Replies
 //! and keys compared after every step.
 
+use dlock::__scripts::{Held, ReleaseToken};
 use dlock_model::admin::Form;
 use dlock_model::mutant::Mutant;
 use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::harness::same;
+use super::harness::{hold_kind, same};
 use super::kinds::{KindScripts, Run};
-use super::library::LibraryScript;
+use super::library::{send, try_send};
 
 /// A test-local bug in the model's `held`, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -21,17 +22,14 @@ enum Bug {
     EndedEntryHeld,
 }
 
+/// The kinds' keys: the scripts asked by token name the lock's keys and line.
 struct TokenScripts {
     kinds: KindScripts,
-    held: LibraryScript,
-    release: LibraryScript,
 }
 
 fn token_scripts() -> TokenScripts {
     TokenScripts {
         kinds: KindScripts::new(),
-        held: LibraryScript::named("held"),
-        release: LibraryScript::named("release by token"),
     }
 }
 
@@ -67,11 +65,12 @@ fn run_tokens(
             6..=8 => {
                 // Mostly the hold's own form (see `Run::asked_form`).
                 let form = run.asked_form(client, 0.7);
-                let held: i64 = (scripts.held.key(&run.names.key))
-                    .arg(form.code())
-                    .arg(run.text(token))
-                    .invoke(run.conn)
-                    .unwrap();
+                let held = Held {
+                    key: &scripts.kinds.keys().key,
+                    kind: hold_kind(form),
+                    token: &run.text(token),
+                };
+                let held: i64 = send(&held, run.conn);
                 let mut expected = run.model.held(form, token, now);
                 if bug == Some(Bug::EndedEntryHeld) && form == Form::Entry {
                     expected |= run.model.entries.contains_key(&token);
@@ -80,15 +79,12 @@ fn run_tokens(
                 same(held == 1, expected, &format!("{context}: held {form:?}"))?;
             }
             _ => {
-                let n = &run.names;
-                let reply: redis::RedisResult<i64> = (scripts.release.key(&n.key))
-                    .key(&n.queue)
-                    .key(&n.leases)
-                    .key(&n.fence)
-                    .arg(run.text(token))
-                    .arg(&n.released)
-                    .arg(&n.wake)
-                    .invoke(run.conn);
+                let release = ReleaseToken {
+                    keys: scripts.kinds.keys(),
+                    queue: scripts.kinds.queue(),
+                    token: &run.text(token),
+                };
+                let reply: redis::RedisResult<i64> = try_send(&release, run.conn);
                 let expected = run.model.release_by_token(token, now, 2, mutants);
                 match (&reply, &expected) {
                     (Ok(released), Ok((modelled, handed))) => {
