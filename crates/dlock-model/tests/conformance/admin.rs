@@ -9,10 +9,9 @@
 use dlock::__scripts::{DescribeKey, ForceRelease, Inspect, LiveEntries};
 use dlock_model::admin::{Entries, Forced};
 use dlock_model::mutant::Mutant;
-use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::harness::same;
+use super::harness::{same, Bench};
 use super::kinds::{Kind, KindScripts, Run};
 use super::library::{send, try_send};
 
@@ -232,15 +231,12 @@ pub fn run_suites(seed: u64, conn: &mut redis::Connection) {
 
 #[test]
 fn the_inspecting_scripts_and_the_forced_release_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = admin_scripts();
     let mut reached = Reached::default();
-    for seed in 0..250 {
-        if let Err(divergence) = run_admin(seed, &scripts, &mut conn, &[], None, &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(250, |seed, conn| {
+        run_admin(seed, &scripts, conn, &[], None, &mut reached)
+    });
     // The runs reach what they are for.
     let Reached {
         evicted,
@@ -261,19 +257,14 @@ fn the_inspecting_scripts_and_the_forced_release_do_what_the_model_says() {
         assert!(count >= least, "only {count} {what} in 250 runs");
     }
     // The negative control: bugs in the model are told apart within the same runs.
-    for (mutant, bug) in [
+    let bugs = [
         (Some(Mutant::ForceEvictsTwice), None),
         (None, Some(Bug::InspectListsEnded)),
         (None, Some(Bug::ListIgnoresKind)),
-    ] {
+    ];
+    let mut ignored = Reached::default();
+    bench.tells_apart(&bugs, 250, |seed, conn, (mutant, bug)| {
         let mutants: Vec<Mutant> = mutant.into_iter().collect();
-        let mut ignored = Reached::default();
-        let caught = (0..250).find_map(|seed| {
-            run_admin(seed, &scripts, &mut conn, &mutants, bug, &mut ignored).err()
-        });
-        assert!(
-            caught.is_some(),
-            "{mutant:?} {bug:?} went unnoticed in 250 runs"
-        );
-    }
+        run_admin(seed, &scripts, conn, &mutants, bug, &mut ignored)
+    });
 }

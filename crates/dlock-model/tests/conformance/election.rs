@@ -10,10 +10,9 @@ use dlock::__scripts::{HoldKind, LookAtLeader, Proclaim, Resign};
 use dlock_model::election::{ElectionKeys, Look};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
-use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
-use super::harness::{renew, same, tick_keys, token_text, Fences, SLACK_MS, TICK_MS, TTL};
+use super::harness::{renew, same, tick_keys, token_text, Bench, Fences, SLACK_MS, TICK_MS, TTL};
 use super::library::send;
 use super::mutex::{self, scripts, Scripts};
 
@@ -287,15 +286,12 @@ fn compare_election(
 
 #[test]
 fn the_election_scripts_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = election_scripts();
     let mut reached = ElectionReached::default();
-    for seed in 0..300 {
-        if let Err(divergence) = run_election(seed, &scripts, &mut conn, &[], &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(300, |seed, conn| {
+        run_election(seed, &scripts, conn, &[], &mut reached)
+    });
     let ElectionReached {
         recorded,
         refused,
@@ -316,20 +312,11 @@ fn the_election_scripts_do_what_the_model_says() {
     }
     // The negative control: a model with a bug in a script's transition is told apart
     // within the same runs.
-    for mutant in [
+    let mutants = [
         Mutant::ProclaimWithoutOwnerCheck,
         Mutant::LeaderWithoutHoldCheck,
-    ] {
-        let caught = (0..300)
-            .filter(|&seed| {
-                let mut reached = Default::default();
-                run_election(seed, &scripts, &mut conn, &[mutant], &mut reached).is_err()
-            })
-            .count();
-        eprintln!("{mutant:?} told apart in {caught} of 300 runs");
-        assert!(
-            caught >= 25,
-            "{mutant:?} told apart in only {caught} of 300 runs"
-        );
-    }
+    ];
+    bench.tells_apart_often(&mutants, 300, 25, |seed, conn, mutant| {
+        run_election(seed, &scripts, conn, &[mutant], &mut Default::default())
+    });
 }

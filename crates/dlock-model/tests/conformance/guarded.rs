@@ -9,10 +9,9 @@ use dlock::__scripts::{batch_record_key, guarded_data_key, ApplyBatch, HoldKind,
 use dlock_model::guarded::{Answer, Batch, BatchId, Command, Data, GuardedKeys, Reply};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
-use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
-use super::harness::renew;
+use super::harness::{renew, Bench};
 use super::harness::{same, tick_keys, token_text, TICK_MS, TTL};
 use super::library::send;
 use super::mutex::{self, scripts, Scripts};
@@ -343,15 +342,12 @@ fn compare_guarded(
 
 #[test]
 fn the_guarded_apply_script_does_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = guarded_scripts();
     let mut reached = GuardedReached::default();
-    for seed in 0..300 {
-        if let Err(divergence) = run_guarded(seed, &scripts, &mut conn, &[], &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(300, |seed, conn| {
+        run_guarded(seed, &scripts, conn, &[], &mut reached)
+    });
     // Every branch of the script, many times over.
     let GuardedReached {
         applied,
@@ -371,17 +367,8 @@ fn the_guarded_apply_script_does_what_the_model_says() {
     }
     // The negative control: a model with a bug in the script's transition is told apart
     // within the same runs.
-    for mutant in [Mutant::ApplyWithoutHoldCheck, Mutant::ResendAppliesTwice] {
-        let caught = (0..300)
-            .filter(|&seed| {
-                let mut reached = Default::default();
-                run_guarded(seed, &scripts, &mut conn, &[mutant], &mut reached).is_err()
-            })
-            .count();
-        eprintln!("{mutant:?} told apart in {caught} of 300 runs");
-        assert!(
-            caught >= 25,
-            "{mutant:?} told apart in only {caught} of 300 runs"
-        );
-    }
+    let mutants = [Mutant::ApplyWithoutHoldCheck, Mutant::ResendAppliesTwice];
+    bench.tells_apart_often(&mutants, 300, 25, |seed, conn, mutant| {
+        run_guarded(seed, &scripts, conn, &[mutant], &mut Default::default())
+    });
 }

@@ -305,4 +305,25 @@ impl Bench {
             assert!(caught.is_some(), "{bug:?} went unnoticed in {runs} runs");
         }
     }
+
+    /// The negative control, counted: each of `bugs` is told apart from the scripts in at
+    /// least `least` of seeds `0..runs` (a bug the runs reach only by chance fails).
+    pub fn tells_apart_often<B: Copy + std::fmt::Debug, R>(
+        &mut self,
+        bugs: &[B],
+        runs: u64,
+        least: usize,
+        mut run: impl FnMut(u64, &mut redis::Connection, B) -> Result<R, String>,
+    ) {
+        for &bug in bugs {
+            let caught = (0..runs)
+                .filter(|&seed| run(seed, &mut self.conn, bug).is_err())
+                .count();
+            eprintln!("{bug:?} told apart in {caught} of {runs} runs");
+            assert!(
+                caught >= least,
+                "{bug:?} told apart in only {caught} of {runs} runs"
+            );
+        }
+    }
 }

@@ -10,10 +10,9 @@ use std::time::Duration;
 use dlock::__scripts::Linger;
 use dlock_model::admin::Lingered;
 use dlock_model::mutant::Mutant;
-use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::harness::{hold_kind, same, TICK_MS};
+use super::harness::{hold_kind, same, Bench, TICK_MS};
 use super::kinds::{KindScripts, Run};
 use super::library::try_send;
 
@@ -126,15 +125,12 @@ pub fn run_linger_suite(seed: u64, conn: &mut redis::Connection) {
 
 #[test]
 fn linger_does_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = linger_scripts();
     let mut reached = Reached::default();
-    for seed in 0..250 {
-        if let Err(divergence) = run_linger(seed, &scripts, &mut conn, None, &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(250, |seed, conn| {
+        run_linger(seed, &scripts, conn, None, &mut reached)
+    });
     let Reached {
         held,
         given_back,
@@ -150,10 +146,9 @@ fn linger_does_what_the_model_says() {
         assert!(count >= least, "only {count} {what} in 250 runs");
     }
     // The negative control: bugs in the model are told apart within the same runs.
-    for bug in [Bug::KeepsTheLease, Bug::ReentrantLingersWithOthers] {
-        let mut ignored = Reached::default();
-        let caught = (0..250)
-            .find_map(|seed| run_linger(seed, &scripts, &mut conn, Some(bug), &mut ignored).err());
-        assert!(caught.is_some(), "{bug:?} went unnoticed in 250 runs");
-    }
+    let bugs = [Bug::KeepsTheLease, Bug::ReentrantLingersWithOthers];
+    let mut ignored = Reached::default();
+    bench.tells_apart(&bugs, 250, |seed, conn, bug| {
+        run_linger(seed, &scripts, conn, Some(bug), &mut ignored)
+    });
 }

@@ -12,13 +12,12 @@ use dlock::__scripts::{
 use dlock_model::multi::{multi_acquire, multi_release, MultiGrant};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
-use dlock_testkit::RedisServer;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use super::fair::{fair_scripts_for, FairScripts};
 use super::harness::{
-    line_at, same, waiter_text, Fences, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
+    line_at, same, waiter_text, Bench, Fences, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
 };
 use super::library::send;
 
@@ -279,15 +278,12 @@ pub fn run_multi_suite(seed: u64, conn: &mut redis::Connection) {
 
 #[test]
 fn the_multi_lock_scripts_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = multi_scripts();
     let mut reached = Reached::default();
-    for seed in 0..200 {
-        if let Err(divergence) = run_multi(seed, &scripts, &mut conn, &[], &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(200, |seed, conn| {
+        run_multi(seed, &scripts, conn, &[], &mut reached)
+    });
     let Reached {
         granted,
         busy,
@@ -316,19 +312,13 @@ fn the_multi_lock_scripts_do_what_the_model_says() {
     }
     // The negative control: each multi-lock bug in the model is told apart from the
     // scripts within the same runs.
-    for mutant in [
+    let mutants = [
         Mutant::MultiGrantsPart,
         Mutant::MultiReleasesOneName,
         Mutant::MultiResendRedraws,
-    ] {
-        let mut ignored = Reached::default();
-        let caught = (0..200)
-            .filter(|&seed| run_multi(seed, &scripts, &mut conn, &[mutant], &mut ignored).is_err())
-            .count();
-        eprintln!("{mutant:?} told apart in {caught} of 200 runs");
-        assert!(
-            caught >= 20,
-            "{mutant:?} told apart in only {caught} of 200 runs"
-        );
-    }
+    ];
+    let mut ignored = Reached::default();
+    bench.tells_apart_often(&mutants, 200, 20, |seed, conn, mutant| {
+        run_multi(seed, &scripts, conn, &[mutant], &mut ignored)
+    });
 }

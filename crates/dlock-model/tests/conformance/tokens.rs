@@ -8,10 +8,9 @@
 use dlock::__scripts::{Held, ReleaseToken};
 use dlock_model::admin::Form;
 use dlock_model::mutant::Mutant;
-use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::harness::{hold_kind, same};
+use super::harness::{hold_kind, same, Bench};
 use super::kinds::{KindScripts, Run};
 use super::library::{send, try_send};
 
@@ -116,15 +115,12 @@ pub fn run_tokens_suite(seed: u64, conn: &mut redis::Connection) {
 
 #[test]
 fn held_and_release_by_token_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = token_scripts();
     let mut reached = Reached::default();
-    for seed in 0..250 {
-        if let Err(divergence) = run_tokens(seed, &scripts, &mut conn, &[], None, &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(250, |seed, conn| {
+        run_tokens(seed, &scripts, conn, &[], None, &mut reached)
+    });
     let Reached {
         held,
         released,
@@ -140,19 +136,14 @@ fn held_and_release_by_token_do_what_the_model_says() {
         assert!(count >= least, "only {count} {what} in 250 runs");
     }
     // The negative control: bugs in the model are told apart within the same runs.
-    for (mutant, bug) in [
+    let bugs = [
         (Some(Mutant::ReleaseSkipsHandOff), None),
         (Some(Mutant::HandOffWithoutOwnerCheck), None),
         (None, Some(Bug::EndedEntryHeld)),
-    ] {
+    ];
+    let mut ignored = Reached::default();
+    bench.tells_apart(&bugs, 250, |seed, conn, (mutant, bug)| {
         let mutants: Vec<Mutant> = mutant.into_iter().collect();
-        let mut ignored = Reached::default();
-        let caught = (0..250).find_map(|seed| {
-            run_tokens(seed, &scripts, &mut conn, &mutants, bug, &mut ignored).err()
-        });
-        assert!(
-            caught.is_some(),
-            "{mutant:?} {bug:?} went unnoticed in 250 runs"
-        );
-    }
+        run_tokens(seed, &scripts, conn, &mutants, bug, &mut ignored)
+    });
 }

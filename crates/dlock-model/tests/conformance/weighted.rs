@@ -6,11 +6,10 @@
 
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
-use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    entries_at, leave_line, line_at, same, token_text, Fences, TICK_MS, TTL, WAITER_LEASE,
+    entries_at, leave_line, line_at, same, token_text, Bench, Fences, TICK_MS, TTL, WAITER_LEASE,
 };
 use super::semaphore::{semaphore_scripts, SemaphoreScripts};
 
@@ -176,15 +175,12 @@ pub fn run_weighted(
 
 #[test]
 fn the_weighted_semaphore_scripts_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = semaphore_scripts();
     let mut reached = WeightedReached::default();
-    for seed in 0..200 {
-        if let Err(divergence) = run_weighted(seed, &scripts, &mut conn, &[], &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(200, |seed, conn| {
+        run_weighted(seed, &scripts, conn, &[], &mut reached)
+    });
     let WeightedReached {
         hand_offs,
         held_back,
@@ -200,20 +196,12 @@ fn the_weighted_semaphore_scripts_do_what_the_model_says() {
     assert!(full >= 1000, "only {full} steps with 2 + 1 of 3 held");
     // The negative controls: the model's weighted bugs are told apart from the scripts
     // (179 and 146 of 200 runs).
-    for mutant in [
+    let mutants = [
         Mutant::PermitsCountedNotWeighed,
         Mutant::WeightedGrantPassesTheLine,
-    ] {
-        let caught = (0..200)
-            .filter(|&seed| {
-                let reached = &mut WeightedReached::default();
-                run_weighted(seed, &scripts, &mut conn, &[mutant], reached).is_err()
-            })
-            .count();
-        eprintln!("{mutant:?}: told apart in {caught} of 200 runs");
-        assert!(
-            caught >= 20,
-            "{mutant:?} told apart in only {caught} of 200 runs"
-        );
-    }
+    ];
+    bench.tells_apart_often(&mutants, 200, 20, |seed, conn, mutant| {
+        let reached = &mut WeightedReached::default();
+        run_weighted(seed, &scripts, conn, &[mutant], reached)
+    });
 }
