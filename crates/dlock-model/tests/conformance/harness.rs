@@ -9,7 +9,7 @@ use dlock_testkit::RedisServer;
 
 use dlock::__scripts::{HoldKind, LeaveQueue, QueueKeys, Renew, Renewal};
 
-use super::library::send;
+use super::library::{lock_keys, send};
 
 /// A model tick on the server: leases are long, and expiry is applied by the test.
 pub const TICK_MS: u64 = 60_000;
@@ -24,10 +24,16 @@ pub fn token_text(token: Token) -> String {
     format!("t{}.{}", token.client, token.attempt)
 }
 
+/// A hold's lease, as the library is given it.
+pub fn lease() -> std::time::Duration {
+    std::time::Duration::from_millis(u64::from(TTL) * TICK_MS)
+}
+
 /// A fair waiter's token as the library writes it (`QueueKeys::waiter_token`): what a
-/// direct grant gives it, its ttl in ms, follows its token.
+/// direct grant gives it, its ttl in ms, follows its token. (Any lock's line writes it
+/// alike: the token names no key.)
 pub fn waiter_text(token: Token) -> String {
-    format!("{}~{}", token_text(token), u64::from(TTL) * TICK_MS)
+    QueueKeys::new(&lock_keys("f")).waiter_token(token_text(token), lease())
 }
 
 /// A tick on the server for `keys`: each key's expiry comes a tick closer; a key with at

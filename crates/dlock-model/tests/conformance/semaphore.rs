@@ -10,7 +10,7 @@ use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    entries_at, leave_line, line_at, renew, same, token_text, Bench, Fences, SHIFT_ENTRIES,
+    entries_at, lease, leave_line, line_at, renew, same, token_text, Bench, Fences, SHIFT_ENTRIES,
     SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
 };
 use super::library::{lock_keys, named_key, send};
@@ -89,7 +89,7 @@ impl SemaphoreScripts {
 /// A semaphore waiter's token as the library writes it (`QueueKeys::waiter_token`): what a
 /// direct grant gives it, its ttl in ms and its N, follows its token.
 pub fn permit_text(token: Token) -> String {
-    format!("{}~{}~2", token_text(token), u64::from(TTL) * TICK_MS)
+    permit_queue(&lock_keys("s"), 2).waiter_token(token_text(token), lease())
 }
 
 /// What the semaphore's runs reached.

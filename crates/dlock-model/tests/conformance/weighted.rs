@@ -4,13 +4,15 @@
 //! live permits, the counter, the line and the hash's `~extra` (the weight beyond one per
 //! permit, permits.lua) must agree.
 
+use dlock::__scripts::permit_queue;
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    entries_at, leave_line, line_at, same, token_text, Bench, Fences, TICK_MS, TTL, WAITER_LEASE,
+    entries_at, lease, leave_line, line_at, same, token_text, Bench, Fences, TTL, WAITER_LEASE,
 };
+use super::library::lock_keys;
 use super::semaphore::{semaphore_scripts, SemaphoreScripts};
 
 /// N of the runs' semaphore.
@@ -25,11 +27,9 @@ fn weight_of(token: Token) -> usize {
 /// A weighted waiter's token as the library writes it (`QueueKeys::waiter_token`): its
 /// ttl in ms, its N, and `~w<k>` when it takes k > 1.
 fn weighted_text(token: Token) -> String {
-    let base = format!("{}~{}~{N}", token_text(token), u64::from(TTL) * TICK_MS);
-    match weight_of(token) {
-        1 => base,
-        k => format!("{base}~w{k}"),
-    }
+    let mut line = permit_queue(&lock_keys("s"), N as u32);
+    line.weight = weight_of(token) as u32;
+    line.waiter_token(token_text(token), lease())
 }
 
 /// What the weighted runs reached.
