@@ -23,6 +23,10 @@
 //! Each kind's run and its test live in a file of their own (`mutex.rs`, `semaphore.rs`,
 //! `fair.rs`, `reentrant.rs`, `rwlock.rs`, `redlock.rs`, and the later suites) over
 //! `harness.rs`, what they share; this file keeps the coverage test over all of them.
+//!
+//! Every call of a library script is the library's own: built as its `dlock::__scripts`
+//! wrapper from the model's step and sent as composed (`library.rs`), on keys named by the
+//! door's key types; only the test's own scripts (the clock shifts) are composed here.
 
 use dlock_testkit::RedisServer;
 
