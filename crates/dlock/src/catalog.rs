@@ -64,7 +64,7 @@ pub fn __library_scripts() -> Vec<LibraryScript> {
 #[doc(hidden)]
 pub mod __scripts {
     pub use crate::election::scripts::{ElectionKeys, LookAtLeader, Proclaim, Resign};
-    pub use crate::guarded::scripts::ApplyBatch;
+    pub use crate::guarded::scripts::{batch_record_key, guarded_data_key, ApplyBatch};
     pub use crate::inspect::scripts::{DescribeKey, ForceRelease, Inspect, LiveEntries};
     pub use crate::keys::LockKeys;
     pub use crate::multi::scripts::{MultiAcquire, MultiRelease};

@@ -6,14 +6,14 @@
 //! fence, and the keys after it, must be the model's; forced releases are resent (a lost
 //! reply), also after another call and after a new grant, and must evict once per call.
 
+use dlock::__scripts::{DescribeKey, ForceRelease, Inspect, LiveEntries};
 use dlock_model::admin::{Entries, Forced};
 use dlock_model::mutant::Mutant;
-use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::harness::same;
+use super::harness::{same, Bench};
 use super::kinds::{Kind, KindScripts, Run};
-use super::library::LibraryScript;
+use super::library::{send, try_send};
 
 /// A test-local bug in the model's read-only scripts, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -24,21 +24,14 @@ enum Bug {
     ListIgnoresKind,
 }
 
+/// The kinds' keys: the scripts that look from outside name the lock's keys and line.
 struct AdminScripts {
     kinds: KindScripts,
-    inspect: LibraryScript,
-    force: LibraryScript,
-    describe: LibraryScript,
-    list: LibraryScript,
 }
 
 fn admin_scripts() -> AdminScripts {
     AdminScripts {
         kinds: KindScripts::new(),
-        inspect: LibraryScript::named("inspect"),
-        force: LibraryScript::named("forced release"),
-        describe: LibraryScript::named("describe"),
-        list: LibraryScript::named("list holders"),
     }
 }
 
@@ -84,11 +77,11 @@ fn run_admin(
         match choice {
             0..=5 => run.kind_step(&scripts.kinds, &context)?,
             6 | 7 => {
-                let reply: Vec<String> = (scripts.inspect.key(&run.names.key))
-                    .key(&run.names.fence)
-                    .key(&run.names.queue)
-                    .invoke(run.conn)
-                    .unwrap();
+                let inspect = Inspect {
+                    keys: scripts.kinds.keys(),
+                    queue: scripts.kinds.queue(),
+                };
+                let reply: Vec<String> = send(&inspect, run.conn);
                 let mut expected = run.model.inspect(now, entries);
                 if bug == Some(Bug::InspectListsEnded) && !run.model.entries.is_empty() {
                     expected.holders = run.model.entries.keys().copied().collect();
@@ -129,16 +122,18 @@ fn run_admin(
                 // describe, of the lock key (as the kind's scripts would ask) and of the
                 // fencing counter.
                 let wanted = entries.name();
-                let found: String = (scripts.describe.key(&run.names.key))
-                    .arg(wanted)
-                    .invoke(run.conn)
-                    .unwrap();
+                let describe = DescribeKey {
+                    key: &scripts.kinds.keys().key,
+                    wanted,
+                };
+                let found: String = send(&describe, run.conn);
                 let modelled = run.model.describe_lock(now, entries);
                 same(found.as_str(), modelled, &format!("{context}: lock"))?;
-                let found: String = (scripts.describe.key(&run.names.fence))
-                    .arg("counter")
-                    .invoke(run.conn)
-                    .unwrap();
+                let describe = DescribeKey {
+                    key: &scripts.kinds.keys().fence,
+                    wanted: "counter",
+                };
+                let found: String = send(&describe, run.conn);
                 let modelled = run.model.describe_counter();
                 same(found.as_str(), modelled, &format!("{context}: counter"))?;
             }
@@ -150,10 +145,12 @@ fn run_admin(
                     [Entries::Read, Entries::Semaphore][run.rng.random_range(0..2)]
                 };
                 let string_is_empty = run.rng.random_bool(0.5);
-                let reply: redis::RedisResult<Vec<String>> = (scripts.list.key(&run.names.key))
-                    .arg(wanted.name())
-                    .arg(if string_is_empty { "1" } else { "0" })
-                    .invoke(run.conn);
+                let list = LiveEntries {
+                    key: &scripts.kinds.keys().key,
+                    kind: wanted.name(),
+                    string_is_empty,
+                };
+                let reply: redis::RedisResult<Vec<String>> = try_send(&list, run.conn);
                 let mut expected = run
                     .model
                     .list_holders(now, entries, wanted, string_is_empty);
@@ -188,18 +185,12 @@ fn run_admin(
                 let resend = record.iter().any(|r| r.request == request);
                 let before = run.holds_in_model();
                 let expected = run.model.force_release(&mut record, request, now, mutants);
-                let n = &run.names;
-                let fence: u64 = (scripts.force.key(&n.key).key(&n.fence))
-                    .key(&n.queue)
-                    .key(&n.leases)
-                    .key(&n.forced)
-                    .key(&n.expiry)
-                    .arg(&n.released)
-                    .arg(&n.wake)
-                    .arg(format!("req{request}"))
-                    .arg(&n.leader)
-                    .invoke(run.conn)
-                    .unwrap();
+                let force = ForceRelease {
+                    keys: scripts.kinds.keys(),
+                    queue: scripts.kinds.queue(),
+                    request: &format!("req{request}"),
+                };
+                let fence: u64 = send(&force, run.conn);
                 same(fence > 0, expected > 0, &format!("{context}: forced"))?;
                 if fence > 0 {
                     run.fences
@@ -240,15 +231,12 @@ pub fn run_suites(seed: u64, conn: &mut redis::Connection) {
 
 #[test]
 fn the_inspecting_scripts_and_the_forced_release_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = admin_scripts();
     let mut reached = Reached::default();
-    for seed in 0..250 {
-        if let Err(divergence) = run_admin(seed, &scripts, &mut conn, &[], None, &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(250, |seed, conn| {
+        run_admin(seed, &scripts, conn, &[], None, &mut reached)
+    });
     // The runs reach what they are for.
     let Reached {
         evicted,
@@ -269,19 +257,14 @@ fn the_inspecting_scripts_and_the_forced_release_do_what_the_model_says() {
         assert!(count >= least, "only {count} {what} in 250 runs");
     }
     // The negative control: bugs in the model are told apart within the same runs.
-    for (mutant, bug) in [
+    let bugs = [
         (Some(Mutant::ForceEvictsTwice), None),
         (None, Some(Bug::InspectListsEnded)),
         (None, Some(Bug::ListIgnoresKind)),
-    ] {
+    ];
+    let mut ignored = Reached::default();
+    bench.tells_apart(&bugs, 250, |seed, conn, (mutant, bug)| {
         let mutants: Vec<Mutant> = mutant.into_iter().collect();
-        let mut ignored = Reached::default();
-        let caught = (0..250).find_map(|seed| {
-            run_admin(seed, &scripts, &mut conn, &mutants, bug, &mut ignored).err()
-        });
-        assert!(
-            caught.is_some(),
-            "{mutant:?} {bug:?} went unnoticed in 250 runs"
-        );
-    }
+        run_admin(seed, &scripts, conn, &mutants, bug, &mut ignored)
+    });
 }

@@ -6,34 +6,27 @@
 //! every step the replies, the holder, the fencing counter and the leader record (token,
 //! value, term) must agree, the terms in the fences' order.
 
+use dlock::__scripts::{HoldKind, LookAtLeader, Proclaim, Resign};
 use dlock_model::election::{ElectionKeys, Look};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
-use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
-use super::harness::{same, tick_keys, token_text, Fences, SLACK_MS, TICK_MS, TTL};
-use super::library::LibraryScript;
-use super::mutex::{scripts, Scripts, FENCE, LOCK};
+use super::harness::{renew, same, tick_keys, token_text, Bench, Fences, SLACK_MS, TICK_MS, TTL};
+use super::library::send;
+use super::mutex::{self, scripts, Scripts};
 
-/// The leader record and the observers' channel (`{NAME}:leader`).
-const RECORD: &str = "m:leader";
-
-/// The scripts an election run sends: the mutex's and the election's.
+/// The keys an election run names: the mutex's, and the election's leader record (and its
+/// observers' channel), as the library names them.
 pub struct ElectionScripts {
     mutex: Scripts,
-    proclaim: LibraryScript,
-    resign: LibraryScript,
-    leader: LibraryScript,
+    election: dlock::__scripts::ElectionKeys,
 }
 
 pub fn election_scripts() -> ElectionScripts {
-    ElectionScripts {
-        mutex: scripts(),
-        proclaim: LibraryScript::named("election proclaim"),
-        resign: LibraryScript::named("election resign"),
-        leader: LibraryScript::named("election leader"),
-    }
+    let mutex = scripts();
+    let election = dlock::__scripts::ElectionKeys::new(&mutex.keys);
+    ElectionScripts { mutex, election }
 }
 
 fn value_text(v: u8) -> String {
@@ -106,17 +99,7 @@ pub fn run_election(
                 };
                 last_campaign = Some(token);
                 let expected = server.mutex_acquire(token, now, TTL, true, mutants);
-                let reply: Vec<i64> = scripts
-                    .mutex
-                    .acquire
-                    .key(LOCK)
-                    .key(FENCE)
-                    .arg(token_text(token))
-                    .arg(lease_ms)
-                    .arg("1")
-                    .arg("0")
-                    .invoke(conn)
-                    .unwrap();
+                let reply = mutex::acquire(&scripts.mutex.keys, token, lease_ms, true, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence], Grant::Granted(Some(modelled))) => {
                         fences.check(*fence as u64, modelled, &context)?;
@@ -138,16 +121,13 @@ pub fn run_election(
                 let Some(term) = terms[c] else { continue };
                 let value = rng.random_range(0..2u8);
                 let expected = keys.proclaim(&server, term.token, value, term.model, now, mutants);
-                let recorded: i64 = scripts
-                    .proclaim
-                    .key(LOCK)
-                    .key(RECORD)
-                    .arg(token_text(term.token))
-                    .arg(value_text(value))
-                    .arg(term.server)
-                    .arg(RECORD)
-                    .invoke(conn)
-                    .unwrap();
+                let proclaim = Proclaim {
+                    keys: &scripts.election,
+                    token: &token_text(term.token),
+                    value: &value_text(value),
+                    term: term.server,
+                };
+                let recorded: i64 = send(&proclaim, conn);
                 same(recorded == 1, expected, &context)?;
                 match expected {
                     true => reached.recorded += 1,
@@ -157,13 +137,11 @@ pub fn run_election(
             6 => {
                 let Some(term) = terms[c] else { continue };
                 let expected = keys.resign(term.token);
-                let cleared: i64 = scripts
-                    .resign
-                    .key(RECORD)
-                    .arg(token_text(term.token))
-                    .arg(RECORD)
-                    .invoke(conn)
-                    .unwrap();
+                let resign = Resign {
+                    keys: &scripts.election,
+                    token: &token_text(term.token),
+                };
+                let cleared: i64 = send(&resign, conn);
                 same(cleared == 1, expected, &context)?;
                 match expected {
                     true => reached.cleared += 1,
@@ -173,34 +151,27 @@ pub fn run_election(
             7 => {
                 let Some(term) = terms[c] else { continue };
                 let expected = server.mutex_release(term.token, now, mutants);
-                let released: i64 = scripts
-                    .mutex
-                    .release
-                    .key(LOCK)
-                    .arg(token_text(term.token))
-                    .arg("m:released")
-                    .invoke(conn)
-                    .unwrap();
+                let released = mutex::release(&scripts.mutex.keys, term.token, conn);
                 same(released == 1, expected, &context)?;
             }
             8 => {
                 let Some(term) = terms[c] else { continue };
                 let expected = server.renew_string(term.token, now, TTL);
-                let renewed: Vec<i64> = scripts
-                    .mutex
-                    .renew
-                    .key(LOCK)
-                    .arg("s")
-                    .arg(token_text(term.token))
-                    .arg(lease_ms)
-                    .invoke(conn)
-                    .unwrap();
+                let renewed = renew(
+                    &scripts.mutex.keys.key,
+                    HoldKind::String,
+                    &token_text(term.token),
+                    lease_ms,
+                    conn,
+                );
                 same(renewed, vec![i64::from(expected)], &context)?;
             }
             9..=10 => {
                 let expected = keys.leader(&server, now, mutants);
-                let reply: redis::Value =
-                    scripts.leader.key(LOCK).key(RECORD).invoke(conn).unwrap();
+                let look = LookAtLeader {
+                    keys: &scripts.election,
+                };
+                let reply: redis::Value = send(&look, conn);
                 look_agrees(&reply, expected, &mut fences, &context)?;
                 match expected {
                     Look::Leader { .. } => reached.led += 1,
@@ -211,10 +182,10 @@ pub fn run_election(
             _ => {
                 now += 1;
                 server.expire(now);
-                tick_keys(conn, &[LOCK]);
+                tick_keys(conn, &[&scripts.mutex.keys.key]);
             }
         }
-        compare_election(&server, &keys, now, &mut fences, conn, &context)?;
+        compare_election(scripts, &server, &keys, now, &mut fences, conn, &context)?;
     }
     Ok(())
 }
@@ -265,6 +236,7 @@ fn look_agrees(
 
 /// The server's keys against the model's: holder, counter, leader record.
 fn compare_election(
+    scripts: &ElectionScripts,
     server: &Server,
     keys: &ElectionKeys,
     now: u8,
@@ -272,15 +244,18 @@ fn compare_election(
     conn: &mut redis::Connection,
     context: &str,
 ) -> Result<(), String> {
-    let holder: Option<String> = redis::cmd("GET").arg(LOCK).query(conn).unwrap();
+    let holder: Option<String> = redis::cmd("GET")
+        .arg(&scripts.mutex.keys.key)
+        .query(conn)
+        .unwrap();
     same(
         holder,
         server.holder(now).map(token_text),
         &format!("{context}: holder"),
     )?;
-    fences.check_counter(conn, FENCE, server.counter, context)?;
+    fences.check_counter(conn, &scripts.mutex.keys.fence, server.counter, context)?;
     let fields: Vec<Option<String>> = redis::cmd("HMGET")
-        .arg(RECORD)
+        .arg(&scripts.election.record)
         .arg("token")
         .arg("value")
         .arg("term")
@@ -311,15 +286,12 @@ fn compare_election(
 
 #[test]
 fn the_election_scripts_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = election_scripts();
     let mut reached = ElectionReached::default();
-    for seed in 0..300 {
-        if let Err(divergence) = run_election(seed, &scripts, &mut conn, &[], &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(300, |seed, conn| {
+        run_election(seed, &scripts, conn, &[], &mut reached)
+    });
     let ElectionReached {
         recorded,
         refused,
@@ -340,20 +312,11 @@ fn the_election_scripts_do_what_the_model_says() {
     }
     // The negative control: a model with a bug in a script's transition is told apart
     // within the same runs.
-    for mutant in [
+    let mutants = [
         Mutant::ProclaimWithoutOwnerCheck,
         Mutant::LeaderWithoutHoldCheck,
-    ] {
-        let caught = (0..300)
-            .filter(|&seed| {
-                let mut reached = Default::default();
-                run_election(seed, &scripts, &mut conn, &[mutant], &mut reached).is_err()
-            })
-            .count();
-        eprintln!("{mutant:?} told apart in {caught} of 300 runs");
-        assert!(
-            caught >= 25,
-            "{mutant:?} told apart in only {caught} of 300 runs"
-        );
-    }
+    ];
+    bench.tells_apart_often(&mutants, 300, 25, |seed, conn, mutant| {
+        run_election(seed, &scripts, conn, &[mutant], &mut Default::default())
+    });
 }

@@ -2,43 +2,44 @@
 //! its hand-off to the first in line; leaving the line; renewal) beside the model, the
 //! holder, the counter and the live waiters in line (in order) compared after every step.
 
+use dlock::__scripts::{FairAcquire, FairRelease, HoldKind, LeaveQueue, LockKeys, QueueKeys};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    line_at, renew_script, same, waiter_text, Bench, Fences, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL,
+    line_at, renew, same, waiter_text, Bench, Fences, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL,
     WAITER_LEASE,
 };
-use super::library::LibraryScript;
+use super::library::{lock_keys, send};
 
-pub const FAIR: &str = "f";
-pub const FAIR_FENCE: &str = "f:fence";
-pub const FAIR_QUEUE: &str = "f:queue";
-pub const FAIR_LEASES: &str = "f:queue-leases";
-
+/// The fair mutex's keys and line as the library names them (every call is composed from
+/// them), and the test's own tick.
 pub struct FairScripts {
-    pub acquire: LibraryScript,
-    pub release: LibraryScript,
-    pub cancel: LibraryScript,
-    pub renew: LibraryScript,
+    pub keys: LockKeys,
+    pub queue: QueueKeys,
     pub shift: redis::Script,
 }
 
 pub fn fair_scripts() -> FairScripts {
+    fair_scripts_for("f")
+}
+
+/// The keys of the fair mutex `name`.
+pub fn fair_scripts_for(name: &str) -> FairScripts {
+    let keys = lock_keys(name);
+    let queue = QueueKeys::new(&keys);
     FairScripts {
-        acquire: LibraryScript::named("fair mutex acquire"),
-        release: LibraryScript::named("fair mutex release"),
-        cancel: LibraryScript::named("queue leave"),
-        renew: renew_script(),
+        keys,
+        queue,
         shift: redis::Script::new(SHIFT_QUEUE),
     }
 }
 
 /// The waiters in line whose waiter lease has not ended (by the server's clock), in
 /// arrival order.
-pub fn live_waiters(conn: &mut redis::Connection) -> Vec<String> {
-    line_at(conn, FAIR_QUEUE, FAIR_LEASES)
+pub fn live_waiters(scripts: &FairScripts, conn: &mut redis::Connection) -> Vec<String> {
+    line_at(conn, &scripts.queue.queue, &scripts.queue.leases)
 }
 
 /// One random run of the fair mutex: three clients acquire (waiting, which takes a place
@@ -82,19 +83,15 @@ pub fn run_fair(
                 };
                 let join = choice != 4;
                 let expected = model.fair_acquire(token, now, TTL, WAITER_LEASE, join, mutants);
-                let reply: Vec<i64> = scripts
-                    .acquire
-                    .key(FAIR)
-                    .key(FAIR_FENCE)
-                    .key(FAIR_QUEUE)
-                    .key(FAIR_LEASES)
-                    .arg(waiter_text(token))
-                    .arg(lease_ms)
-                    .arg(u64::from(WAITER_LEASE) * TICK_MS)
-                    .arg("f:wake:")
-                    .arg(if join { "1" } else { "0" })
-                    .invoke(conn)
-                    .unwrap();
+                let acquire = FairAcquire {
+                    keys: &scripts.keys,
+                    queue: &scripts.queue,
+                    token: &waiter_text(token),
+                    lease_ms,
+                    waiter_lease_ms: u64::from(WAITER_LEASE) * TICK_MS,
+                    join_queue: join,
+                };
+                let reply: Vec<i64> = send(&acquire, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence], Grant::Granted(Some(modelled))) => {
                         fences.check(*fence as u64, modelled, &context)?
@@ -107,46 +104,41 @@ pub fn run_fair(
             }
             5 | 6 => {
                 let (expected, handed) = model.fair_release(latest, now, TTL, mutants);
-                let released: i64 = scripts
-                    .release
-                    .key(FAIR)
-                    .key(FAIR_QUEUE)
-                    .key(FAIR_LEASES)
-                    .key(FAIR_FENCE)
-                    .arg(waiter_text(latest))
-                    .arg("f:wake:")
-                    .invoke(conn)
-                    .unwrap();
+                let release = FairRelease {
+                    keys: &scripts.keys,
+                    queue: &scripts.queue,
+                    token: &waiter_text(latest),
+                };
+                let released: i64 = send(&release, conn);
                 same(released == 1, expected, &context)?;
                 if let Some((_, fence)) = handed {
                     hand_offs += 1;
                     // The hand-off's fence is the counter now (compared below, in order).
-                    let counter: u64 = redis::cmd("GET").arg(FAIR_FENCE).query(conn).unwrap();
+                    let counter: u64 = redis::cmd("GET")
+                        .arg(&scripts.keys.fence)
+                        .query(conn)
+                        .unwrap();
                     fences.check(counter, fence, &format!("{context}: hand-off fence"))?;
                 }
             }
             7 => {
                 let expected = model.queue_cancel(latest);
-                let left: i64 = scripts
-                    .cancel
-                    .key(FAIR_QUEUE)
-                    .key(FAIR_LEASES)
-                    .arg(waiter_text(latest))
-                    .arg("f:wake:")
-                    .invoke(conn)
-                    .unwrap();
+                let leave = LeaveQueue {
+                    queue: &scripts.queue,
+                    token: &waiter_text(latest),
+                };
+                let left: i64 = send(&leave, conn);
                 same(left == 1, expected, &context)?;
             }
             8 => {
                 let expected = model.renew_string(latest, now, TTL);
-                let renewed: Vec<i64> = scripts
-                    .renew
-                    .key(FAIR)
-                    .arg("s")
-                    .arg(waiter_text(latest))
-                    .arg(lease_ms)
-                    .invoke(conn)
-                    .unwrap();
+                let renewed = renew(
+                    &scripts.keys.key,
+                    HoldKind::String,
+                    &waiter_text(latest),
+                    lease_ms,
+                    conn,
+                );
                 same(renewed, vec![i64::from(expected)], &context)?;
             }
             _ => {
@@ -154,24 +146,27 @@ pub fn run_fair(
                 model.expire(now);
                 let _: () = scripts
                     .shift
-                    .key(FAIR)
-                    .key(FAIR_LEASES)
-                    .key(FAIR_QUEUE)
+                    .key(&scripts.keys.key)
+                    .key(&scripts.queue.leases)
+                    .key(&scripts.queue.queue)
                     .arg(TICK_MS)
                     .arg(SLACK_MS)
                     .invoke(conn)
                     .unwrap();
             }
         }
-        let holder: Option<String> = redis::cmd("GET").arg(FAIR).query(conn).unwrap();
+        let holder: Option<String> = redis::cmd("GET")
+            .arg(&scripts.keys.key)
+            .query(conn)
+            .unwrap();
         same(
             holder,
             model.holder(now).map(waiter_text),
             &format!("{context}: holder"),
         )?;
-        fences.check_counter(conn, FAIR_FENCE, model.counter, &context)?;
+        fences.check_counter(conn, &scripts.keys.fence, model.counter, &context)?;
         same(
-            live_waiters(conn),
+            live_waiters(scripts, conn),
             model.live_waiters(now).map(waiter_text).collect::<Vec<_>>(),
             &format!("{context}: the line"),
         )?;

@@ -5,20 +5,20 @@
 //! the replies, the holder, both data keys (type and value) and every holder's batch
 //! record (its id and the answer it keeps) must agree.
 
+use dlock::__scripts::{batch_record_key, guarded_data_key, ApplyBatch, HoldKind, LockKeys};
 use dlock_model::guarded::{Answer, Batch, BatchId, Command, Data, GuardedKeys, Reply};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
-use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
+use super::harness::{renew, Bench};
 use super::harness::{same, tick_keys, token_text, TICK_MS, TTL};
-use super::library::LibraryScript;
-use super::mutex::{scripts, Scripts, LOCK};
+use super::library::send;
+use super::mutex::{self, scripts, Scripts};
 
-/// The scripts a guarded run sends: the mutex's, and the batch's.
+/// The keys a guarded run names (the mutex's), and the test's reader of a batch record.
 pub struct GuardedScripts {
     mutex: Scripts,
-    apply: LibraryScript,
     /// Reads a batch record (`<id> <msgpack answer>`) as `{id, answer}`: the test reads
     /// what the record keeps as the script would answer it.
     record: redis::Script,
@@ -27,7 +27,6 @@ pub struct GuardedScripts {
 pub fn guarded_scripts() -> GuardedScripts {
     GuardedScripts {
         mutex: scripts(),
-        apply: LibraryScript::named("guarded apply"),
         record: redis::Script::new(
             r#"
 local r = redis.call('GET', KEYS[1])
@@ -39,14 +38,14 @@ return {string.sub(r, 1, space - 1), cmsgpack.unpack(string.sub(r, space + 1))}
     }
 }
 
-/// The data key `k` as guarded/mod.rs names it (`{NAME}:data:KEY`, here beside `m`).
-fn data_key(k: u8) -> String {
-    format!("{LOCK}:data:{}", ["a", "b"][usize::from(k)])
+/// The data key `k` (`a` or `b`) beside the lock `keys`, as the library names it.
+fn data_key(keys: &LockKeys, k: u8) -> String {
+    guarded_data_key(keys, ["a", "b"][usize::from(k)])
 }
 
-/// The holder's batch record key (`{NAME}:applied:<token>`).
-fn record_key(token: Token) -> String {
-    format!("{LOCK}:applied:{}", token_text(token))
+/// The holder's batch record key, as the library names it.
+fn record_key(keys: &LockKeys, token: Token) -> String {
+    batch_record_key(keys, &token_text(token))
 }
 
 fn id_text(id: BatchId) -> String {
@@ -73,14 +72,18 @@ fn random_batch(rng: &mut impl Rng, id: BatchId) -> Batch {
     Batch { id, commands }
 }
 
-/// A command's name and its arguments after the key, as `Guarded` sends them.
-fn command_args(command: Command) -> (&'static str, Vec<String>) {
-    match command {
-        Command::Get(_) => ("GET", vec![]),
-        Command::IncrBy(_, by) => ("INCRBY", vec![by.to_string()]),
-        Command::RPush(_, v) => ("RPUSH", vec![value_text(v)]),
-        Command::Del(_) => ("DEL", vec![]),
-    }
+/// The batch as the library's `Guarded` holds it (the data keys `a` and `b`).
+fn guarded_batch(batch: &Batch) -> dlock::Guarded {
+    let name = |k: u8| ["a", "b"][usize::from(k)];
+    batch
+        .commands
+        .iter()
+        .fold(dlock::Guarded::new(), |guarded, &command| match command {
+            Command::Get(k) => guarded.get(name(k)),
+            Command::IncrBy(k, by) => guarded.incr_by(name(k), by),
+            Command::RPush(k, v) => guarded.rpush(name(k), value_text(v)),
+            Command::Del(k) => guarded.del(name(k)),
+        })
 }
 
 /// The script's answer as the model writes it; `None` for a shape the model has not.
@@ -168,17 +171,7 @@ pub fn run_guarded(
                 };
                 last_acquire = Some(token);
                 let expected = server.mutex_acquire(token, now, TTL, false, mutants);
-                let reply: Vec<i64> = scripts
-                    .mutex
-                    .acquire
-                    .key(LOCK)
-                    .key(super::mutex::FENCE)
-                    .arg(token_text(token))
-                    .arg(lease_ms)
-                    .arg("0")
-                    .arg("0")
-                    .invoke(conn)
-                    .unwrap();
+                let reply = mutex::acquire(&scripts.mutex.keys, token, lease_ms, false, conn);
                 match (reply.as_slice(), expected) {
                     ([1], Grant::Granted(None)) | ([0, _], Grant::Busy) => {}
                     (other, _) => {
@@ -188,27 +181,14 @@ pub fn run_guarded(
             }
             4 => {
                 let expected = server.mutex_release(latest, now, mutants);
-                let released: i64 = scripts
-                    .mutex
-                    .release
-                    .key(LOCK)
-                    .arg(token_text(latest))
-                    .arg("m:released")
-                    .invoke(conn)
-                    .unwrap();
+                let released = mutex::release(&scripts.mutex.keys, latest, conn);
                 same(released == 1, expected, &context)?;
             }
             5 => {
                 let expected = server.renew_string(latest, now, TTL);
-                let renewed: Vec<i64> = scripts
-                    .mutex
-                    .renew
-                    .key(LOCK)
-                    .arg("s")
-                    .arg(token_text(latest))
-                    .arg(lease_ms)
-                    .invoke(conn)
-                    .unwrap();
+                let text = token_text(latest);
+                let keys = &scripts.mutex.keys;
+                let renewed = renew(&keys.key, HoldKind::String, &text, lease_ms, conn);
                 same(renewed, vec![i64::from(expected)], &context)?;
             }
             // A new batch with the client's latest token (a paused holder's too), or its
@@ -230,21 +210,15 @@ pub fn run_guarded(
                 last_batch[c] = Some((token, batch.clone()));
                 let record_ttl = if batch.writes() { TTL } else { 0 };
                 let (expected, ran) = keys.apply(&server, token, &batch, record_ttl, now, mutants);
-                let mut call = scripts.apply.key(LOCK);
-                call.key(record_key(token))
-                    .arg("s")
-                    .arg(token_text(token))
-                    .arg(id_text(batch.id))
-                    .arg(u64::from(record_ttl) * TICK_MS)
-                    .arg(batch.commands.len());
-                for &command in &batch.commands {
-                    call.key(data_key(command.key()));
-                }
-                for &command in &batch.commands {
-                    let (name, args) = command_args(command);
-                    call.arg(name).arg(args.len()).arg(args);
-                }
-                let reply: redis::Value = call.invoke(conn).unwrap();
+                let apply = ApplyBatch {
+                    keys: &scripts.mutex.keys,
+                    kind: HoldKind::String,
+                    token: &token_text(token),
+                    id: &id_text(batch.id),
+                    record_ms: u64::from(record_ttl) * TICK_MS,
+                    batch: &guarded_batch(&batch),
+                };
+                let reply: redis::Value = send(&apply, conn);
                 same(answer_of(&reply), Some(expected.clone()), &context)?;
                 let resent = choice > 8;
                 match (&expected, ran) {
@@ -261,13 +235,16 @@ pub fn run_guarded(
                 now += 1;
                 server.expire(now);
                 keys.expire(now);
-                let mut ticking = vec![LOCK.to_string()];
+                let mut ticking = vec![scripts.mutex.keys.key.clone()];
                 for (client, &used) in attempts.iter().enumerate() {
                     for attempt in 0..used {
-                        ticking.push(record_key(Token {
-                            client: client as u8,
-                            attempt,
-                        }));
+                        ticking.push(record_key(
+                            &scripts.mutex.keys,
+                            Token {
+                                client: client as u8,
+                                attempt,
+                            },
+                        ));
                     }
                 }
                 let ticking: Vec<&str> = ticking.iter().map(String::as_str).collect();
@@ -289,14 +266,17 @@ fn compare_guarded(
     conn: &mut redis::Connection,
     context: &str,
 ) -> Result<(), String> {
-    let holder: Option<String> = redis::cmd("GET").arg(LOCK).query(conn).unwrap();
+    let holder: Option<String> = redis::cmd("GET")
+        .arg(&scripts.mutex.keys.key)
+        .query(conn)
+        .unwrap();
     same(
         holder,
         server.holder(now).map(token_text),
         &format!("{context}: holder"),
     )?;
     for k in 0..2u8 {
-        let key = data_key(k);
+        let key = data_key(&scripts.mutex.keys, k);
         let kind: String = redis::cmd("TYPE").arg(&key).query(conn).unwrap();
         let data = match kind.as_str() {
             "none" => None,
@@ -332,7 +312,11 @@ fn compare_guarded(
                 client: client as u8,
                 attempt,
             };
-            let record: redis::Value = scripts.record.key(record_key(token)).invoke(conn).unwrap();
+            let record: redis::Value = scripts
+                .record
+                .key(record_key(&scripts.mutex.keys, token))
+                .invoke(conn)
+                .unwrap();
             let record = match record {
                 redis::Value::Nil => None,
                 redis::Value::Array(items) if items.len() == 2 => {
@@ -358,15 +342,12 @@ fn compare_guarded(
 
 #[test]
 fn the_guarded_apply_script_does_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = guarded_scripts();
     let mut reached = GuardedReached::default();
-    for seed in 0..300 {
-        if let Err(divergence) = run_guarded(seed, &scripts, &mut conn, &[], &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(300, |seed, conn| {
+        run_guarded(seed, &scripts, conn, &[], &mut reached)
+    });
     // Every branch of the script, many times over.
     let GuardedReached {
         applied,
@@ -386,17 +367,8 @@ fn the_guarded_apply_script_does_what_the_model_says() {
     }
     // The negative control: a model with a bug in the script's transition is told apart
     // within the same runs.
-    for mutant in [Mutant::ApplyWithoutHoldCheck, Mutant::ResendAppliesTwice] {
-        let caught = (0..300)
-            .filter(|&seed| {
-                let mut reached = Default::default();
-                run_guarded(seed, &scripts, &mut conn, &[mutant], &mut reached).is_err()
-            })
-            .count();
-        eprintln!("{mutant:?} told apart in {caught} of 300 runs");
-        assert!(
-            caught >= 25,
-            "{mutant:?} told apart in only {caught} of 300 runs"
-        );
-    }
+    let mutants = [Mutant::ApplyWithoutHoldCheck, Mutant::ResendAppliesTwice];
+    bench.tells_apart_often(&mutants, 300, 25, |seed, conn, mutant| {
+        run_guarded(seed, &scripts, conn, &[mutant], &mut Default::default())
+    });
 }

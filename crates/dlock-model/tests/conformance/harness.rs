@@ -7,7 +7,9 @@ use dlock_model::scripts::{Server, Token};
 
 use dlock_testkit::RedisServer;
 
-use super::library::LibraryScript;
+use dlock::__scripts::{HoldKind, LeaveQueue, QueueKeys, Renew, Renewal};
+
+use super::library::{lock_keys, send};
 
 /// A model tick on the server: leases are long, and expiry is applied by the test.
 pub const TICK_MS: u64 = 60_000;
@@ -22,10 +24,16 @@ pub fn token_text(token: Token) -> String {
     format!("t{}.{}", token.client, token.attempt)
 }
 
+/// A hold's lease, as the library is given it.
+pub fn lease() -> std::time::Duration {
+    std::time::Duration::from_millis(u64::from(TTL) * TICK_MS)
+}
+
 /// A fair waiter's token as the library writes it (`QueueKeys::waiter_token`): what a
-/// direct grant gives it, its ttl in ms, follows its token.
+/// direct grant gives it, its ttl in ms, follows its token. (Any lock's line writes it
+/// alike: the token names no key.)
 pub fn waiter_text(token: Token) -> String {
-    format!("{}~{}", token_text(token), u64::from(TTL) * TICK_MS)
+    QueueKeys::new(&lock_keys("f")).waiter_token(token_text(token), lease())
 }
 
 /// A tick on the server for `keys`: each key's expiry comes a tick closer; a key with at
@@ -96,9 +104,34 @@ pub fn same<T: PartialEq + std::fmt::Debug>(
     }
 }
 
-/// renew/renew.lua, as every kind sends it.
-pub fn renew_script() -> LibraryScript {
-    LibraryScript::named("renew")
+/// renew/renew.lua, as every kind sends it, for the one hold written `token` of `kind` at
+/// `key`: `[1]` when it held.
+pub fn renew(
+    key: &str,
+    kind: HoldKind,
+    token: &str,
+    lease_ms: u64,
+    conn: &mut redis::Connection,
+) -> Vec<i64> {
+    let hold = [Renewal {
+        key,
+        kind,
+        token,
+        lease_ms,
+    }];
+    send(&Renew { holds: &hold }, conn)
+}
+
+/// The library's name for the model's form of a hold (the same code on both sides).
+pub fn hold_kind(form: dlock_model::admin::Form) -> HoldKind {
+    use dlock_model::admin::Form;
+    let kind = match form {
+        Form::String => HoldKind::String,
+        Form::Reentrant => HoldKind::Reentrant,
+        Form::Entry => HoldKind::Entry,
+    };
+    assert_eq!(kind.code(), form.code());
+    kind
 }
 
 /// A tick on the server for a hash of leased entries (the semaphore's permits, the
@@ -200,30 +233,29 @@ pub fn line_at(conn: &mut redis::Connection, queue: &str, leases: &str) -> Vec<S
         .collect()
 }
 
-/// queue/cancel.lua (a waiter leaves the `line`: its queue, leases and wake prefix) beside
+/// queue/cancel.lua (a waiter leaves the `line`, as the library names its keys) beside
 /// the model's `queue_cancel`. Their answers (whether it was in line) are compared for a
 /// waiter whose waiter lease had not ended: a lapsed one the script finds until another
 /// script purges it, while the model forgets a line all of whose leases ended (`expire`);
 /// what is left in line is compared after the step either way.
 pub fn leave_line(
     conn: &mut redis::Connection,
-    cancel: &LibraryScript,
-    (queue, leases, prefix): (&str, &str, &str),
+    line: &QueueKeys,
     text: &str,
     model: &mut Server,
     token: Token,
     now: u8,
 ) -> Result<(), String> {
-    let was_live = line_at(conn, queue, leases).iter().any(|w| w == text);
+    let was_live = line_at(conn, &line.queue, &line.leases)
+        .iter()
+        .any(|w| w == text);
     let modelled_live = model.live_waiters(now).any(|t| t == token);
     let expected = model.queue_cancel(token);
-    let left: i64 = cancel
-        .key(queue)
-        .key(leases)
-        .arg(text)
-        .arg(prefix)
-        .invoke(conn)
-        .unwrap();
+    let leave = LeaveQueue {
+        queue: line,
+        token: text,
+    };
+    let left: i64 = send(&leave, conn);
     same(was_live, modelled_live, "in line before it left")?;
     if modelled_live {
         same(left == 1, expected, "left the line")?;
@@ -277,6 +309,27 @@ impl Bench {
         for &bug in bugs {
             let caught = (0..runs).find_map(|seed| run(seed, &mut self.conn, bug).err());
             assert!(caught.is_some(), "{bug:?} went unnoticed in {runs} runs");
+        }
+    }
+
+    /// The negative control, counted: each of `bugs` is told apart from the scripts in at
+    /// least `least` of seeds `0..runs` (a bug the runs reach only by chance fails).
+    pub fn tells_apart_often<B: Copy + std::fmt::Debug, R>(
+        &mut self,
+        bugs: &[B],
+        runs: u64,
+        least: usize,
+        mut run: impl FnMut(u64, &mut redis::Connection, B) -> Result<R, String>,
+    ) {
+        for &bug in bugs {
+            let caught = (0..runs)
+                .filter(|&seed| run(seed, &mut self.conn, bug).is_err())
+                .count();
+            eprintln!("{bug:?} told apart in {caught} of {runs} runs");
+            assert!(
+                caught >= least,
+                "{bug:?} told apart in only {caught} of {runs} runs"
+            );
         }
     }
 }

@@ -9,16 +9,21 @@ use dlock_model::scripts::{Grant, Server, Token};
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use super::fair::{fair_scripts, FairScripts};
+use dlock::__scripts::{
+    FairAcquire, FairRelease, LockKeys, MutexAcquire, MutexRelease, QueueKeys, ReadAcquire,
+    ReadRelease, ReentrantAcquire, ReentrantRelease, WriteAcquire, WriteRelease,
+};
+
+use super::fair::{fair_scripts_for, FairScripts};
 use super::harness::{
     entries_at, same, tick_keys, token_text, waiter_text, Fences, SLACK_MS, TICK_MS, TTL,
     WAITER_LEASE,
 };
-use super::library::LibraryScript;
-use super::mutex::{scripts, Scripts};
-use super::reentrant::{reentrant_scripts, ReentrantScripts};
-use super::rwlock::{rw_scripts, RwScripts};
-use super::semaphore::{semaphore_scripts, SemaphoreScripts};
+use super::library::send;
+use super::mutex::{scripts_for, Scripts};
+use super::reentrant::{reentrant_scripts_for, ReentrantScripts};
+use super::rwlock::{rw_scripts_for, RwScripts};
+use super::semaphore::{semaphore_scripts_for, SemaphoreScripts};
 
 /// The kind whose scripts build a run's states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +48,8 @@ impl Kind {
     }
 }
 
+/// The name of every run's lock.
+pub const LOCK: &str = "a";
 /// The permits of the semaphore.
 const PERMITS: usize = 2;
 /// The owner of each client's reentrant holds: clients 0 and 1 are one owner's.
@@ -64,9 +71,6 @@ pub struct Names {
     pub leases: String,
     pub expiry: String,
     pub forced: String,
-    pub released: String,
-    pub wake: String,
-    pub leader: String,
 }
 
 impl Names {
@@ -86,14 +90,12 @@ impl Names {
             leases: get("queue-leases"),
             expiry: get("expiry"),
             forced: get("forced"),
-            released: get("released"),
-            wake: get("wake:"),
-            leader: get("leader"),
         }
     }
 }
 
-/// Every kind's scripts.
+/// Every kind's keys for the lock `a`, as the library names them for that kind (and the
+/// tests' own ticks).
 pub struct KindScripts {
     mutex: Scripts,
     fair: FairScripts,
@@ -105,12 +107,22 @@ pub struct KindScripts {
 impl KindScripts {
     pub fn new() -> KindScripts {
         KindScripts {
-            mutex: scripts(),
-            fair: fair_scripts(),
-            semaphore: semaphore_scripts(),
-            rw: rw_scripts(),
-            reentrant: reentrant_scripts(),
+            mutex: scripts_for(LOCK),
+            fair: fair_scripts_for(LOCK),
+            semaphore: semaphore_scripts_for(LOCK),
+            rw: rw_scripts_for(LOCK),
+            reentrant: reentrant_scripts_for(LOCK),
         }
+    }
+
+    /// The lock's keys (every kind's are alike).
+    pub fn keys(&self) -> &LockKeys {
+        &self.mutex.keys
+    }
+
+    /// Its waiter line, as the scripts that look from outside name it.
+    pub fn queue(&self) -> &QueueKeys {
+        &self.fair.queue
     }
 }
 
@@ -139,7 +151,7 @@ impl<'a> Run<'a> {
             conn,
             rng: StdRng::seed_from_u64(seed),
             kind: Kind::of_seed(seed),
-            names: Names::of("a"),
+            names: Names::of(LOCK),
             model: Server::default(),
             now: 0,
             attempts: [0; 3],
@@ -206,7 +218,6 @@ impl<'a> Run<'a> {
         let client = self.rng.random_range(0..3u8);
         let c = client as usize;
         let lease_ms = u64::from(TTL) * TICK_MS;
-        let n = &self.names;
         let m = &self.mutants;
         let now = self.now;
         match self.rng.random_range(0..8) {
@@ -222,73 +233,74 @@ impl<'a> Run<'a> {
                 let (expected, reply): (Grant, Vec<i64>) = match self.kind {
                     Kind::Mutex => (
                         self.model.mutex_acquire(token, now, TTL, true, m),
-                        (ks.mutex.acquire.key(&n.key).key(&n.fence))
-                            .arg(&text)
-                            .arg(lease_ms)
-                            .arg("1")
-                            .arg("0")
-                            .invoke(self.conn)
-                            .unwrap(),
+                        send(
+                            &MutexAcquire {
+                                keys: &ks.mutex.keys,
+                                token: &text,
+                                lease_ms,
+                                eager: true,
+                                tell_clock: false,
+                            },
+                            self.conn,
+                        ),
                     ),
                     Kind::Fair => (
                         self.model
                             .fair_acquire(token, now, TTL, WAITER_LEASE, true, m),
-                        (ks.fair.acquire.key(&n.key).key(&n.fence))
-                            .key(&n.queue)
-                            .key(&n.leases)
-                            .arg(&text)
-                            .arg(lease_ms)
-                            .arg(u64::from(WAITER_LEASE) * TICK_MS)
-                            .arg(&n.wake)
-                            .arg("1")
-                            .invoke(self.conn)
-                            .unwrap(),
+                        send(
+                            &FairAcquire {
+                                keys: &ks.fair.keys,
+                                queue: &ks.fair.queue,
+                                token: &text,
+                                lease_ms,
+                                waiter_lease_ms: u64::from(WAITER_LEASE) * TICK_MS,
+                                join_queue: true,
+                            },
+                            self.conn,
+                        ),
                     ),
                     Kind::Semaphore => (
                         self.model
                             .permit_acquire(token, now, TTL, PERMITS, TTL, false, m),
-                        (ks.semaphore.acquire.key(&n.key).key(&n.fence))
-                            .key(&n.queue)
-                            .key(&n.leases)
-                            .key(&n.expiry)
-                            .arg(&text)
-                            .arg(lease_ms)
-                            .arg(PERMITS)
-                            .arg(lease_ms)
-                            .arg(&n.wake)
-                            .arg("0")
-                            .invoke(self.conn)
-                            .unwrap(),
+                        ks.semaphore.acquire(&text, PERMITS, false, self.conn),
                     ),
                     Kind::RwLock if write => (
                         self.model.write_acquire(token, now, TTL, TTL, false, m),
-                        rw_call(&ks.rw.write_acquire, n)
-                            .arg(&text)
-                            .arg(lease_ms)
-                            .arg(lease_ms)
-                            .arg(&n.wake)
-                            .arg("0")
-                            .invoke(self.conn)
-                            .unwrap(),
+                        send(
+                            &WriteAcquire {
+                                lock: ks.rw.lock(),
+                                token: &text,
+                                lease_ms,
+                                waiter_lease_ms: lease_ms,
+                                join_queue: false,
+                            },
+                            self.conn,
+                        ),
                     ),
                     Kind::RwLock => (
                         self.model
                             .read_acquire(owner_of(token), owner_of, token, now, TTL, m),
-                        rw_call(&ks.rw.read_acquire, n)
-                            .arg(&text)
-                            .arg(lease_ms)
-                            .arg(&text)
-                            .invoke(self.conn)
-                            .unwrap(),
+                        send(
+                            &ReadAcquire {
+                                lock: ks.rw.lock(),
+                                owner: &text,
+                                lease_ms,
+                                token: &text,
+                            },
+                            self.conn,
+                        ),
                     ),
                     Kind::Reentrant => (
                         (self.model).reentrant_acquire(OWNERS[c], token, now, TTL, m),
-                        (ks.reentrant.acquire.key(&n.key).key(&n.fence))
-                            .arg(format!("o{}", OWNERS[c]))
-                            .arg(lease_ms)
-                            .arg(&text)
-                            .invoke(self.conn)
-                            .unwrap(),
+                        send(
+                            &ReentrantAcquire {
+                                keys: &ks.reentrant.keys,
+                                owner: &format!("o{}", OWNERS[c]),
+                                lease_ms,
+                                token: &text,
+                            },
+                            self.conn,
+                        ),
                     ),
                 };
                 match (reply.as_slice(), expected) {
@@ -307,61 +319,57 @@ impl<'a> Run<'a> {
                 let (expected, released): (bool, i64) = match self.kind {
                     Kind::Mutex => (
                         self.model.mutex_release(token, now, m),
-                        (ks.mutex.release.key(&n.key))
-                            .arg(&text)
-                            .arg(&n.released)
-                            .invoke(self.conn)
-                            .unwrap(),
+                        send(
+                            &MutexRelease {
+                                keys: &ks.mutex.keys,
+                                token: &text,
+                            },
+                            self.conn,
+                        ),
                     ),
                     Kind::Fair => {
                         let (released, handed) = self.model.fair_release(token, now, TTL, m);
-                        let reply = (ks.fair.release.key(&n.key).key(&n.queue))
-                            .key(&n.leases)
-                            .key(&n.fence)
-                            .arg(&text)
-                            .arg(&n.wake)
-                            .invoke(self.conn)
-                            .unwrap();
+                        let release = FairRelease {
+                            keys: &ks.fair.keys,
+                            queue: &ks.fair.queue,
+                            token: &text,
+                        };
+                        let reply = send(&release, self.conn);
                         self.hand_offs += usize::from(handed.is_some());
                         (released, reply)
                     }
                     Kind::Semaphore => (
                         self.model.permit_release(token, now, TTL, PERMITS, m).0,
-                        (ks.semaphore.release.key(&n.key).key(&n.queue))
-                            .key(&n.leases)
-                            .key(&n.expiry)
-                            .key(&n.fence)
-                            .arg(&text)
-                            .arg(&n.wake)
-                            .arg(PERMITS)
-                            .invoke(self.conn)
-                            .unwrap(),
+                        ks.semaphore.release(&text, PERMITS, self.conn),
                     ),
                     Kind::RwLock if self.writes[c] => (
                         self.model.write_release(token, now, TTL, m).0,
-                        rw_call(&ks.rw.write_release, n)
-                            .arg(&text)
-                            .arg(&n.wake)
-                            .arg(&n.released)
-                            .invoke(self.conn)
-                            .unwrap(),
+                        send(
+                            &WriteRelease {
+                                lock: ks.rw.lock(),
+                                token: &text,
+                            },
+                            self.conn,
+                        ),
                     ),
                     Kind::RwLock => (
                         self.model.read_release(token, now, TTL, m).0,
-                        rw_call(&ks.rw.read_release, n)
-                            .arg(&text)
-                            .arg(&n.wake)
-                            .invoke(self.conn)
-                            .unwrap(),
+                        send(
+                            &ReadRelease {
+                                lock: ks.rw.lock(),
+                                token: &text,
+                            },
+                            self.conn,
+                        ),
                     ),
                     Kind::Reentrant => {
                         let released = (self.model).reentrant_release(OWNERS[c], token, now, m);
-                        let left: i64 = (ks.reentrant.release.key(&n.key))
-                            .arg(format!("o{}", OWNERS[c]))
-                            .arg(&n.released)
-                            .arg(&text)
-                            .invoke(self.conn)
-                            .unwrap();
+                        let release = ReentrantRelease {
+                            keys: &ks.reentrant.keys,
+                            owner: &format!("o{}", OWNERS[c]),
+                            token: &text,
+                        };
+                        let left: i64 = send(&release, self.conn);
                         (released, i64::from(left >= 0))
                     }
                 };
@@ -453,18 +461,6 @@ impl<'a> Run<'a> {
         let modelled: Vec<String> = self.model.live_waiters(self.now).map(waiter_text).collect();
         same(line, modelled, &format!("{context}: the line"))
     }
-}
-
-/// A read-write lock script with the lock's keys.
-fn rw_call<'s>(script: &'s LibraryScript, n: &Names) -> redis::ScriptInvocation<'s> {
-    let mut invocation = script.prepare_invoke();
-    invocation
-        .key(&n.key)
-        .key(&n.fence)
-        .key(&n.queue)
-        .key(&n.leases)
-        .key(&n.expiry);
-    invocation
 }
 
 /// The waiters in line whose waiter lease has not ended (by the server's clock), in order.

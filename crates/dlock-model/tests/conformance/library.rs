@@ -1,55 +1,47 @@
-//! The library's scripts exactly as it sends them (`dlock::__library_scripts`), each call
-//! noted: the coverage test runs every conformance suite and asks that every script the
-//! library sends was called by one.
+//! The library's script calls exactly as it composes them (the test door
+//! `dlock::__scripts`), each call noted: the coverage test runs every conformance suite and
+//! asks that every script the library sends was called by one. The keys a suite reads back
+//! come from the door's key types too, so the run checks the names the library uses.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use redis::{ScriptInvocation, ToRedisArgs};
+use dlock::__scripts::{LibraryCall, LockKeys};
 
 /// The names of the library's scripts this process has called.
 static CALLED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
 
-/// One of the library's scripts, found by the name its errors are reported under.
-pub struct LibraryScript {
-    name: &'static str,
-    script: redis::Script,
+/// Sends `call` as the library composes it (`EVALSHA`, then `EVAL` on `NOSCRIPT`), noting
+/// its script as called.
+pub fn try_send<T: redis::FromRedisValue>(
+    call: &impl LibraryCall,
+    conn: &mut redis::Connection,
+) -> redis::RedisResult<T> {
+    let composed = call.composed();
+    CALLED.lock().unwrap().insert(composed.name);
+    composed.run_blocking(conn)
 }
 
-impl LibraryScript {
-    /// The library's script named `name` (panics, naming the others, when there is none).
-    pub fn named(name: &str) -> LibraryScript {
-        let scripts = dlock::__library_scripts();
-        let Some(found) = scripts.iter().find(|script| script.name == name) else {
-            let names: Vec<_> = scripts.iter().map(|script| script.name).collect();
-            panic!("the library has no script named {name:?}; it has {names:?}");
-        };
-        LibraryScript {
-            name: found.name,
-            script: redis::Script::new(&found.code),
-        }
-    }
+/// [`try_send`], for a call whose script must not fail.
+pub fn send<T: redis::FromRedisValue>(call: &impl LibraryCall, conn: &mut redis::Connection) -> T {
+    let composed = call.composed();
+    try_send(call, conn).unwrap_or_else(|err| panic!("{}: {err}", composed.name))
+}
 
-    /// A call of it, begun with its first key.
-    pub fn key<T: ToRedisArgs>(&self, key: T) -> ScriptInvocation<'_> {
-        let mut invocation = self.prepare_invoke();
-        invocation.key(key);
-        invocation
-    }
+/// The keys of the lock `name` (no prefix), as the library names them.
+pub fn lock_keys(name: &str) -> LockKeys {
+    LockKeys::new("", name).unwrap()
+}
 
-    /// A call of it, begun with its first argument (a script without keys).
-    #[allow(dead_code)]
-    pub fn arg<T: ToRedisArgs>(&self, arg: T) -> ScriptInvocation<'_> {
-        let mut invocation = self.prepare_invoke();
-        invocation.arg(arg);
-        invocation
-    }
-
-    /// A call of it.
-    pub fn prepare_invoke(&self) -> ScriptInvocation<'_> {
-        CALLED.lock().unwrap().insert(self.name);
-        self.script.prepare_invoke()
-    }
+/// The key or channel the library names `what` (as `dlock::__lock_names` lists them, e.g.
+/// `fenced`, `expiry`, `leader`) for the lock `keys`.
+pub fn named_key(keys: &LockKeys, what: &str) -> String {
+    dlock::__lock_names("", &keys.name)
+        .unwrap()
+        .into_iter()
+        .find(|(name, _)| *name == what)
+        .unwrap_or_else(|| panic!("the library names no {what:?} key"))
+        .1
 }
 
 /// The names of the library's scripts called so far in this process.

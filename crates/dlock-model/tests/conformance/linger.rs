@@ -5,14 +5,16 @@
 //! once, a hold no longer held untouched, another kind at the key a type error. Replies
 //! and keys compared after every step; later ticks show a lease set differently.
 
+use std::time::Duration;
+
+use dlock::__scripts::Linger;
 use dlock_model::admin::Lingered;
 use dlock_model::mutant::Mutant;
-use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::harness::{same, TICK_MS};
+use super::harness::{hold_kind, same, Bench, TICK_MS};
 use super::kinds::{KindScripts, Run};
-use super::library::LibraryScript;
+use super::library::try_send;
 
 /// A test-local bug in the model's `linger`, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,15 +25,14 @@ enum Bug {
     ReentrantLingersWithOthers,
 }
 
+/// The kinds' keys: linger names the lock's keys and line.
 struct LingerScripts {
     kinds: KindScripts,
-    linger: LibraryScript,
 }
 
 fn linger_scripts() -> LingerScripts {
     LingerScripts {
         kinds: KindScripts::new(),
-        linger: LibraryScript::named("linger"),
     }
 }
 
@@ -70,16 +71,14 @@ fn run_linger(
         let form = run.asked_form(client, 0.75);
         // Shorter than the lease, as long, or longer.
         let rest = run.rng.random_range(1..=3u8);
-        let n = &run.names;
-        let reply: redis::RedisResult<i64> = (scripts.linger.key(&n.key))
-            .key(&n.queue)
-            .key(&n.expiry)
-            .arg(form.code())
-            .arg(run.text(token))
-            .arg(u64::from(rest) * TICK_MS)
-            .arg(&n.released)
-            .arg(&n.wake)
-            .invoke(run.conn);
+        let linger = Linger {
+            keys: scripts.kinds.keys(),
+            queue: scripts.kinds.queue(),
+            kind: hold_kind(form),
+            token: &run.text(token),
+            rest: Duration::from_millis(u64::from(rest) * TICK_MS),
+        };
+        let reply: redis::RedisResult<i64> = try_send(&linger, run.conn);
         let before = run.model.clone();
         let mut expected = run.model.linger(form, token, now, rest);
         match bug {
@@ -126,15 +125,12 @@ pub fn run_linger_suite(seed: u64, conn: &mut redis::Connection) {
 
 #[test]
 fn linger_does_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = linger_scripts();
     let mut reached = Reached::default();
-    for seed in 0..250 {
-        if let Err(divergence) = run_linger(seed, &scripts, &mut conn, None, &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(250, |seed, conn| {
+        run_linger(seed, &scripts, conn, None, &mut reached)
+    });
     let Reached {
         held,
         given_back,
@@ -150,10 +146,9 @@ fn linger_does_what_the_model_says() {
         assert!(count >= least, "only {count} {what} in 250 runs");
     }
     // The negative control: bugs in the model are told apart within the same runs.
-    for bug in [Bug::KeepsTheLease, Bug::ReentrantLingersWithOthers] {
-        let mut ignored = Reached::default();
-        let caught = (0..250)
-            .find_map(|seed| run_linger(seed, &scripts, &mut conn, Some(bug), &mut ignored).err());
-        assert!(caught.is_some(), "{bug:?} went unnoticed in 250 runs");
-    }
+    let bugs = [Bug::KeepsTheLease, Bug::ReentrantLingersWithOthers];
+    let mut ignored = Reached::default();
+    bench.tells_apart(&bugs, 250, |seed, conn, bug| {
+        run_linger(seed, &scripts, conn, Some(bug), &mut ignored)
+    });
 }

@@ -23,6 +23,10 @@
 //! Each kind's run and its test live in a file of their own (`mutex.rs`, `semaphore.rs`,
 //! `fair.rs`, `reentrant.rs`, `rwlock.rs`, `redlock.rs`, and the later suites) over
 //! `harness.rs`, what they share; this file keeps the coverage test over all of them.
+//!
+//! Every call of a library script is the library's own: built as its `dlock::__scripts`
+//! wrapper from the model's step and sent as composed (`library.rs`), on keys named by the
+//! door's key types; only the test's own scripts (the clock shifts) are composed here.
 
 use dlock_testkit::RedisServer;
 
@@ -42,8 +46,6 @@ mod rwlock;
 mod semaphore;
 mod tokens;
 mod weighted;
-
-use library::LibraryScript;
 
 /// Every suite's run for one seed, as the coverage test runs them: a suite added for a
 /// script the library sends is called here too. Divergences are the suites' own tests'
@@ -66,9 +68,9 @@ fn run_every_suite(seed: u64, conn: &mut redis::Connection) {
         &[],
         &mut Default::default(),
     );
-    let raise = LibraryScript::named("redlock fence raise");
     let mut reached = Default::default();
-    let _ = redlock::run_redlock_master(seed, &mutex::scripts(), &raise, conn, None, &mut reached);
+    let master = redlock::master_scripts();
+    let _ = redlock::run_redlock_master(seed, &master, conn, None, &mut reached);
     let _ = guarded::run_guarded(
         seed,
         &guarded::guarded_scripts(),

@@ -6,39 +6,42 @@
 //! take a name as a plain mutex; the clock ticks. After every step each name's holder,
 //! fencing counter (in the fences' order) and live waiters in line are compared.
 
+use dlock::__scripts::{
+    FairAcquire, FairRelease, LockKeys, MultiAcquire, MultiRelease, MutexAcquire,
+};
 use dlock_model::multi::{multi_acquire, multi_release, MultiGrant};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
-use dlock_testkit::RedisServer;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+use super::fair::{fair_scripts_for, FairScripts};
 use super::harness::{
-    line_at, same, waiter_text, Fences, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
+    line_at, same, waiter_text, Bench, Fences, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
 };
-use super::kinds::Names;
-use super::library::LibraryScript;
+use super::library::send;
 
-/// The names the runs use, as the library names their keys.
+/// The names the runs use.
 const NAMES: [&str; 3] = ["a", "b", "c"];
 
+/// Each name's keys and line as the library names them (every call is composed from
+/// them), and the test's own tick.
 pub struct MultiScripts {
-    acquire: LibraryScript,
-    release: LibraryScript,
-    fair_acquire: LibraryScript,
-    fair_release: LibraryScript,
-    mutex_acquire: LibraryScript,
+    names: Vec<FairScripts>,
     shift: redis::Script,
 }
 
 pub fn multi_scripts() -> MultiScripts {
     MultiScripts {
-        acquire: LibraryScript::named("multi acquire"),
-        release: LibraryScript::named("multi release"),
-        fair_acquire: LibraryScript::named("fair mutex acquire"),
-        fair_release: LibraryScript::named("fair mutex release"),
-        mutex_acquire: LibraryScript::named("mutex acquire"),
+        names: NAMES.iter().map(|name| fair_scripts_for(name)).collect(),
         shift: redis::Script::new(SHIFT_QUEUE),
+    }
+}
+
+impl MultiScripts {
+    /// The keys of the names `named` (indices into [`NAMES`]), in that order.
+    fn group(&self, named: &[usize]) -> Vec<&LockKeys> {
+        named.iter().map(|&i| &self.names[i].keys).collect()
     }
 }
 
@@ -55,11 +58,6 @@ pub struct Reached {
     handed: usize,
 }
 
-/// The four keys a name gives a multi-lock script, and its two arguments.
-fn keys_of(names: &Names) -> [&str; 4] {
-    [&names.key, &names.fence, &names.queue, &names.leases]
-}
-
 fn run_multi(
     seed: u64,
     scripts: &MultiScripts,
@@ -69,7 +67,7 @@ fn run_multi(
 ) -> Result<(), String> {
     let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let names: Vec<Names> = NAMES.iter().map(|name| Names::of(name)).collect();
+    let names = &scripts.names;
     let mut model = vec![Server::default(); NAMES.len()];
     let mut fences: Vec<Fences> = (0..NAMES.len()).map(|_| Fences::default()).collect();
     let mut now: u8 = 0;
@@ -111,17 +109,12 @@ fn run_multi(
                 };
                 let ours_before = (named[c].iter()).any(|&i| model[i].holder(now) == Some(token));
                 let expected = multi_acquire(&mut model, &named[c], token, now, TTL, mutants);
-                let mut call = scripts.acquire.prepare_invoke();
-                for &i in &named[c] {
-                    for key in keys_of(&names[i]) {
-                        call.key(key);
-                    }
-                }
-                call.arg(waiter_text(token)).arg(lease_ms);
-                for &i in &named[c] {
-                    call.arg(&names[i].released).arg(&names[i].wake);
-                }
-                let reply: Vec<i64> = call.invoke(conn).unwrap();
+                let acquire = MultiAcquire {
+                    names: &scripts.group(&named[c]),
+                    token: &waiter_text(token),
+                    lease_ms,
+                };
+                let reply: Vec<i64> = send(&acquire, conn);
                 match (reply.split_first(), &expected) {
                     (Some((1, drawn)), MultiGrant::Granted(modelled))
                         if drawn.len() == modelled.len() =>
@@ -150,17 +143,11 @@ fn run_multi(
             5 | 6 => {
                 let (expected, handed) =
                     multi_release(&mut model, &named[c], latest, now, TTL, mutants);
-                let mut call = scripts.release.prepare_invoke();
-                for &i in &named[c] {
-                    for key in keys_of(&names[i]) {
-                        call.key(key);
-                    }
-                }
-                call.arg(waiter_text(latest));
-                for &i in &named[c] {
-                    call.arg(&names[i].released).arg(&names[i].wake);
-                }
-                let released: i64 = call.invoke(conn).unwrap();
+                let release = MultiRelease {
+                    names: &scripts.group(&named[c]),
+                    token: &waiter_text(latest),
+                };
+                let released: i64 = send(&release, conn);
                 same(
                     released,
                     expected as i64,
@@ -170,8 +157,10 @@ fn run_multi(
                 for (&i, to) in named[c].iter().zip(handed) {
                     if let Some((_, fence)) = to {
                         reached.handed += 1;
-                        let counter: u64 =
-                            redis::cmd("GET").arg(&names[i].fence).query(conn).unwrap();
+                        let counter: u64 = redis::cmd("GET")
+                            .arg(&names[i].keys.fence)
+                            .query(conn)
+                            .unwrap();
                         fences[i].check(counter, fence, &format!("{context}: hand-off fence"))?;
                     }
                 }
@@ -185,17 +174,15 @@ fn run_multi(
                 };
                 let expected = model[n].fair_acquire(token, now, TTL, WAITER_LEASE, true, mutants);
                 let k = &names[n];
-                let reply: Vec<i64> = (scripts.fair_acquire.key(&k.key))
-                    .key(&k.fence)
-                    .key(&k.queue)
-                    .key(&k.leases)
-                    .arg(waiter_text(token))
-                    .arg(lease_ms)
-                    .arg(u64::from(WAITER_LEASE) * TICK_MS)
-                    .arg(&k.wake)
-                    .arg("1")
-                    .invoke(conn)
-                    .unwrap();
+                let acquire = FairAcquire {
+                    keys: &k.keys,
+                    queue: &k.queue,
+                    token: &waiter_text(token),
+                    lease_ms,
+                    waiter_lease_ms: u64::from(WAITER_LEASE) * TICK_MS,
+                    join_queue: true,
+                };
+                let reply: Vec<i64> = send(&acquire, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence], Grant::Granted(Some(modelled))) => {
                         fences[n].check(*fence as u64, modelled, &context)?
@@ -211,17 +198,15 @@ fn run_multi(
             8 => {
                 let (expected, handed) = model[n].fair_release(latest, now, TTL, mutants);
                 let k = &names[n];
-                let released: i64 = (scripts.fair_release.key(&k.key))
-                    .key(&k.queue)
-                    .key(&k.leases)
-                    .key(&k.fence)
-                    .arg(waiter_text(latest))
-                    .arg(&k.wake)
-                    .invoke(conn)
-                    .unwrap();
+                let release = FairRelease {
+                    keys: &k.keys,
+                    queue: &k.queue,
+                    token: &waiter_text(latest),
+                };
+                let released: i64 = send(&release, conn);
                 same(released == 1, expected, &format!("{context}: fair release"))?;
                 if let Some((_, fence)) = handed {
-                    let counter: u64 = redis::cmd("GET").arg(&k.fence).query(conn).unwrap();
+                    let counter: u64 = redis::cmd("GET").arg(&k.keys.fence).query(conn).unwrap();
                     fences[n].check(counter, fence, &format!("{context}: hand-off fence"))?;
                 }
             }
@@ -230,14 +215,14 @@ fn run_multi(
                 let token = fresh(&mut attempts);
                 let expected = model[n].mutex_acquire(token, now, TTL, true, mutants);
                 let k = &names[n];
-                let reply: Vec<i64> = (scripts.mutex_acquire.key(&k.key))
-                    .key(&k.fence)
-                    .arg(waiter_text(token))
-                    .arg(lease_ms)
-                    .arg("1")
-                    .arg("0")
-                    .invoke(conn)
-                    .unwrap();
+                let acquire = MutexAcquire {
+                    keys: &k.keys,
+                    token: &waiter_text(token),
+                    lease_ms,
+                    eager: true,
+                    tell_clock: false,
+                };
+                let reply: Vec<i64> = send(&acquire, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence], Grant::Granted(Some(modelled))) => {
                         fences[n].check(*fence as u64, modelled, &context)?
@@ -252,11 +237,11 @@ fn run_multi(
             }
             _ => {
                 now += 1;
-                for (server, k) in model.iter_mut().zip(&names) {
+                for (server, k) in model.iter_mut().zip(names) {
                     server.expire(now);
-                    let _: () = (scripts.shift.key(&k.key))
-                        .key(&k.leases)
-                        .key(&k.queue)
+                    let _: () = (scripts.shift.key(&k.keys.key))
+                        .key(&k.queue.leases)
+                        .key(&k.queue.queue)
                         .arg(TICK_MS)
                         .arg(SLACK_MS)
                         .invoke(conn)
@@ -266,15 +251,15 @@ fn run_multi(
         }
         for (i, k) in names.iter().enumerate() {
             let context = format!("{context}: name {}", NAMES[i]);
-            let holder: Option<String> = redis::cmd("GET").arg(&k.key).query(conn).unwrap();
+            let holder: Option<String> = redis::cmd("GET").arg(&k.keys.key).query(conn).unwrap();
             same(
                 holder,
                 model[i].holder(now).map(waiter_text),
                 &format!("{context}: holder"),
             )?;
-            fences[i].check_counter(conn, &k.fence, model[i].counter, &context)?;
+            fences[i].check_counter(conn, &k.keys.fence, model[i].counter, &context)?;
             same(
-                line_at(conn, &k.queue, &k.leases),
+                line_at(conn, &k.queue.queue, &k.queue.leases),
                 model[i]
                     .live_waiters(now)
                     .map(waiter_text)
@@ -293,15 +278,12 @@ pub fn run_multi_suite(seed: u64, conn: &mut redis::Connection) {
 
 #[test]
 fn the_multi_lock_scripts_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = multi_scripts();
     let mut reached = Reached::default();
-    for seed in 0..200 {
-        if let Err(divergence) = run_multi(seed, &scripts, &mut conn, &[], &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(200, |seed, conn| {
+        run_multi(seed, &scripts, conn, &[], &mut reached)
+    });
     let Reached {
         granted,
         busy,
@@ -330,19 +312,13 @@ fn the_multi_lock_scripts_do_what_the_model_says() {
     }
     // The negative control: each multi-lock bug in the model is told apart from the
     // scripts within the same runs.
-    for mutant in [
+    let mutants = [
         Mutant::MultiGrantsPart,
         Mutant::MultiReleasesOneName,
         Mutant::MultiResendRedraws,
-    ] {
-        let mut ignored = Reached::default();
-        let caught = (0..200)
-            .filter(|&seed| run_multi(seed, &scripts, &mut conn, &[mutant], &mut ignored).is_err())
-            .count();
-        eprintln!("{mutant:?} told apart in {caught} of 200 runs");
-        assert!(
-            caught >= 20,
-            "{mutant:?} told apart in only {caught} of 200 runs"
-        );
-    }
+    ];
+    let mut ignored = Reached::default();
+    bench.tells_apart_often(&mutants, 200, 20, |seed, conn, mutant| {
+        run_multi(seed, &scripts, conn, &[mutant], &mut ignored)
+    });
 }

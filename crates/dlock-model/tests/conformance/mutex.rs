@@ -7,18 +7,17 @@ use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
-use super::harness::{renew_script, same, tick_keys, token_text, Bench, Fences, TICK_MS, TTL};
-use super::library::LibraryScript;
+use dlock::__scripts::{DrawFence, HoldKind, LockKeys, MutexAcquire, MutexRelease};
 
-pub const LOCK: &str = "m";
-pub const FENCE: &str = "m:fence";
-pub const RECORD: &str = "m:fenced";
+use super::harness::{renew, same, tick_keys, token_text, Bench, Fences, TICK_MS, TTL};
+use super::library::{lock_keys, named_key, send};
 
+/// The mutex's keys as the library names them: every call of the suite is composed from
+/// them (`dlock::__scripts`), and the keys read back are theirs.
 pub struct Scripts {
-    pub acquire: LibraryScript,
-    pub release: LibraryScript,
-    pub fence: LibraryScript,
-    pub renew: LibraryScript,
+    pub keys: LockKeys,
+    /// Its fence record (`fenced`).
+    pub record: String,
 }
 
 /// One operation of the test's random runs.
@@ -92,16 +91,7 @@ pub fn run(
                 };
                 last = Some((token, eager));
                 let expected = model.mutex_acquire(token, now, TTL, eager, mutants);
-                let reply: Vec<i64> = scripts
-                    .acquire
-                    .key(LOCK)
-                    .key(FENCE)
-                    .arg(token_text(token))
-                    .arg(lease_ms)
-                    .arg(if eager { "1" } else { "0" })
-                    .arg("0")
-                    .invoke(conn)
-                    .unwrap();
+                let reply = acquire(&scripts.keys, token, lease_ms, eager, conn);
                 match (reply.as_slice(), expected) {
                     ([1], Grant::Granted(None)) | ([0, _], Grant::Busy) => {}
                     ([1, fence], Grant::Granted(Some(modelled))) => {
@@ -115,39 +105,29 @@ pub fn run(
             Op::Release { client } => {
                 let token = latest(client, &attempts);
                 let expected = model.mutex_release(token, now, mutants);
-                let released: i64 = scripts
-                    .release
-                    .key(LOCK)
-                    .arg(token_text(token))
-                    .arg("m:released")
-                    .invoke(conn)
-                    .unwrap();
+                let released = release(&scripts.keys, token, conn);
                 same(released == 1, expected, &context)?;
             }
             Op::Renew { client } => {
                 let token = latest(client, &attempts);
                 let expected = model.renew_string(token, now, TTL);
-                let renewed: Vec<i64> = scripts
-                    .renew
-                    .key(LOCK)
-                    .arg("s")
-                    .arg(token_text(token))
-                    .arg(lease_ms)
-                    .invoke(conn)
-                    .unwrap();
+                let renewed = renew(
+                    &scripts.keys.key,
+                    HoldKind::String,
+                    &token_text(token),
+                    lease_ms,
+                    conn,
+                );
                 same(renewed, vec![i64::from(expected)], &context)?;
             }
             Op::Fence { client } => {
                 let token = latest(client, &attempts);
                 let expected = model.mutex_fence(token, now, mutants);
-                let fence: i64 = scripts
-                    .fence
-                    .key(LOCK)
-                    .key(FENCE)
-                    .key(RECORD)
-                    .arg(token_text(token))
-                    .invoke(conn)
-                    .unwrap();
+                let draw = DrawFence {
+                    keys: &scripts.keys,
+                    token: &token_text(token),
+                };
+                let fence: i64 = send(&draw, conn);
                 match (fence, expected) {
                     (0, None) => {}
                     (fence, Some(modelled)) if fence > 0 => {
@@ -162,32 +142,36 @@ pub fn run(
                 now += 1;
                 model.expire(now);
                 // A tick passes on the server too: every lease a tick shorter.
-                tick_keys(conn, &[LOCK, RECORD]);
+                tick_keys(conn, &[&scripts.keys.key, &scripts.record]);
             }
         }
-        compare(&model, now, conn, &mut fences, &context)?;
+        compare(scripts, &model, now, conn, &mut fences, &context)?;
     }
     Ok(())
 }
 
 /// The server's keys against the model's.
 pub fn compare(
+    scripts: &Scripts,
     model: &Server,
     now: u8,
     conn: &mut redis::Connection,
     fences: &mut Fences,
     context: &str,
 ) -> Result<(), String> {
-    let holder: Option<String> = redis::cmd("GET").arg(LOCK).query(conn).unwrap();
+    let holder: Option<String> = redis::cmd("GET")
+        .arg(&scripts.keys.key)
+        .query(conn)
+        .unwrap();
     same(
         holder,
         model.holder(now).map(token_text),
         &format!("{context}: holder"),
     )?;
     // The counter: drawn or not, and the last fence drawn, in the fences' order.
-    fences.check_counter(conn, FENCE, model.counter, context)?;
+    fences.check_counter(conn, &scripts.keys.fence, model.counter, context)?;
     // The fence record: whose, and which fence.
-    let record: Option<String> = redis::cmd("GET").arg(RECORD).query(conn).unwrap();
+    let record: Option<String> = redis::cmd("GET").arg(&scripts.record).query(conn).unwrap();
     let record = record.map(|r| {
         let (token, fence) = r.rsplit_once('|').unwrap();
         (token.to_string(), fence.parse::<u64>().unwrap())
@@ -205,12 +189,14 @@ pub fn compare(
 }
 
 pub fn scripts() -> Scripts {
-    Scripts {
-        acquire: LibraryScript::named("mutex acquire"),
-        release: LibraryScript::named("mutex release"),
-        fence: LibraryScript::named("fence"),
-        renew: renew_script(),
-    }
+    scripts_for("m")
+}
+
+/// The keys of the mutex `name`.
+pub fn scripts_for(name: &str) -> Scripts {
+    let keys = lock_keys(name);
+    let record = named_key(&keys, "fenced");
+    Scripts { keys, record }
 }
 
 #[test]
@@ -232,4 +218,32 @@ fn a_model_with_a_bug_is_told_apart_from_the_scripts() {
     Bench::start().tells_apart(&mutants, 300, |seed, conn, mutant| {
         run(seed, &scripts, conn, &[mutant])
     });
+}
+
+/// The mutex's acquire for `token` (with the fence at grant when `eager`), as the library
+/// sends it.
+pub fn acquire(
+    keys: &LockKeys,
+    token: Token,
+    lease_ms: u64,
+    eager: bool,
+    conn: &mut redis::Connection,
+) -> Vec<i64> {
+    let acquire = MutexAcquire {
+        keys,
+        token: &token_text(token),
+        lease_ms,
+        eager,
+        tell_clock: false,
+    };
+    send(&acquire, conn)
+}
+
+/// The mutex's release by `token`: 1 when it held.
+pub fn release(keys: &LockKeys, token: Token, conn: &mut redis::Connection) -> i64 {
+    let release = MutexRelease {
+        keys,
+        token: &token_text(token),
+    };
+    send(&release, conn)
 }

@@ -1,16 +1,19 @@
 //! One Redlock master's scripts (acquire with the fence drawn at grant and its origin
 //! told, raise, release, restart empty) beside `redlock`'s `Master`.
 
+use dlock::__scripts::{MutexAcquire, RaiseFence};
 use dlock_model::redlock::Master;
 use dlock_model::scripts::Token;
 use rand::{Rng, SeedableRng};
 
 use super::harness::{same, tick_keys, token_text, Bench, Fences, TICK_MS, TTL};
-use super::library::LibraryScript;
-use super::mutex::{scripts, Scripts};
+use super::library::send;
+use super::mutex::{self, scripts_for, Scripts};
 
-pub const MASTER: &str = "k";
-pub const MASTER_FENCE: &str = "k:fence";
+/// A master's keys: the mutex's, under the name `k`.
+pub fn master_scripts() -> Scripts {
+    scripts_for("k")
+}
 
 /// A test-local bug in the model's master, for the Redlock run's negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -79,7 +82,6 @@ pub struct RedlockReached {
 pub fn run_redlock_master(
     seed: u64,
     scripts: &Scripts,
-    raise: &LibraryScript,
     conn: &mut redis::Connection,
     bug: Option<MasterBug>,
     reached: &mut RedlockReached,
@@ -108,16 +110,14 @@ pub fn run_redlock_master(
                 attempts[client as usize] += 1;
                 let clock = 1_000_000 + step * MODEL_CLOCK_STEP;
                 let expected = model.acquire(token, now, TTL, Some(clock));
-                let reply: Vec<i64> = scripts
-                    .acquire
-                    .key(MASTER)
-                    .key(MASTER_FENCE)
-                    .arg(token_text(token))
-                    .arg(lease_ms)
-                    .arg("1")
-                    .arg("1")
-                    .invoke(conn)
-                    .unwrap();
+                let acquire = MutexAcquire {
+                    keys: &scripts.keys,
+                    token: &token_text(token),
+                    lease_ms,
+                    eager: true,
+                    tell_clock: true,
+                };
+                let reply: Vec<i64> = send(&acquire, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence, from_clock], Some((modelled, modelled_clock))) => {
                         same(
@@ -147,7 +147,10 @@ pub fn run_redlock_master(
                     2 => counter + 2,
                     _ => counter + AHEAD,
                 };
-                let counter: Option<u64> = redis::cmd("GET").arg(MASTER_FENCE).query(conn).unwrap();
+                let counter: Option<u64> = redis::cmd("GET")
+                    .arg(&scripts.keys.fence)
+                    .query(conn)
+                    .unwrap();
                 let (fence, modelled_fence) = (target(counter.unwrap_or(0)), target(model.counter));
                 // Mostly the holder's round (whichever client holds), else the client's
                 // latest, which may hold nothing here any more.
@@ -158,13 +161,12 @@ pub fn run_redlock_master(
                 let held = model.holder(now) == Some(token);
                 let before = model.counter;
                 let expected = raise_in_model(&mut model, bug, token, modelled_fence, now);
-                let raised: i64 = raise
-                    .key(MASTER)
-                    .key(MASTER_FENCE)
-                    .arg(token_text(token))
-                    .arg(fence)
-                    .invoke(conn)
-                    .unwrap();
+                let raise = RaiseFence {
+                    keys: &scripts.keys,
+                    token: &token_text(token),
+                    fence,
+                };
+                let raised: i64 = send(&raise, conn);
                 same(raised, i64::from(expected), &context)?;
                 match (held, kind) {
                     (false, _) => reached.refused_not_held += 1,
@@ -175,13 +177,7 @@ pub fn run_redlock_master(
             }
             9 | 10 => {
                 let expected = model.release(latest, now);
-                let released: i64 = scripts
-                    .release
-                    .key(MASTER)
-                    .arg(token_text(latest))
-                    .arg("k:released")
-                    .invoke(conn)
-                    .unwrap();
+                let released = mutex::release(&scripts.keys, latest, conn);
                 same(released == 1, expected, &context)?;
             }
             // Rarely: a restart ends what the counter reached.
@@ -192,16 +188,19 @@ pub fn run_redlock_master(
             }
             _ => {
                 now += 1;
-                tick_keys(conn, &[MASTER]);
+                tick_keys(conn, &[&scripts.keys.key]);
             }
         }
-        let holder: Option<String> = redis::cmd("GET").arg(MASTER).query(conn).unwrap();
+        let holder: Option<String> = redis::cmd("GET")
+            .arg(&scripts.keys.key)
+            .query(conn)
+            .unwrap();
         same(
             holder,
             model.holder(now).map(token_text),
             &format!("{context}: holder"),
         )?;
-        fences.check_counter(conn, MASTER_FENCE, model.counter, &context)?;
+        fences.check_counter(conn, &scripts.keys.fence, model.counter, &context)?;
     }
     Ok(())
 }
@@ -209,11 +208,10 @@ pub fn run_redlock_master(
 #[test]
 fn a_redlock_master_does_what_the_model_says() {
     let mut bench = Bench::start();
-    let scripts = scripts();
-    let raise = LibraryScript::named("redlock fence raise");
+    let scripts = master_scripts();
     let mut reached = RedlockReached::default();
     bench.conforms(200, |seed, conn| {
-        run_redlock_master(seed, &scripts, &raise, conn, None, &mut reached)
+        run_redlock_master(seed, &scripts, conn, None, &mut reached)
     });
     // The runs reach what they are for: fences from the clock and from the counter, raises
     // that raise, refused for a hold that is not the round's, stale ones that must not
@@ -243,6 +241,6 @@ fn a_redlock_master_does_what_the_model_says() {
     let bugs = [MasterBug::RaiseLowers, MasterBug::RaiseWithoutOwnerCheck];
     let mut ignored = RedlockReached::default();
     bench.tells_apart(&bugs, 200, |seed, conn, bug| {
-        run_redlock_master(seed, &scripts, &raise, conn, Some(bug), &mut ignored)
+        run_redlock_master(seed, &scripts, conn, Some(bug), &mut ignored)
     });
 }

@@ -5,25 +5,27 @@ use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
-use super::harness::{renew_script, same, tick_keys, token_text, Bench, Fences, TICK_MS, TTL};
-use super::library::LibraryScript;
+use dlock::__scripts::{HoldKind, LockKeys, ReentrantAcquire, ReentrantRelease};
 
-pub const REENTRANT: &str = "r";
-pub const REENTRANT_FENCE: &str = "r:fence";
+use super::harness::{renew, same, tick_keys, token_text, Bench, Fences, TICK_MS, TTL};
+use super::library::{lock_keys, send};
+
 /// The owner of each client's holds: clients 0 and 1 are one owner's nested holds.
 pub const OWNERS: [u8; 3] = [0, 0, 1];
 
+/// The reentrant mutex's keys as the library names them: every call is composed from them.
 pub struct ReentrantScripts {
-    pub acquire: LibraryScript,
-    pub release: LibraryScript,
-    pub renew: LibraryScript,
+    pub keys: LockKeys,
 }
 
 pub fn reentrant_scripts() -> ReentrantScripts {
+    reentrant_scripts_for("r")
+}
+
+/// The keys of the reentrant mutex `name`.
+pub fn reentrant_scripts_for(name: &str) -> ReentrantScripts {
     ReentrantScripts {
-        acquire: LibraryScript::named("reentrant acquire"),
-        release: LibraryScript::named("reentrant release"),
-        renew: renew_script(),
+        keys: lock_keys(name),
     }
 }
 
@@ -73,15 +75,13 @@ pub fn run_reentrant(
                     .reentrant_at(now)
                     .is_some_and(|r| r.owner == owner && !r.holds.contains(&token));
                 let expected = model.reentrant_acquire(owner, token, now, TTL, mutants);
-                let reply: Vec<i64> = scripts
-                    .acquire
-                    .key(REENTRANT)
-                    .key(REENTRANT_FENCE)
-                    .arg(&owner_text)
-                    .arg(lease_ms)
-                    .arg(token_text(token))
-                    .invoke(conn)
-                    .unwrap();
+                let acquire = ReentrantAcquire {
+                    keys: &scripts.keys,
+                    owner: &owner_text,
+                    lease_ms,
+                    token: &token_text(token),
+                };
+                let reply: Vec<i64> = send(&acquire, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence, _], Grant::Granted(Some(modelled))) => {
                         nested += usize::from(reentry);
@@ -95,37 +95,36 @@ pub fn run_reentrant(
             }
             4 | 5 => {
                 let expected = model.reentrant_release(owner, latest, now, mutants);
-                let left: i64 = scripts
-                    .release
-                    .key(REENTRANT)
-                    .arg(&owner_text)
-                    .arg("r:released")
-                    .arg(token_text(latest))
-                    .invoke(conn)
-                    .unwrap();
+                let release = ReentrantRelease {
+                    keys: &scripts.keys,
+                    owner: &owner_text,
+                    token: &token_text(latest),
+                };
+                let left: i64 = send(&release, conn);
                 same(left >= 0, expected, &context)?;
             }
             6 => {
                 let expected = model.renew_reentrant(latest, now, TTL);
-                let renewed: Vec<i64> = scripts
-                    .renew
-                    .key(REENTRANT)
-                    .arg("r")
-                    .arg(token_text(latest))
-                    .arg(lease_ms)
-                    .invoke(conn)
-                    .unwrap();
+                let renewed = renew(
+                    &scripts.keys.key,
+                    HoldKind::Reentrant,
+                    &token_text(latest),
+                    lease_ms,
+                    conn,
+                );
                 same(renewed, vec![i64::from(expected)], &context)?;
             }
             _ => {
                 now += 1;
                 model.expire(now);
-                tick_keys(conn, &[REENTRANT]);
+                tick_keys(conn, &[&scripts.keys.key]);
             }
         }
         // The hash against the model's: owner, count, the holds, the fence.
-        let fields: Vec<(String, String)> =
-            redis::cmd("HGETALL").arg(REENTRANT).query(conn).unwrap();
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&scripts.keys.key)
+            .query(conn)
+            .unwrap();
         let field = |name: &str| {
             fields
                 .iter()

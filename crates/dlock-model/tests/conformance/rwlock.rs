@@ -3,62 +3,91 @@
 //! model, the read holds, the writer, the counter and the writers in line compared after
 //! every step.
 
+use dlock::__scripts::{
+    writer_queue, Downgrade, HoldKind, LockKeys, QueueKeys, ReadAcquire, ReadRelease, RwKeys,
+    WriteAcquire, WriteRelease,
+};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    entries_at, leave_line, line_at, renew_script, same, token_text, waiter_text, Bench, Fences,
+    entries_at, leave_line, line_at, renew, same, token_text, waiter_text, Bench, Fences,
     SHIFT_ENTRIES, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
 };
-use super::library::LibraryScript;
+use super::library::{lock_keys, named_key, send};
 
-pub const RW: &str = "w";
-pub const RW_FENCE: &str = "w:fence";
-pub const RW_QUEUE: &str = "w:queue";
-pub const RW_LEASES: &str = "w:queue-leases";
-pub const RW_INDEX: &str = "w:read-expiry";
 /// The owner of each client's read holds (and of a downgrade's): clients 0 and 2 read for
 /// one owner, so one re-enters the other's read hold.
 pub const RW_OWNERS: [u8; 3] = [0, 1, 0];
 
+/// The read-write lock's keys and writers' line as the library names them (every call is
+/// composed from them), and the test's own ticks.
 pub struct RwScripts {
-    pub read_acquire: LibraryScript,
-    pub read_release: LibraryScript,
-    pub write_acquire: LibraryScript,
-    pub write_release: LibraryScript,
-    pub downgrade: LibraryScript,
-    pub cancel: LibraryScript,
-    pub renew: LibraryScript,
+    pub keys: LockKeys,
+    pub writers: QueueKeys,
+    /// The read holds' expiry index (`expiry`).
+    pub index: String,
     pub shift: redis::Script,
     pub shift_queue: redis::Script,
 }
 
+impl RwScripts {
+    /// The keys every read-write lock script names.
+    pub fn lock(&self) -> RwKeys<'_> {
+        RwKeys {
+            keys: &self.keys,
+            writers: &self.writers,
+        }
+    }
+
+    /// A tick on the server: the read holds' ends and the waiters' leases a tick earlier.
+    pub fn tick(&self, conn: &mut redis::Connection) {
+        let _: () = self
+            .shift
+            .key(&self.keys.key)
+            .key(&self.index)
+            .arg(TICK_MS)
+            .invoke(conn)
+            .unwrap();
+        let _: () = self
+            .shift_queue
+            .key(&self.writers.queue)
+            .key(&self.writers.leases)
+            .arg(TICK_MS)
+            .arg(SLACK_MS)
+            .invoke(conn)
+            .unwrap();
+    }
+}
+
 pub fn rw_scripts() -> RwScripts {
+    rw_scripts_for("w")
+}
+
+/// The keys of the read-write lock `name`.
+pub fn rw_scripts_for(name: &str) -> RwScripts {
+    let keys = lock_keys(name);
     RwScripts {
-        read_acquire: LibraryScript::named("read lock acquire"),
-        read_release: LibraryScript::named("read lock release"),
-        write_acquire: LibraryScript::named("write lock acquire"),
-        write_release: LibraryScript::named("write lock release"),
-        downgrade: LibraryScript::named("downgrade"),
-        cancel: LibraryScript::named("queue leave"),
-        renew: renew_script(),
+        writers: writer_queue(&keys),
+        index: named_key(&keys, "expiry"),
+        keys,
         shift: redis::Script::new(SHIFT_ENTRIES),
         shift_queue: redis::Script::new(SHIFT_QUEUE),
     }
 }
 
-/// The read holds on the server now (live, and how many ended), and the writer.
-pub fn rw_holds(conn: &mut redis::Connection) -> (Vec<String>, usize, Option<String>) {
-    let kind: String = redis::cmd("TYPE").arg(RW).query(conn).unwrap();
+/// The read holds at `key` on the server now (live, and how many ended), and the writer.
+pub fn rw_holds(key: &str, conn: &mut redis::Connection) -> (Vec<String>, usize, Option<String>) {
+    let kind: String = redis::cmd("TYPE").arg(key).query(conn).unwrap();
     match kind.as_str() {
         "string" => (
             Vec::new(),
             0,
-            redis::cmd("GET").arg(RW).query(conn).unwrap(),
+            redis::cmd("GET").arg(key).query(conn).unwrap(),
         ),
         "hash" => {
-            let (live, ended) = entries_at(conn, RW);
+            let (live, ended) = entries_at(conn, key);
             (live, ended, None)
         }
         _ => (Vec::new(), 0, None),
@@ -154,7 +183,7 @@ pub fn run_rw(
                 latests[c] = this;
                 // Ended read holds the write finds in the key, which its script must
                 // purge before it decides.
-                let finds_ended = this.write && rw_holds(conn).1 > 0;
+                let finds_ended = this.write && rw_holds(&scripts.keys.key, conn).1 > 0;
                 let in_line = model.live_waiters(now).any(|t| t == token);
                 let waiting = model.live_waiters(now).next().is_some();
                 let reading = !this.write
@@ -166,23 +195,24 @@ pub fn run_rw(
                 let (expected, reply): (Grant, Vec<i64>) = if this.write {
                     let expected =
                         model.write_acquire(token, now, TTL, WAITER_LEASE, this.join, mutants);
-                    let reply = with_keys(&scripts.write_acquire)
-                        .arg(waiter_text(token))
-                        .arg(lease_ms)
-                        .arg(u64::from(WAITER_LEASE) * TICK_MS)
-                        .arg("w:wake:")
-                        .arg(if this.join { "1" } else { "0" })
-                        .invoke(conn)
-                        .unwrap();
+                    let acquire = WriteAcquire {
+                        lock: scripts.lock(),
+                        token: &waiter_text(token),
+                        lease_ms,
+                        waiter_lease_ms: u64::from(WAITER_LEASE) * TICK_MS,
+                        join_queue: this.join,
+                    };
+                    let reply = send(&acquire, conn);
                     (expected, reply)
                 } else {
                     let expected = model.read_acquire(owner, owner_of, token, now, TTL, mutants);
-                    let reply = with_keys(&scripts.read_acquire)
-                        .arg(&owner_text)
-                        .arg(lease_ms)
-                        .arg(token_text(token))
-                        .invoke(conn)
-                        .unwrap();
+                    let acquire = ReadAcquire {
+                        lock: scripts.lock(),
+                        owner: &owner_text,
+                        lease_ms,
+                        token: &token_text(token),
+                    };
+                    let reply = send(&acquire, conn);
                     (expected, reply)
                 };
                 reached.purged_for_write += usize::from(finds_ended);
@@ -206,28 +236,30 @@ pub fn run_rw(
             6..=8 => {
                 let (_, handed) = if latests[c].write {
                     let expected = model.write_release(latest, now, TTL, mutants);
-                    let released: i64 = with_keys(&scripts.write_release)
-                        .arg(waiter_text(latest))
-                        .arg("w:wake:")
-                        .arg("w:released")
-                        .invoke(conn)
-                        .unwrap();
+                    let release = WriteRelease {
+                        lock: scripts.lock(),
+                        token: &waiter_text(latest),
+                    };
+                    let released: i64 = send(&release, conn);
                     same(released == 1, expected.0, &context)?;
                     expected
                 } else {
                     let expected = model.read_release(latest, now, TTL, mutants);
-                    let released: i64 = with_keys(&scripts.read_release)
-                        .arg(token_text(latest))
-                        .arg("w:wake:")
-                        .invoke(conn)
-                        .unwrap();
+                    let release = ReadRelease {
+                        lock: scripts.lock(),
+                        token: &token_text(latest),
+                    };
+                    let released: i64 = send(&release, conn);
                     same(released == 1, expected.0, &context)?;
                     expected
                 };
                 if let Some((writer, fence)) = handed {
                     reached.hand_offs += 1;
                     // The hand-off's fence is the counter now (compared in order).
-                    let counter: u64 = redis::cmd("GET").arg(RW_FENCE).query(conn).unwrap();
+                    let counter: u64 = redis::cmd("GET")
+                        .arg(&scripts.keys.fence)
+                        .query(conn)
+                        .unwrap();
                     fences.check(counter, fence, &format!("{context}: hand-off fence"))?;
                     // The writer handed the lock is told its fence (its downgrade sends it).
                     let w = usize::from(writer.client);
@@ -240,9 +272,8 @@ pub fn run_rw(
                 if !latests[c].write {
                     continue;
                 }
-                let line = (RW_QUEUE, RW_LEASES, "w:wake:");
                 let text = waiter_text(latest);
-                leave_line(conn, &scripts.cancel, line, &text, &mut model, latest, now)
+                leave_line(conn, &scripts.writers, &text, &mut model, latest, now)
                     .map_err(|e| format!("{context}: {e}"))?;
             }
             // A downgrade of the latest write (held or not: the script checks), or the
@@ -260,15 +291,15 @@ pub fn run_rw(
                 // A writer never granted sends what the guard would not have: no fence.
                 let (server_fence, model_fence) = this.fence.unwrap_or((0, 0));
                 let expected = model.downgrade(writer, hold, now, TTL, model_fence, mutants);
-                let reply: Vec<i64> = with_keys(&scripts.downgrade)
-                    .arg(waiter_text(writer))
-                    .arg(&owner_text)
-                    .arg(lease_ms)
-                    .arg(token_text(hold))
-                    .arg(server_fence)
-                    .arg("w:released")
-                    .invoke(conn)
-                    .unwrap();
+                let downgrade = Downgrade {
+                    lock: scripts.lock(),
+                    writer: &waiter_text(writer),
+                    owner: &owner_text,
+                    lease_ms,
+                    token: &token_text(hold),
+                    fence: server_fence,
+                };
+                let reply: Vec<i64> = send(&downgrade, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence, _], Some(modelled)) => {
                         fences.check(*fence as u64, modelled, &context)?;
@@ -292,26 +323,13 @@ pub fn run_rw(
             11 => {
                 let (expected, renewed): (bool, Vec<i64>) = if latests[c].write {
                     let expected = model.renew_string(latest, now, TTL);
-                    let renewed = scripts
-                        .renew
-                        .key(RW)
-                        .arg("s")
-                        .arg(waiter_text(latest))
-                        .arg(lease_ms)
-                        .invoke(conn)
-                        .unwrap();
+                    let text = waiter_text(latest);
+                    let renewed = renew(&scripts.keys.key, HoldKind::String, &text, lease_ms, conn);
                     (expected, renewed)
                 } else {
                     let expected = model.renew_entry(latest, now, TTL);
-                    let renewed = scripts
-                        .renew
-                        .key(RW)
-                        .key(RW_INDEX)
-                        .arg("e")
-                        .arg(token_text(latest))
-                        .arg(lease_ms)
-                        .invoke(conn)
-                        .unwrap();
+                    let text = token_text(latest);
+                    let renewed = renew(&scripts.keys.key, HoldKind::Entry, &text, lease_ms, conn);
                     (expected, renewed)
                 };
                 // -1: the key holds the other kind (a read hash, a writer's string): not
@@ -321,24 +339,10 @@ pub fn run_rw(
             _ => {
                 now += 1;
                 model.expire(now);
-                let _: () = scripts
-                    .shift
-                    .key(RW)
-                    .key(RW_INDEX)
-                    .arg(TICK_MS)
-                    .invoke(conn)
-                    .unwrap();
-                let _: () = scripts
-                    .shift_queue
-                    .key(RW_QUEUE)
-                    .key(RW_LEASES)
-                    .arg(TICK_MS)
-                    .arg(SLACK_MS)
-                    .invoke(conn)
-                    .unwrap();
+                scripts.tick(conn);
             }
         }
-        let (reads, _, writer) = rw_holds(conn);
+        let (reads, _, writer) = rw_holds(&scripts.keys.key, conn);
         let mut modelled: Vec<String> = model.live_entries(now).map(token_text).collect();
         modelled.sort();
         same(reads, modelled, &format!("{context}: read holds"))?;
@@ -347,26 +351,14 @@ pub fn run_rw(
             model.holder(now).map(waiter_text),
             &format!("{context}: writer"),
         )?;
-        fences.check_counter(conn, RW_FENCE, model.counter, &context)?;
+        fences.check_counter(conn, &scripts.keys.fence, model.counter, &context)?;
         same(
-            line_at(conn, RW_QUEUE, RW_LEASES),
+            line_at(conn, &scripts.writers.queue, &scripts.writers.leases),
             model.live_waiters(now).map(waiter_text).collect::<Vec<_>>(),
             &format!("{context}: the line"),
         )?;
     }
     Ok(())
-}
-
-/// A read-write lock script with its keys.
-pub fn with_keys(script: &LibraryScript) -> redis::ScriptInvocation<'_> {
-    let mut invocation = script.prepare_invoke();
-    invocation
-        .key(RW)
-        .key(RW_FENCE)
-        .key(RW_QUEUE)
-        .key(RW_LEASES)
-        .key(RW_INDEX);
-    invocation
 }
 
 /// The token of a client's latest attempt, `attempts` counting it.

@@ -2,35 +2,94 @@
 //! hand-off of a permit to the first in line; leaving the line; renewal) beside the model,
 //! the live permits, the counter and the live waiters in line compared after every step.
 
+use dlock::__scripts::{
+    permit_queue, HoldKind, LockKeys, QueueKeys, SemaphoreAcquire, SemaphoreRelease,
+};
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    entries_at, leave_line, line_at, renew_script, same, token_text, Bench, Fences, SHIFT_ENTRIES,
+    entries_at, lease, leave_line, line_at, renew, same, token_text, Bench, Fences, SHIFT_ENTRIES,
     SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
 };
-use super::library::LibraryScript;
+use super::library::{lock_keys, named_key, send};
 
-pub const PERMITS: &str = "s";
-pub const PERMITS_INDEX: &str = "s:index";
-pub const PERMITS_FENCE: &str = "s:fence";
-pub const PERMITS_QUEUE: &str = "s:queue";
-pub const PERMITS_LEASES: &str = "s:queue-leases";
-
+/// The semaphore's keys and line as the library names them (every call is composed from
+/// them), and the test's own ticks.
 pub struct SemaphoreScripts {
-    pub acquire: LibraryScript,
-    pub release: LibraryScript,
-    pub cancel: LibraryScript,
-    pub renew: LibraryScript,
+    pub keys: LockKeys,
+    /// The line of the semaphore of 2 (its N is what its waiters' tokens name; the keys
+    /// are any N's).
+    pub queue: QueueKeys,
+    /// The permits' expiry index (`expiry`).
+    pub index: String,
     pub shift: redis::Script,
     pub shift_queue: redis::Script,
+}
+
+impl SemaphoreScripts {
+    /// The acquire of the permit written `token` in a semaphore of `permits`.
+    pub fn acquire(
+        &self,
+        token: &str,
+        permits: usize,
+        join_queue: bool,
+        conn: &mut redis::Connection,
+    ) -> Vec<i64> {
+        let acquire = SemaphoreAcquire {
+            keys: &self.keys,
+            queue: &self.queue,
+            token,
+            lease_ms: u64::from(TTL) * TICK_MS,
+            permits: permits as u32,
+            waiter_lease_ms: u64::from(WAITER_LEASE) * TICK_MS,
+            join_queue,
+        };
+        send(&acquire, conn)
+    }
+
+    /// The release of the permit written `token` in a semaphore of `permits`.
+    pub fn release(&self, token: &str, permits: usize, conn: &mut redis::Connection) -> i64 {
+        let release = SemaphoreRelease {
+            keys: &self.keys,
+            queue: &self.queue,
+            token,
+            permits: permits as u32,
+        };
+        send(&release, conn)
+    }
+
+    /// The renewal of the permit written `token`.
+    pub fn renew(&self, token: &str, conn: &mut redis::Connection) -> Vec<i64> {
+        let lease_ms = u64::from(TTL) * TICK_MS;
+        renew(&self.keys.key, HoldKind::Entry, token, lease_ms, conn)
+    }
+
+    /// A tick on the server: the permits' ends and the waiters' leases a tick earlier.
+    pub fn tick(&self, conn: &mut redis::Connection) {
+        let _: () = self
+            .shift
+            .key(&self.keys.key)
+            .key(&self.index)
+            .arg(TICK_MS)
+            .invoke(conn)
+            .unwrap();
+        let _: () = self
+            .shift_queue
+            .key(&self.queue.queue)
+            .key(&self.queue.leases)
+            .arg(TICK_MS)
+            .arg(SLACK_MS)
+            .invoke(conn)
+            .unwrap();
+    }
 }
 
 /// A semaphore waiter's token as the library writes it (`QueueKeys::waiter_token`): what a
 /// direct grant gives it, its ttl in ms and its N, follows its token.
 pub fn permit_text(token: Token) -> String {
-    format!("{}~{}~2", token_text(token), u64::from(TTL) * TICK_MS)
+    permit_queue(&lock_keys("s"), 2).waiter_token(token_text(token), lease())
 }
 
 /// What the semaphore's runs reached.
@@ -61,7 +120,6 @@ pub fn run_semaphore(
     let mut attempts = [0u8; 3];
     let mut last: Option<(Token, bool)> = None;
     let mut fences = Fences::default();
-    let lease_ms = u64::from(TTL) * TICK_MS;
     for step in 0..40 {
         let client = rng.random_range(0..3u8);
         let latest = Token {
@@ -93,21 +151,7 @@ pub fn run_semaphore(
                 let in_line = model.live_waiters(now).any(|t| t == token);
                 let expected =
                     model.permit_acquire(token, now, TTL, 2, WAITER_LEASE, join, mutants);
-                let reply: Vec<i64> = scripts
-                    .acquire
-                    .key(PERMITS)
-                    .key(PERMITS_FENCE)
-                    .key(PERMITS_QUEUE)
-                    .key(PERMITS_LEASES)
-                    .key(PERMITS_INDEX)
-                    .arg(permit_text(token))
-                    .arg(lease_ms)
-                    .arg(2)
-                    .arg(u64::from(WAITER_LEASE) * TICK_MS)
-                    .arg("s:wake:")
-                    .arg(if join { "1" } else { "0" })
-                    .invoke(conn)
-                    .unwrap();
+                let reply = scripts.acquire(&permit_text(token), 2, join, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence], Grant::Granted(Some(modelled))) => {
                         reached.from_line += usize::from(in_line);
@@ -121,75 +165,44 @@ pub fn run_semaphore(
             }
             6 | 7 => {
                 let (expected, handed) = model.permit_release(latest, now, TTL, 2, mutants);
-                let released: i64 = scripts
-                    .release
-                    .key(PERMITS)
-                    .key(PERMITS_QUEUE)
-                    .key(PERMITS_LEASES)
-                    .key(PERMITS_INDEX)
-                    .key(PERMITS_FENCE)
-                    .arg(permit_text(latest))
-                    .arg("s:wake:")
-                    .arg(2)
-                    .invoke(conn)
-                    .unwrap();
+                let released = scripts.release(&permit_text(latest), 2, conn);
                 same(released == 1, expected, &context)?;
                 if let Some((_, fence)) = handed {
                     reached.hand_offs += 1;
                     // The hand-off's fence is the counter now (compared in order).
-                    let counter: u64 = redis::cmd("GET").arg(PERMITS_FENCE).query(conn).unwrap();
+                    let counter: u64 = redis::cmd("GET")
+                        .arg(&scripts.keys.fence)
+                        .query(conn)
+                        .unwrap();
                     fences.check(counter, fence, &format!("{context}: hand-off fence"))?;
                 }
             }
             8 => {
-                let line = (PERMITS_QUEUE, PERMITS_LEASES, "s:wake:");
                 let text = permit_text(latest);
-                leave_line(conn, &scripts.cancel, line, &text, &mut model, latest, now)
+                leave_line(conn, &scripts.queue, &text, &mut model, latest, now)
                     .map_err(|e| format!("{context}: {e}"))?;
             }
             9 => {
                 let expected = model.renew_entry(latest, now, TTL);
-                let renewed: Vec<i64> = scripts
-                    .renew
-                    .key(PERMITS)
-                    .key(PERMITS_INDEX)
-                    .arg("e")
-                    .arg(permit_text(latest))
-                    .arg(lease_ms)
-                    .invoke(conn)
-                    .unwrap();
+                let renewed = scripts.renew(&permit_text(latest), conn);
                 same(renewed, vec![i64::from(expected)], &context)?;
             }
             _ => {
                 now += 1;
                 model.expire(now);
-                let _: () = scripts
-                    .shift
-                    .key(PERMITS)
-                    .key(PERMITS_INDEX)
-                    .arg(TICK_MS)
-                    .invoke(conn)
-                    .unwrap();
-                let _: () = scripts
-                    .shift_queue
-                    .key(PERMITS_QUEUE)
-                    .key(PERMITS_LEASES)
-                    .arg(TICK_MS)
-                    .arg(SLACK_MS)
-                    .invoke(conn)
-                    .unwrap();
+                scripts.tick(conn);
             }
         }
         let mut modelled: Vec<String> = model.live_entries(now).map(permit_text).collect();
         modelled.sort();
         same(
-            entries_at(conn, PERMITS).0,
+            entries_at(conn, &scripts.keys.key).0,
             modelled,
             &format!("{context}: live permits"),
         )?;
-        fences.check_counter(conn, PERMITS_FENCE, model.counter, &context)?;
+        fences.check_counter(conn, &scripts.keys.fence, model.counter, &context)?;
         same(
-            line_at(conn, PERMITS_QUEUE, PERMITS_LEASES),
+            line_at(conn, &scripts.queue.queue, &scripts.queue.leases),
             model.live_waiters(now).map(permit_text).collect::<Vec<_>>(),
             &format!("{context}: the line"),
         )?;
@@ -198,11 +211,16 @@ pub fn run_semaphore(
 }
 
 pub fn semaphore_scripts() -> SemaphoreScripts {
+    semaphore_scripts_for("s")
+}
+
+/// The keys of the semaphore (of 2) `name`.
+pub fn semaphore_scripts_for(name: &str) -> SemaphoreScripts {
+    let keys = lock_keys(name);
     SemaphoreScripts {
-        acquire: LibraryScript::named("semaphore acquire"),
-        release: LibraryScript::named("semaphore release"),
-        cancel: LibraryScript::named("queue leave"),
-        renew: renew_script(),
+        queue: permit_queue(&keys, 2),
+        index: named_key(&keys, "expiry"),
+        keys,
         shift: redis::Script::new(SHIFT_ENTRIES),
         shift_queue: redis::Script::new(SHIFT_QUEUE),
     }

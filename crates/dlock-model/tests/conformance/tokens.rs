@@ -5,14 +5,14 @@
 //! released and handed to the first in line; a hash at the key is a type error). Replies
 //! and keys compared after every step.
 
+use dlock::__scripts::{Held, ReleaseToken};
 use dlock_model::admin::Form;
 use dlock_model::mutant::Mutant;
-use dlock_testkit::RedisServer;
 use rand::Rng;
 
-use super::harness::same;
+use super::harness::{hold_kind, same, Bench};
 use super::kinds::{KindScripts, Run};
-use super::library::LibraryScript;
+use super::library::{send, try_send};
 
 /// A test-local bug in the model's `held`, for the negative control.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -21,17 +21,14 @@ enum Bug {
     EndedEntryHeld,
 }
 
+/// The kinds' keys: the scripts asked by token name the lock's keys and line.
 struct TokenScripts {
     kinds: KindScripts,
-    held: LibraryScript,
-    release: LibraryScript,
 }
 
 fn token_scripts() -> TokenScripts {
     TokenScripts {
         kinds: KindScripts::new(),
-        held: LibraryScript::named("held"),
-        release: LibraryScript::named("release by token"),
     }
 }
 
@@ -67,11 +64,12 @@ fn run_tokens(
             6..=8 => {
                 // Mostly the hold's own form (see `Run::asked_form`).
                 let form = run.asked_form(client, 0.7);
-                let held: i64 = (scripts.held.key(&run.names.key))
-                    .arg(form.code())
-                    .arg(run.text(token))
-                    .invoke(run.conn)
-                    .unwrap();
+                let held = Held {
+                    key: &scripts.kinds.keys().key,
+                    kind: hold_kind(form),
+                    token: &run.text(token),
+                };
+                let held: i64 = send(&held, run.conn);
                 let mut expected = run.model.held(form, token, now);
                 if bug == Some(Bug::EndedEntryHeld) && form == Form::Entry {
                     expected |= run.model.entries.contains_key(&token);
@@ -80,15 +78,12 @@ fn run_tokens(
                 same(held == 1, expected, &format!("{context}: held {form:?}"))?;
             }
             _ => {
-                let n = &run.names;
-                let reply: redis::RedisResult<i64> = (scripts.release.key(&n.key))
-                    .key(&n.queue)
-                    .key(&n.leases)
-                    .key(&n.fence)
-                    .arg(run.text(token))
-                    .arg(&n.released)
-                    .arg(&n.wake)
-                    .invoke(run.conn);
+                let release = ReleaseToken {
+                    keys: scripts.kinds.keys(),
+                    queue: scripts.kinds.queue(),
+                    token: &run.text(token),
+                };
+                let reply: redis::RedisResult<i64> = try_send(&release, run.conn);
                 let expected = run.model.release_by_token(token, now, 2, mutants);
                 match (&reply, &expected) {
                     (Ok(released), Ok((modelled, handed))) => {
@@ -120,15 +115,12 @@ pub fn run_tokens_suite(seed: u64, conn: &mut redis::Connection) {
 
 #[test]
 fn held_and_release_by_token_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = token_scripts();
     let mut reached = Reached::default();
-    for seed in 0..250 {
-        if let Err(divergence) = run_tokens(seed, &scripts, &mut conn, &[], None, &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(250, |seed, conn| {
+        run_tokens(seed, &scripts, conn, &[], None, &mut reached)
+    });
     let Reached {
         held,
         released,
@@ -144,19 +136,14 @@ fn held_and_release_by_token_do_what_the_model_says() {
         assert!(count >= least, "only {count} {what} in 250 runs");
     }
     // The negative control: bugs in the model are told apart within the same runs.
-    for (mutant, bug) in [
+    let bugs = [
         (Some(Mutant::ReleaseSkipsHandOff), None),
         (Some(Mutant::HandOffWithoutOwnerCheck), None),
         (None, Some(Bug::EndedEntryHeld)),
-    ] {
+    ];
+    let mut ignored = Reached::default();
+    bench.tells_apart(&bugs, 250, |seed, conn, (mutant, bug)| {
         let mutants: Vec<Mutant> = mutant.into_iter().collect();
-        let mut ignored = Reached::default();
-        let caught = (0..250).find_map(|seed| {
-            run_tokens(seed, &scripts, &mut conn, &mutants, bug, &mut ignored).err()
-        });
-        assert!(
-            caught.is_some(),
-            "{mutant:?} {bug:?} went unnoticed in 250 runs"
-        );
-    }
+        run_tokens(seed, &scripts, conn, &mutants, bug, &mut ignored)
+    });
 }

@@ -4,18 +4,16 @@
 //! live permits, the counter, the line and the hash's `~extra` (the weight beyond one per
 //! permit, permits.lua) must agree.
 
+use dlock::__scripts::permit_queue;
 use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
-use dlock_testkit::RedisServer;
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    entries_at, leave_line, line_at, same, token_text, Fences, TICK_MS, TTL, WAITER_LEASE,
+    entries_at, lease, leave_line, line_at, same, token_text, Bench, Fences, TTL, WAITER_LEASE,
 };
-use super::semaphore::{
-    semaphore_scripts, SemaphoreScripts, PERMITS, PERMITS_FENCE, PERMITS_INDEX, PERMITS_LEASES,
-    PERMITS_QUEUE,
-};
+use super::library::lock_keys;
+use super::semaphore::{semaphore_scripts, SemaphoreScripts};
 
 /// N of the runs' semaphore.
 const N: usize = 3;
@@ -29,11 +27,9 @@ fn weight_of(token: Token) -> usize {
 /// A weighted waiter's token as the library writes it (`QueueKeys::waiter_token`): its
 /// ttl in ms, its N, and `~w<k>` when it takes k > 1.
 fn weighted_text(token: Token) -> String {
-    let base = format!("{}~{}~{N}", token_text(token), u64::from(TTL) * TICK_MS);
-    match weight_of(token) {
-        1 => base,
-        k => format!("{base}~w{k}"),
-    }
+    let mut line = permit_queue(&lock_keys("s"), N as u32);
+    line.weight = weight_of(token) as u32;
+    line.waiter_token(token_text(token), lease())
 }
 
 /// What the weighted runs reached.
@@ -72,7 +68,6 @@ pub fn run_weighted(
     let mut attempts = [0u8; 3];
     let mut last: Option<(Token, bool)> = None;
     let mut fences = Fences::default();
-    let lease_ms = u64::from(TTL) * TICK_MS;
     for step in 0..40 {
         let client = rng.random_range(0..3u8);
         let latest = Token {
@@ -110,21 +105,7 @@ pub fn run_weighted(
                     &weight_of,
                     mutants,
                 );
-                let reply: Vec<i64> = scripts
-                    .acquire
-                    .key(PERMITS)
-                    .key(PERMITS_FENCE)
-                    .key(PERMITS_QUEUE)
-                    .key(PERMITS_LEASES)
-                    .key(PERMITS_INDEX)
-                    .arg(weighted_text(token))
-                    .arg(lease_ms)
-                    .arg(N)
-                    .arg(u64::from(WAITER_LEASE) * TICK_MS)
-                    .arg("s:wake:")
-                    .arg(if join { "1" } else { "0" })
-                    .invoke(conn)
-                    .unwrap();
+                let reply = scripts.acquire(&weighted_text(token), N, join, conn);
                 match (reply.as_slice(), expected) {
                     ([1, fence], Grant::Granted(Some(modelled))) => {
                         fences.check(*fence as u64, modelled, &context)?
@@ -140,79 +121,48 @@ pub fn run_weighted(
             6 | 7 => {
                 let (expected, handed) =
                     model.weighted_permit_release(latest, now, TTL, N, &weight_of, mutants);
-                let released: i64 = scripts
-                    .release
-                    .key(PERMITS)
-                    .key(PERMITS_QUEUE)
-                    .key(PERMITS_LEASES)
-                    .key(PERMITS_INDEX)
-                    .key(PERMITS_FENCE)
-                    .arg(weighted_text(latest))
-                    .arg("s:wake:")
-                    .arg(N)
-                    .invoke(conn)
-                    .unwrap();
+                let released = scripts.release(&weighted_text(latest), N, conn);
                 same(released == 1, expected, &context)?;
                 if let Some((_, fence)) = handed {
                     reached.hand_offs += 1;
-                    let counter: u64 = redis::cmd("GET").arg(PERMITS_FENCE).query(conn).unwrap();
+                    let counter: u64 = redis::cmd("GET")
+                        .arg(&scripts.keys.fence)
+                        .query(conn)
+                        .unwrap();
                     fences.check(counter, fence, &format!("{context}: hand-off fence"))?;
                 }
             }
             8 => {
-                let line = (PERMITS_QUEUE, PERMITS_LEASES, "s:wake:");
                 let text = weighted_text(latest);
-                leave_line(conn, &scripts.cancel, line, &text, &mut model, latest, now)
+                leave_line(conn, &scripts.queue, &text, &mut model, latest, now)
                     .map_err(|e| format!("{context}: {e}"))?;
             }
             9 => {
                 let expected = model.renew_entry(latest, now, TTL);
-                let renewed: Vec<i64> = scripts
-                    .renew
-                    .key(PERMITS)
-                    .key(PERMITS_INDEX)
-                    .arg("e")
-                    .arg(weighted_text(latest))
-                    .arg(lease_ms)
-                    .invoke(conn)
-                    .unwrap();
+                let renewed = scripts.renew(&weighted_text(latest), conn);
                 same(renewed, vec![i64::from(expected)], &context)?;
             }
             _ => {
                 now += 1;
                 model.expire(now);
-                let _: () = scripts
-                    .shift
-                    .key(PERMITS)
-                    .key(PERMITS_INDEX)
-                    .arg(TICK_MS)
-                    .invoke(conn)
-                    .unwrap();
-                let _: () = scripts
-                    .shift_queue
-                    .key(PERMITS_QUEUE)
-                    .key(PERMITS_LEASES)
-                    .arg(TICK_MS)
-                    .arg(super::harness::SLACK_MS)
-                    .invoke(conn)
-                    .unwrap();
+                scripts.tick(conn);
             }
         }
         let mut modelled: Vec<String> = model.live_entries(now).map(weighted_text).collect();
         modelled.sort();
-        let (live, _) = entries_at(conn, PERMITS);
+        let (live, _) = entries_at(conn, &scripts.keys.key);
         reached.full +=
             usize::from(live.len() == 2 && model.weight_held(now, &weight_of, &[]) == N);
         same(live, modelled, &format!("{context}: live permits"))?;
         let extra: Option<String> = redis::cmd("HGET")
-            .arg(PERMITS)
+            .arg(&scripts.keys.key)
             .arg("~extra")
             .query(conn)
             .unwrap();
         same(extra, modelled_extra(&model), &format!("{context}: ~extra"))?;
-        fences.check_counter(conn, PERMITS_FENCE, model.counter, &context)?;
+        fences.check_counter(conn, &scripts.keys.fence, model.counter, &context)?;
         same(
-            line_at(conn, PERMITS_QUEUE, PERMITS_LEASES),
+            line_at(conn, &scripts.queue.queue, &scripts.queue.leases),
             model
                 .live_waiters(now)
                 .map(weighted_text)
@@ -225,15 +175,12 @@ pub fn run_weighted(
 
 #[test]
 fn the_weighted_semaphore_scripts_do_what_the_model_says() {
-    let server = RedisServer::start();
-    let mut conn = server.connection();
+    let mut bench = Bench::start();
     let scripts = semaphore_scripts();
     let mut reached = WeightedReached::default();
-    for seed in 0..200 {
-        if let Err(divergence) = run_weighted(seed, &scripts, &mut conn, &[], &mut reached) {
-            panic!("{divergence}");
-        }
-    }
+    bench.conforms(200, |seed, conn| {
+        run_weighted(seed, &scripts, conn, &[], &mut reached)
+    });
     let WeightedReached {
         hand_offs,
         held_back,
@@ -249,20 +196,12 @@ fn the_weighted_semaphore_scripts_do_what_the_model_says() {
     assert!(full >= 1000, "only {full} steps with 2 + 1 of 3 held");
     // The negative controls: the model's weighted bugs are told apart from the scripts
     // (179 and 146 of 200 runs).
-    for mutant in [
+    let mutants = [
         Mutant::PermitsCountedNotWeighed,
         Mutant::WeightedGrantPassesTheLine,
-    ] {
-        let caught = (0..200)
-            .filter(|&seed| {
-                let reached = &mut WeightedReached::default();
-                run_weighted(seed, &scripts, &mut conn, &[mutant], reached).is_err()
-            })
-            .count();
-        eprintln!("{mutant:?}: told apart in {caught} of 200 runs");
-        assert!(
-            caught >= 20,
-            "{mutant:?} told apart in only {caught} of 200 runs"
-        );
-    }
+    ];
+    bench.tells_apart_often(&mutants, 200, 20, |seed, conn, mutant| {
+        let reached = &mut WeightedReached::default();
+        run_weighted(seed, &scripts, conn, &[mutant], reached)
+    });
 }

@@ -14,6 +14,17 @@ pub(crate) static APPLY: LazyLock<LuaScript> = lua_script!(
     "guarded/apply.lua"
 );
 
+/// The Redis key of the data key `key` beside the lock `keys` (as a batch names it).
+pub fn guarded_data_key(keys: &LockKeys, key: &str) -> String {
+    data_key(keys, key)
+}
+
+/// The holder `token`'s record of its last batch that wrote (a resend finds its answer
+/// there).
+pub fn batch_record_key(keys: &LockKeys, token: &str) -> String {
+    keys.companion(&format!("applied:{token}"))
+}
+
 /// Applies a batch to the lock's data keys only while the hold `token` is held
 /// (`guarded/apply.lua`): `{1, replies}`, `{0}` not held, `{3}` another kind at the key,
 /// `{2, n, error}` the n-th command refused.
@@ -45,7 +56,7 @@ impl ScriptCall for ApplyBatch<'_> {
         let commands = &self.batch.commands;
         let mut call = call
             .key(&self.keys.key)
-            .key(self.keys.companion(&format!("applied:{}", self.token)))
+            .key(batch_record_key(self.keys, self.token))
             .arg(self.kind.code())
             .arg(self.token)
             .arg(self.id)
