@@ -201,13 +201,13 @@ pub struct State {
 pub enum Action {
     /// The clock moves one tick.
     Tick,
-    /// Client `c` attempts (fair/acquire.lua, waiting: a busy answer takes a place in line).
+    /// Client `c` attempts (mutex/fair_acquire.lua, waiting: a busy answer takes a place in line).
     Attempt(usize),
     /// Client `c`, in line, tries again with its token.
     Retry(usize),
     /// Client `c` hears that a release handed it the lock.
     Hear(usize),
-    /// Client `c` releases (fair/release.lua: hands the lock to the first in line).
+    /// Client `c` releases (mutex/fair_release.lua: hands the lock to the first in line).
     Release(usize),
     /// The operator releases lock `l` by force.
     Force(usize),

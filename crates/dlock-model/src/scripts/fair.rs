@@ -1,10 +1,10 @@
-//! The fair mutex's scripts (fair/acquire.lua, release.lua) over queue.lua.
+//! The fair mutex's scripts (mutex/fair_acquire.lua, fair_release.lua) over queue.lua.
 
 use crate::mutant::Mutant;
 use crate::scripts::{Grant, Server, Time, Token};
 
 impl Server {
-    /// fair/acquire.lua with queue.lua: our own token in the key restarts the lease and
+    /// mutex/fair_acquire.lua with queue.lua: our own token in the key restarts the lease and
     /// answers the last fence (a resend, or a direct grant not heard of); otherwise the
     /// lapsed waiters are purged, and a free lock is granted (a fence drawn, the waiter
     /// leaves the queue) to the first in line, or to a newcomer when nobody waits; anyone
@@ -38,7 +38,7 @@ impl Server {
         Grant::Busy
     }
 
-    /// fair/release.lua with queue.lua `release_exclusive`: only if the key holds our
+    /// mutex/fair_release.lua with queue.lua `release_exclusive`: only if the key holds our
     /// token, the hold ends and goes straight to the first waiter whose waiter lease has
     /// not ended (`hand_off_string`): it leaves the queue, a fence is drawn, and the key
     /// holds its token for its ttl but no longer than the rest of its waiter lease; the

@@ -30,7 +30,7 @@ pub enum Kind {
     },
     /// The fair mutex: a queue of waiters with leased places, a free lock granted to the
     /// first in line, and a release that hands the lock straight to the first waiter
-    /// (fair/, queue/queue.lua).
+    /// (mutex/fair_*.lua, queue/queue.lua).
     Fair {
         /// A waiter's lease on its place in line, in ticks (at least the lock's lease,
         /// as `direct_grant_start` in wait.rs requires for a direct grant).

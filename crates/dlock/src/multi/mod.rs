@@ -181,7 +181,7 @@ impl KindProtocol for RawMulti {
         crate::kind::MULTI
     }
 
-    /// The first name's channel: [`RawProtocol::watch`] listens on every name's.
+    /// The first name's channel: [`Watching::watch`] listens on every name's.
     fn waiting(&self) -> Waiting<'_> {
         Waiting::Channel(&self.core.keys.channel)
     }

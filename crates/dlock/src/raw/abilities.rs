@@ -43,12 +43,18 @@ pub trait Watching: RawProtocol {
 /// The defaults: no queue to leave, no turnstile.
 pub trait Queueing: RawProtocol {
     /// Gives up the waiter place of `token` in `queue`. Asked only of a kind whose
-    /// waiters queue; a kind without a queue has nothing to leave.
+    /// waiters queue; a kind without a queue has nothing to leave (and a kind whose
+    /// waiters do queue must write its own: the default says so in debug builds).
     fn leave_queue(
         &self,
         _queue: &QueueKeys,
         _token: &str,
     ) -> impl Future<Output = Result<()>> + Send {
+        debug_assert!(
+            !matches!(self.waiting(), super::Waiting::Queue(_)),
+            "{}: a kind whose waiters queue must leave its queue itself",
+            self.kind_name()
+        );
         std::future::ready(Ok(()))
     }
     /// Where waiters of one handle take turns, when they do (see [`Turnstile`]).
