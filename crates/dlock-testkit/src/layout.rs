@@ -9,7 +9,11 @@
 //!
 //! A module is a file (`foo.rs`, or `foo/mod.rs` as `foo`; `foo/bar.rs` as `foo::bar`); an
 //! edge A → B is a `crate::B…` path in A's code (not in a comment or a string). Paths into A's own
-//! children do not count: a parent may use what it is made of. (The same reading as the
+//! children do not count: a parent may use what it is made of. `super::` and `self::` paths
+//! are resolved against the module they are written in (inline `mod name { .. }` blocks
+//! included), so a cycle between siblings written with `super::` is seen too. One reading
+//! it cannot settle: `use crate::name;` where `name` is both a module and an item the root
+//! re-exports imports both; it counts as the module. (The same reading as the
 //! team's `modcycles` tool, which `.ci/run` also runs where it is installed.)
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,8 +39,10 @@ struct Module {
 struct Mention<'a> {
     from: &'a str,
     line: usize,
-    /// The path's segments after `crate::`, up to the first one that is not an identifier.
-    segments: Vec<&'a str>,
+    /// The path from the crate root (a `super::` or `self::` path resolved against the
+    /// module it is written in, inline `mod name { .. }` blocks included), up to the first
+    /// segment that is not an identifier; `*` for a glob on the root itself.
+    segments: Vec<String>,
     /// The path is called (`crate::name(..)`, `crate::name!(..)`): a function or macro.
     called: bool,
 }
@@ -73,7 +79,7 @@ impl Layout {
 
     fn mentions(&self) -> impl Iterator<Item = Mention<'_>> {
         self.modules.iter().flat_map(|(from, module)| {
-            crate_paths(&module.code)
+            crate_paths(&module.code, from)
                 .into_iter()
                 .map(move |(line, segments, called)| Mention {
                     from,
@@ -85,7 +91,7 @@ impl Layout {
     }
 
     /// The longest module path that `segments` starts with, if any.
-    fn target(&self, segments: &[&str]) -> Option<String> {
+    fn target(&self, segments: &[String]) -> Option<String> {
         (1..=segments.len())
             .rev()
             .map(|n| segments[..n].join("::"))
@@ -151,8 +157,7 @@ impl Layout {
         self.mentions()
             .filter(|m| !m.from.is_empty())
             .filter(|m| {
-                let first = m.segments[0];
-                let a_module = self.modules.contains_key(first);
+                let a_module = self.modules.contains_key(&m.segments[0]);
                 // `crate::name(..)` calls a function even where a module has that name too
                 // (a root `pub use name::name` makes both).
                 !a_module || (m.segments.len() == 1 && m.called)
@@ -329,25 +334,91 @@ fn is_ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// Each path after a `crate::` in `code` (not `$crate::`, not `some_crate::`) with the line
-/// it starts on, as its identifier segments; a `use` group (`crate::{a, b::{c, d}}`, over
-/// several lines too) gives one path per leaf.
-fn crate_paths(code: &str) -> Vec<(usize, Vec<&str>, bool)> {
+/// Each path in `code` (the code of `module`) that starts at `crate::`, `super::` or
+/// `self::` (not `$crate::`, not `some_crate::`), resolved to a path from the crate root,
+/// with the line it starts on and whether it is called; a `use` group
+/// (`crate::{a, b::{c, d}}`, over several lines too) gives one path per leaf.
+fn crate_paths(code: &str, module: &str) -> Vec<(usize, Vec<String>, bool)> {
+    let inline = inline_modules(code);
+    let module: Vec<&str> = module.split("::").filter(|s| !s.is_empty()).collect();
     let mut paths = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        let before = code[..at].chars().next_back();
-        if before.is_some_and(|c| is_ident_char(c) || c == '$') {
+    for start in ["crate::", "super::", "self::"] {
+        for (at, _) in code.match_indices(start) {
+            let before = code[..at].chars().next_back();
+            // `my_crate::`, `$crate::`, and the second `super` of `super::super::`.
+            if before.is_some_and(|c| is_ident_char(c) || c == '$' || c == ':') {
+                continue;
+            }
+            // Where the path is written: the file's module, then the inline modules
+            // around it.
+            let mut base: Vec<&str> = module.clone();
+            base.extend(
+                inline
+                    .iter()
+                    .filter(|(open, close, _)| *open < at && at < *close)
+                    .map(|(_, _, name)| *name),
+            );
+            let mut rest = &code[at + start.len()..];
+            match start {
+                "crate::" => base.clear(),
+                "super::" => {
+                    base.pop();
+                    while let Some(next) = rest.strip_prefix("super::") {
+                        base.pop();
+                        rest = next;
+                    }
+                }
+                _ => {}
+            }
+            let line = code[..at].matches('\n').count() + 1;
+            let mut leaves = Vec::new();
+            let read = path_tree(rest, base.clone(), &mut leaves);
+            if leaves.is_empty() && base.is_empty() && rest.trim_start().starts_with('*') {
+                leaves.push(vec!["*"]); // a glob of the root: everything the root has
+            }
+            let called = leaves.len() == 1
+                && matches!(rest[read..].trim_start().chars().next(), Some('(' | '!'));
+            paths.extend(leaves.into_iter().map(|segments| {
+                let segments = segments.into_iter().map(str::to_string).collect();
+                (line, segments, called)
+            }));
+        }
+    }
+    paths.sort_by_key(|(line, _, _)| *line);
+    paths
+}
+
+/// The inline modules of `code` (`mod name { .. }`): where each opens and closes, and its
+/// name.
+fn inline_modules(code: &str) -> Vec<(usize, usize, &str)> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("mod ") {
+        if code[..at].ends_with(is_ident_char) {
             continue;
         }
-        let line = code[..at].matches('\n').count() + 1;
-        let rest = &code[at + "crate::".len()..];
-        let mut leaves = Vec::new();
-        let read = path_tree(rest, Vec::new(), &mut leaves);
-        let called = leaves.len() == 1
-            && matches!(rest[read..].trim_start().chars().next(), Some('(' | '!'));
-        paths.extend(leaves.into_iter().map(|segments| (line, segments, called)));
+        let after = &code[at + "mod ".len()..];
+        let name_end = after.find(|c| !is_ident_char(c)).unwrap_or(after.len());
+        let rest = after[name_end..].trim_start();
+        if name_end == 0 || !rest.starts_with('{') {
+            continue;
+        }
+        let open = code.len() - rest.len();
+        let mut depth = 0usize;
+        let close = code[open..]
+            .char_indices()
+            .find_map(|(i, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => return None,
+                }
+                (depth == 0).then_some(open + i)
+            })
+            .unwrap_or(code.len());
+        found.push((open, close, &after[..name_end]));
     }
-    paths
+    found.sort();
+    found
 }
 
 /// Reads one path tree at the start of `text` (segments, maybe ending in a `{...}` group)
@@ -501,7 +572,7 @@ mod tests {
     fn every_leaf_of_a_use_group_is_an_import_over_several_lines_too() {
         let code =
             "use crate::{\n    a::{self, B},\n    c::*,\n    d,\n};\nfn f() { crate::e::g() }";
-        let paths = crate_paths(code);
+        let paths = crate_paths(code, "");
         let leaves: Vec<String> = paths.iter().map(|(_, s, _)| s.join("::")).collect();
         assert_eq!(leaves, ["a::self", "a::B", "c", "d", "e::g"]);
         assert_eq!(paths.last().map(|(line, _, _)| *line), Some(6));
@@ -523,11 +594,45 @@ mod tests {
                     let r = r#\"crate::w\"#; fn f<'a>(s: &'a str) { crate::v::g(s) }";
         let code = code_only(text);
         assert_eq!(code.lines().count(), text.lines().count());
-        let leaves: Vec<String> = crate_paths(&code)
+        let leaves: Vec<String> = crate_paths(&code, "")
             .into_iter()
             .map(|(line, s, _)| format!("{line}:{}", s.join("::")))
             .collect();
         assert_eq!(leaves, ["4:v::g"]);
+    }
+
+    #[test]
+    fn super_and_self_paths_are_resolved_inline_modules_included() {
+        let dir = tree(&[
+            ("lib.rs", "mod m;\npub fn helper() {}\n"),
+            ("m/mod.rs", "mod x;\nmod y;\n"),
+            ("m/x.rs", "use super::y::Y;\npub struct X;\n"),
+            (
+                "m/y.rs",
+                "use super::super::m::x::X;\npub struct Y;\n\
+                 #[cfg(test)]\nmod tests {\n    use super::*;\n    use self::inner::Z;\n}\n",
+            ),
+        ]);
+        let layout = Layout::read(dir.path());
+        assert_eq!(
+            layout.cycles(),
+            vec![vec!["m::x".to_string(), "m::y".to_string()]],
+            "{:?}",
+            layout.edges()
+        );
+        assert!(
+            layout.edges()["m::y"].len() == 1,
+            "a test module's super is its file: {:?}",
+            layout.edges()
+        );
+        let top = tree(&[
+            ("lib.rs", "mod a;\npub fn helper() {}\n"),
+            ("a.rs", "fn f() { super::helper() }\nuse crate::*;\n"),
+        ]);
+        let uses = Layout::read(top.path()).root_paths();
+        assert_eq!(uses.len(), 2, "{uses:?}");
+        assert!(uses[0].ends_with("a.rs:1: crate::helper"), "{uses:?}");
+        assert!(uses[1].ends_with("a.rs:2: crate::*"), "{uses:?}");
     }
 
     #[test]
