@@ -13,8 +13,8 @@
 //! are resolved against the module they are written in (inline `mod name { .. }` blocks
 //! included), so a cycle between siblings written with `super::` is seen too. One reading
 //! it cannot settle: `use crate::name;` where `name` is both a module and an item the root
-//! re-exports imports both; it counts as the module. (The same reading as the
-//! team's `modcycles` tool, which `.ci/run` also runs where it is installed.)
+//! re-exports imports both; it counts as the module. (The team's `modcycles` tool, which
+//! `.ci/run` also runs where it is installed, reads `crate::` paths alone.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
