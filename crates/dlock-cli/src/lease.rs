@@ -12,7 +12,7 @@ use crate::duration;
 #[derive(Args, Debug, Clone)]
 pub struct LeaseArgs {
     /// Lease of the lock, within the library's limits (the help says them)
-    #[arg(long, value_parser = duration::ttl, default_value = "30s", help = format!(
+    #[arg(long, value_parser = duration::ttl, default_value = dlock::humane(dlock::DEFAULT_TTL), help = format!(
         "Lease of the lock, {} (e.g. 250ms, 30s, 5m); `run` renews it while the command runs, so a long job keeps a short --ttl",
         duration::ttl_range()
     ))]
@@ -28,8 +28,9 @@ pub struct LeaseArgs {
     pub conflict_exit_code: Option<u8>,
     /// Lease on a waiter's place in a queue, within the library's limits (the help says them)
     #[arg(long, value_parser = duration::waiter_lease, value_name = "DUR", help = format!(
-        "Lease on a waiter's place in the queue of a fair lock, write lock or semaphore: a crashed waiter holds up the queue this long ({}) [default: 30s]",
-        duration::waiter_lease_range()
+        "Lease on a waiter's place in the queue of a fair lock, write lock or semaphore: a crashed waiter holds up the queue this long ({}) [default: {}]",
+        duration::waiter_lease_range(),
+        dlock::humane(dlock::DEFAULT_WAITER_LEASE)
     ))]
     pub waiter_lease: Option<Duration>,
     /// Keep the lock ungrantable for DUR after a hold that ended by its lease running out

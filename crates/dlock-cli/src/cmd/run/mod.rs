@@ -45,15 +45,19 @@ pub struct RunArgs {
 /// What a job started on every replica (by cron, a timer) needs to run once.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ScheduleArgs {
-    /// Keep the lock until DUR after it was granted even when CMD ends sooner, so a
-    /// replica whose timer fires later finds it held (cron: longer than the replicas'
-    /// timers drift apart; 1ms to 24h)
-    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    /// Keep the lock until DUR after it was granted even when CMD ends sooner (the help
+    /// says the library's limit)
+    #[arg(long, value_parser = duration::parse, value_name = "DUR", help = format!(
+        "Keep the lock until DUR after it was granted even when CMD ends sooner, so a replica whose timer fires later finds it held (cron: longer than the replicas' timers drift apart; 1ms to {})",
+        dlock::humane(dlock::MAX_TTL)
+    ))]
     pub hold_at_least: Option<Duration>,
-    /// Do not run CMD if it succeeded under this lock within DUR (by Redis's clock): exit
-    /// as when busy (75, or -E N); after CMD exits 0, record its success for DUR (1ms to
-    /// a year)
-    #[arg(long, value_parser = duration::parse, value_name = "DUR")]
+    /// Do not run CMD if it succeeded under this lock within DUR (the help says the
+    /// library's limit)
+    #[arg(long, value_parser = duration::parse, value_name = "DUR", help = format!(
+        "Do not run CMD if it succeeded under this lock within DUR (by Redis's clock): exit as when busy (75, or -E N); after CMD exits 0, record its success for DUR (1ms to {})",
+        dlock::humane(dlock::MAX_SUCCESS_MEMORY)
+    ))]
     pub skip_if_ran_within: Option<Duration>,
     /// Set from the global --quiet: a skip says nothing either.
     #[arg(skip)]
