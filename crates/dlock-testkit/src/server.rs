@@ -20,14 +20,14 @@ pub enum ServerMode {
     Standalone,
     /// A cluster node (`cluster-enabled yes`) with its `nodes.conf` in its data directory
     /// and its cluster bus on a second free port. It belongs to no cluster until joined:
-    /// [`RedisCluster`] does that.
+    /// [`RedisCluster`](crate::cluster::RedisCluster) does that.
     Cluster {
         /// `cluster-node-timeout`: how long a node may not answer before it is suspected.
         node_timeout: Duration,
     },
     /// Redis Sentinel (`redis-server sentinel.conf --sentinel`), with its own rewritable
     /// config file in its data directory. It watches nothing until told to:
-    /// [`SentinelGroup`] does that.
+    /// [`SentinelGroup`](crate::sentinel::SentinelGroup) does that.
     Sentinel,
 }
 

@@ -86,7 +86,8 @@ pub struct BenchArgs {
     json: bool,
     /// Start private redis-servers on free loopback ports for the run (and stop them
     /// after), instead of using --redis: one for every scenario, five for redlock. Not with
-    /// --cluster, --sentinel or several --redis URLs
+    /// --cluster, --sentinel or several --redis URLs. Built in with the cargo feature
+    /// `spawn` only (./scripts/bench.sh has it; an installed dlock does not)
     #[arg(long)]
     pub spawn: bool,
     /// A short run, under a minute: 300ms per throughput scenario, 1000 renewed locks,

@@ -154,10 +154,10 @@ HOW IT WORKS:
     any order never wait for each other: on one server (or names in one Cluster slot) all
     names are taken by one script, across Cluster slots one slot at a time in one order,
     a busy slot giving back those taken before it. The waiter does not queue: a --fair
-    waiter of one of the names may be served first. Each name is held as a mutex, fair
-    mutex or write lock of it is (and excludes them). Not with --read or --permits, with
-    several --redis URLs (Redlock), or with --skip-if-ran-within. Transfers between two
-    accounts:
+    waiter of one of the names may be served first. Each name is held the way a mutex,
+    fair mutex or write lock holds it, so it excludes them all. Not with --read or
+    --permits, with several --redis URLs (Redlock), or with --skip-if-ran-within.
+    Transfers between two accounts:
         dlock run account-17 --also account-42 -- ./transfer.sh 17 42
 
     Jobs that cron starts on every replica: --hold-at-least DUR keeps the lock until DUR
