@@ -53,6 +53,47 @@ pub fn tick_keys(conn: &mut redis::Connection, keys: &[&str]) {
     }
 }
 
+/// The queued kinds' attempts in a random run: how many each of three clients made, and
+/// the last one sent (its token and whether it joined the line), so that a step can pick
+/// a new wait's first attempt, a single attempt, a resend of the last (as after a lost
+/// reply), or a waiter's next attempt with its latest token.
+#[derive(Default)]
+pub struct Attempts {
+    made: [u8; 3],
+    last: Option<(Token, bool)>,
+}
+
+impl Attempts {
+    /// `client`'s latest token (a release, renewal or leave of a hold it may have lost:
+    /// the scripts must refuse what is not theirs).
+    pub fn latest(&self, client: u8) -> Token {
+        Token {
+            client,
+            attempt: self.made[client as usize].saturating_sub(1),
+        }
+    }
+
+    /// The attempt for `choice` 0 to 5: 0 or 1 a new wait joining the line, 2 a single
+    /// attempt, 3 the last attempt again (`None` before any), 4 or 5 the latest token's
+    /// next attempt in line. Recorded as the last.
+    pub fn pick(&mut self, choice: u32, client: u8) -> Option<(Token, bool)> {
+        let picked = match choice {
+            0..=2 => {
+                let token = Token {
+                    client,
+                    attempt: self.made[client as usize],
+                };
+                self.made[client as usize] += 1;
+                (token, choice != 2)
+            }
+            3 => self.last?,
+            _ => (self.latest(client), true),
+        };
+        self.last = Some(picked);
+        Some(picked)
+    }
+}
+
 /// The fences seen, the server's beside the model's: the server's are the clock floor (µs),
 /// the model's a plain count, so they must agree in order and in equality, not in value.
 #[derive(Default)]

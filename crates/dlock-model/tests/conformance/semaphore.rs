@@ -10,8 +10,8 @@ use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    entries_at, lease, leave_line, line_at, renew, same, token_text, Bench, Fences, SHIFT_ENTRIES,
-    SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
+    entries_at, lease, leave_line, line_at, renew, same, token_text, Attempts, Bench, Fences,
+    SHIFT_ENTRIES, SHIFT_QUEUE, SLACK_MS, TICK_MS, TTL, WAITER_LEASE,
 };
 use super::library::{lock_keys, named_key, send};
 
@@ -117,37 +117,20 @@ pub fn run_semaphore(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model = Server::default();
     let mut now: u8 = 0;
-    let mut attempts = [0u8; 3];
-    let mut last: Option<(Token, bool)> = None;
+    let mut attempts = Attempts::default();
     let mut fences = Fences::default();
     for step in 0..40 {
         let client = rng.random_range(0..3u8);
-        let latest = Token {
-            client,
-            attempt: attempts[client as usize].saturating_sub(1),
-        };
+        let latest = attempts.latest(client);
         let choice = rng.random_range(0..12);
         let context = format!("seed {seed}, step {step}: choice {choice}, client {client}");
         match choice {
             // A new wait's first attempt, a single attempt, a resend of the last attempt
             // (as after a lost reply), or a waiter's next attempt with its token.
             0..=5 => {
-                let (token, join) = match choice {
-                    0..=2 => {
-                        let token = Token {
-                            client,
-                            attempt: attempts[client as usize],
-                        };
-                        attempts[client as usize] += 1;
-                        (token, choice != 2)
-                    }
-                    3 => match last {
-                        Some(last) => last,
-                        None => continue,
-                    },
-                    _ => (latest, true),
+                let Some((token, join)) = attempts.pick(choice, client) else {
+                    continue;
                 };
-                last = Some((token, join));
                 let in_line = model.live_waiters(now).any(|t| t == token);
                 let expected =
                     model.permit_acquire(token, now, TTL, 2, WAITER_LEASE, join, mutants);

@@ -10,7 +10,8 @@ use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
 use super::harness::{
-    entries_at, lease, leave_line, line_at, same, token_text, Bench, Fences, TTL, WAITER_LEASE,
+    entries_at, lease, leave_line, line_at, same, token_text, Attempts, Bench, Fences, TTL,
+    WAITER_LEASE,
 };
 use super::library::lock_keys;
 use super::semaphore::{semaphore_scripts, SemaphoreScripts};
@@ -65,35 +66,18 @@ pub fn run_weighted(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model = Server::default();
     let mut now: u8 = 0;
-    let mut attempts = [0u8; 3];
-    let mut last: Option<(Token, bool)> = None;
+    let mut attempts = Attempts::default();
     let mut fences = Fences::default();
     for step in 0..40 {
         let client = rng.random_range(0..3u8);
-        let latest = Token {
-            client,
-            attempt: attempts[client as usize].saturating_sub(1),
-        };
+        let latest = attempts.latest(client);
         let choice = rng.random_range(0..12);
         let context = format!("seed {seed}, step {step}: choice {choice}, client {client}");
         match choice {
             0..=5 => {
-                let (token, join) = match choice {
-                    0..=2 => {
-                        let token = Token {
-                            client,
-                            attempt: attempts[client as usize],
-                        };
-                        attempts[client as usize] += 1;
-                        (token, choice != 2)
-                    }
-                    3 => match last {
-                        Some(last) => last,
-                        None => continue,
-                    },
-                    _ => (latest, true),
+                let Some((token, join)) = attempts.pick(choice, client) else {
+                    continue;
                 };
-                last = Some((token, join));
                 let free = N.saturating_sub(model.weight_held(now, &weight_of, &[]));
                 let expected = model.weighted_permit_acquire(
                     token,
