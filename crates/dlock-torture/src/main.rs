@@ -171,7 +171,7 @@ fn harness(cli: Cli) -> i32 {
         return fail(
             69,
             &format!("the dlock binary is not at {}", dlock.display()),
-            "build it beside this one (cargo build -p dlock-cli -p dlock-torture), or pass --dlock PATH",
+            "build it beside this one (cargo build -p dlock-redis-cli -p dlock-torture), or pass --dlock PATH",
         );
     }
     if which_redis_server().is_none() {

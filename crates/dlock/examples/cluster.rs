@@ -3,7 +3,7 @@
 //!
 //! Needs a cluster's nodes in `DLOCK_CLUSTER`, separated by commas (any of them; the
 //! client learns the rest), e.g. `DLOCK_CLUSTER=redis://127.0.0.1:7000,redis://127.0.0.1:7001`.
-//! Run: `cargo run -p dlock --example cluster`
+//! Run: `cargo run -p dlock-redis --example cluster`
 
 use dlock::Client;
 

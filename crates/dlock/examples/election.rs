@@ -2,7 +2,7 @@
 //! sees every change.
 //!
 //! Needs a Redis server at `DLOCK_REDIS` (default `redis://127.0.0.1:6379`).
-//! Run: `cargo run -p dlock --example election`
+//! Run: `cargo run -p dlock-redis --example election`
 
 use dlock::Client;
 

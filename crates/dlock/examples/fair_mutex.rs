@@ -1,7 +1,7 @@
 //! The fair mutex: waiters are served in arrival order, each handed the lock directly.
 //!
 //! Needs a Redis server at `DLOCK_REDIS` (default `redis://127.0.0.1:6379`).
-//! Run: `cargo run -p dlock --example fair_mutex`
+//! Run: `cargo run -p dlock-redis --example fair_mutex`
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Guarded writes: data beside the lock, written only while the hold is held.
 //!
 //! Needs a Redis server at `DLOCK_REDIS` (default `redis://127.0.0.1:6379`).
-//! Run: `cargo run -p dlock --example guarded`
+//! Run: `cargo run -p dlock-redis --example guarded`
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The mutex: one holder at a time, a fencing token per grant, and the lost signal.
 //!
 //! Needs a Redis server at `DLOCK_REDIS` (default `redis://127.0.0.1:6379`).
-//! Run: `cargo run -p dlock --example mutex`
+//! Run: `cargo run -p dlock-redis --example mutex`
 
 use std::time::Duration;
 

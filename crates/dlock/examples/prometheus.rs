@@ -3,7 +3,7 @@
 //! few workers take turns on one lock so every metric has something to show.
 //!
 //! Needs a Redis server at `DLOCK_REDIS` (default `redis://127.0.0.1:6379`).
-//! Run: `cargo run -p dlock --features metrics --example prometheus`, then
+//! Run: `cargo run -p dlock-redis --features metrics --example prometheus`, then
 //! `curl http://127.0.0.1:9898/metrics` (`DLOCK_METRICS_ADDR` sets another address). It
 //! runs for `DLOCK_SECONDS` seconds (default 30), then prints what a scrape would read.
 

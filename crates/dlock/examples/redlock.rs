@@ -3,7 +3,7 @@
 //! Needs independent Redis masters in `DLOCK_REDLOCK`, separated by commas, e.g. three
 //! started with `redis-server --port 7001`, `--port 7002`, `--port 7003` and
 //! `DLOCK_REDLOCK=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003`.
-//! Run: `cargo run -p dlock --example redlock`
+//! Run: `cargo run -p dlock-redis --example redlock`
 
 use dlock::Client;
 

@@ -2,7 +2,7 @@
 //! hold is given back.
 //!
 //! Needs a Redis server at `DLOCK_REDIS` (default `redis://127.0.0.1:6379`).
-//! Run: `cargo run -p dlock --example reentrant`
+//! Run: `cargo run -p dlock-redis --example reentrant`
 
 use dlock::{Client, Error, Owner};
 

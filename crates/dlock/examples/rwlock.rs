@@ -2,7 +2,7 @@
 //! into a reader without a gap.
 //!
 //! Needs a Redis server at `DLOCK_REDIS` (default `redis://127.0.0.1:6379`).
-//! Run: `cargo run -p dlock --example rwlock`
+//! Run: `cargo run -p dlock-redis --example rwlock`
 
 use dlock::{Client, Error, Owner};
 

@@ -1,7 +1,7 @@
 //! The semaphore: at most N holders at once, each permit with its own lease and fence.
 //!
 //! Needs a Redis server at `DLOCK_REDIS` (default `redis://127.0.0.1:6379`).
-//! Run: `cargo run -p dlock --example semaphore`
+//! Run: `cargo run -p dlock-redis --example semaphore`
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

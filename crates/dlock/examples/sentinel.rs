@@ -4,7 +4,7 @@
 //! Needs sentinels in `DLOCK_SENTINEL` (separated by commas) and the name they monitor the
 //! master under in `DLOCK_SERVICE`, e.g. `DLOCK_SENTINEL=redis://127.0.0.1:26379
 //! DLOCK_SERVICE=mymaster`.
-//! Run: `cargo run -p dlock --example sentinel`
+//! Run: `cargo run -p dlock-redis --example sentinel`
 
 use std::time::Duration;
 

@@ -206,3 +206,69 @@ fn a_subcommand_lists_its_own_options_before_the_global_ones() {
         assert!(at(global) > heading, "{global} under its heading: {help}");
     }
 }
+
+/// Every package the docs and scripts name (`-p NAME`, `--package NAME`, `cargo install
+/// --locked NAME`, `cargo add NAME`, `-F NAME/feature`) is one of this workspace's packages,
+/// by its registry name (docs/decisions.md, "Published names"): a renamed package leaves
+/// no command behind that cargo would refuse or, worse, answer with someone else's crate.
+#[test]
+fn every_package_the_docs_and_scripts_name_is_in_the_workspace() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut packages = Vec::new();
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let manifest = std::fs::read_to_string(entry.unwrap().path().join("Cargo.toml")).unwrap();
+        let name = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("name = \""))
+            .and_then(|rest| rest.strip_suffix('"'))
+            .expect("a [package] name");
+        packages.push(name.to_string());
+    }
+    assert!(packages.iter().any(|p| p == "dlock-redis"), "{packages:?}");
+    let mut files = vec![root.join("README.md"), root.join(".ci/run")];
+    for dir in ["docs", "scripts"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+    }
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let crate_dir = entry.unwrap().path();
+        files.push(crate_dir.join("README.md"));
+        if let Ok(examples) = std::fs::read_dir(crate_dir.join("examples")) {
+            files.extend(examples.map(|e| e.unwrap().path()).filter(|p| p.is_file()));
+        }
+    }
+    let mut named = 0;
+    // decisions.md is the record of what was, old names included (`cargo add dlock`).
+    files.retain(|f| !f.ends_with("docs/decisions.md"));
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let words: Vec<&str> = text
+            .split(|c: char| c.is_whitespace() || "`()[],;'\"".contains(c))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for (i, pair) in words.windows(2).enumerate() {
+            let name = match pair[0] {
+                "-p" | "--package" | "add" => pair[1],
+                "--locked" if i > 0 && words[i - 1] == "install" && pair[1] != "--path" => pair[1],
+                "-F" | "--features" if pair[1].contains('/') => pair[1].split('/').next().unwrap(),
+                _ => continue,
+            };
+            if !name.starts_with("dlock") || name.contains('$') {
+                continue;
+            }
+            named += 1;
+            assert!(
+                packages.iter().any(|p| p == name),
+                "{} names the package `{name}`, which is not one of {packages:?}",
+                file.display()
+            );
+        }
+    }
+    assert!(
+        named > 10,
+        "the docs name the packages they build ({named} found)"
+    );
+}

@@ -5,7 +5,7 @@
 //! started with `redis-server --port 6379`. Run:
 //!
 //! ```sh
-//! cargo run -p dlock --example fenced_sqlite
+//! cargo run -p dlock-redis --example fenced_sqlite
 //! ```
 //!
 //! Two holders of the lock `account:1` update the same row. The first pauses (a stand-in
