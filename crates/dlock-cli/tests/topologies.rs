@@ -159,7 +159,7 @@ fn bench_on_a_cluster_measures_its_baseline_on_the_cluster_and_cleans_up() {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert_eq!(rows.len(), 17, "{stdout}");
+    assert_eq!(rows.len(), 21, "{stdout}");
     for row in rows.iter().filter(|row| row["unit"] == "cycles/s") {
         assert!(row["value"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["baseline"].as_f64().unwrap() > 0.0, "{row}");

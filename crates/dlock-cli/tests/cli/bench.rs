@@ -39,6 +39,51 @@ fn bench_reports_every_scenario_with_its_baseline() {
         assert!(report[scenario]["ratio"].as_f64().unwrap() > 0.0);
         assert_eq!(report[scenario]["unit"], "cycles/s");
     }
+    // Every floored scenario carries its floor, measured in the same run on the same server.
+    for (scenario, kind, of) in [
+        ("par", "raw_pair", "value"),
+        ("par_fenced", "fenced_grant", "value"),
+        ("rwlock_read", "read_hold", "value"),
+        ("handoff", "notification", "gap_p50_ms"),
+        ("handoff_fair", "notification", "gap_p50_ms"),
+        ("handoff_write", "notification", "gap_p50_ms"),
+    ] {
+        let row = &report[scenario];
+        assert_eq!(row["floor_kind"], kind, "{row}");
+        assert_eq!(row["floor_of"], of, "{row}");
+        assert!(row["floor"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
+        assert!(row["ratio_to_floor"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
+    }
+    // par's floor is its raw baseline itself; the hand-offs carry the raw PING beside.
+    assert_eq!(report["par"]["floor"], report["par"]["baseline"]);
+    assert!(
+        report["handoff_fair"]["floor_ping_p50_ms"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    // A scenario without a floor says so rather than leaving the field out.
+    assert!(report["seq"]["floor"].is_null() && report["seq"]["ratio_to_floor"].is_null());
+    // The queued kinds' hand-offs and herds beside the mutex's.
+    let semaphore = &report["handoff_semaphore"];
+    assert_eq!(semaphore["permits"], 4, "{semaphore}");
+    let busy = semaphore["busy_fraction"].as_f64().unwrap();
+    assert!(busy > 0.0 && busy <= 1.0, "semaphore busy fraction {busy}");
+    assert_eq!(semaphore["per_worker"].as_array().unwrap().len(), 16);
+    let busy = report["handoff_write"]["busy_fraction"].as_f64().unwrap();
+    assert!(busy > 0.0 && busy <= 1.0, "write lock busy fraction {busy}");
+    for herd in ["herd_semaphore", "herd_write"] {
+        assert_eq!(
+            report[herd]["unit"], "commands/hand-off",
+            "{}",
+            report[herd]
+        );
+        assert!(
+            report[herd]["value"].as_f64().unwrap() > 0.0,
+            "{}",
+            report[herd]
+        );
+    }
     let per_worker: Vec<u64> =
         serde_json::from_value(report["handoff_fair"]["per_worker"].clone()).unwrap();
     assert_eq!(per_worker.len(), 4);
@@ -118,8 +163,12 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "par_fenced",
             "handoff",
             "handoff_fair",
+            "handoff_semaphore",
+            "handoff_write",
             "herd",
             "herd_fair",
+            "herd_semaphore",
+            "herd_write",
             "rwlock_read",
             "rwlock_writer",
             "rwlock_read_scale",
@@ -156,4 +205,115 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
         herd["rounds_per_handoff"].as_f64().unwrap() >= 1.0,
         "{herd}"
     );
+}
+
+/// The floors' scripts, as the bench sends them: they must do what their floor claims, or
+/// a ratio to them means nothing.
+mod floor_scripts {
+    use dlock_testkit::RedisServer;
+
+    const FENCED_GRANT: &str = include_str!("../../src/cmd/bench/floor_fenced_grant.lua");
+    const READ_HOLD: &str = include_str!("../../src/cmd/bench/floor_read_hold.lua");
+    const READ_RELEASE: &str = include_str!("../../src/cmd/bench/floor_read_release.lua");
+
+    /// The server's clock in microseconds.
+    fn server_clock_us(server: &RedisServer) -> i64 {
+        let time: Vec<String> = server.cmd(&["TIME"]);
+        time[0].parse::<i64>().unwrap() * 1_000_000 + time[1].parse::<i64>().unwrap()
+    }
+
+    #[test]
+    fn the_fenced_grant_floor_grants_and_draws_a_clock_floor_fence() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let grant = redis::Script::new(FENCED_GRANT);
+        let take = |conn: &mut redis::Connection, token: &str| -> i64 {
+            grant
+                .key("job")
+                .key("{job}:fence")
+                .arg(token)
+                .arg(10_000)
+                .invoke(conn)
+                .unwrap()
+        };
+
+        // A grant holds the key for its lease and draws the server's clock as the fence.
+        let before = server_clock_us(&server);
+        let fence = take(&mut conn, "first");
+        let after = server_clock_us(&server);
+        assert!(
+            (before..=after).contains(&fence),
+            "{before} <= {fence} <= {after}"
+        );
+        assert_eq!(server.cmd::<String>(&["GET", "job"]), "first");
+        let pttl: i64 = server.cmd(&["PTTL", "job"]);
+        assert!(pttl > 0 && pttl <= 10_000, "pttl {pttl}");
+        assert_eq!(server.cmd::<i64>(&["GET", "{job}:fence"]), fence);
+
+        // Held: refused, and no fence drawn.
+        assert_eq!(take(&mut conn, "second"), 0);
+        assert_eq!(server.cmd::<String>(&["GET", "job"]), "first");
+        assert_eq!(server.cmd::<i64>(&["GET", "{job}:fence"]), fence);
+
+        // The next grant's fence is larger.
+        let _: i64 = server.cmd(&["DEL", "job"]);
+        let next = take(&mut conn, "second");
+        assert!(next > fence, "{next} after {fence}");
+        assert_eq!(server.cmd::<i64>(&["GET", "{job}:fence"]), next);
+
+        // A counter ahead of the clock counts on (the clock is only a floor).
+        let ahead = 8_000_000_000_000_000_i64;
+        let _: () = server.cmd(&["SET", "{job}:fence", &ahead.to_string()]);
+        let _: i64 = server.cmd(&["DEL", "job"]);
+        assert_eq!(take(&mut conn, "third"), ahead + 1);
+        assert_eq!(server.cmd::<i64>(&["GET", "{job}:fence"]), ahead + 1);
+    }
+
+    #[test]
+    fn the_read_hold_floor_records_a_leased_hold_and_refuses_while_a_writer_holds() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let (hold, release) = (
+            redis::Script::new(READ_HOLD),
+            redis::Script::new(READ_RELEASE),
+        );
+        let read = |conn: &mut redis::Connection, token: &str| -> i64 {
+            hold.key("doc").arg(token).arg(10_000).invoke(conn).unwrap()
+        };
+        let give_back = |conn: &mut redis::Connection, token: &str| -> i64 {
+            release.key("doc").arg(token).invoke(conn).unwrap()
+        };
+
+        // Two readers at once, each hold recorded with the end of its lease.
+        let before = server_clock_us(&server) / 1000;
+        assert_eq!(read(&mut conn, "a"), 1);
+        assert_eq!(read(&mut conn, "b"), 1);
+        let after = server_clock_us(&server) / 1000;
+        for token in ["a", "b"] {
+            let ends: i64 = server.cmd(&["HGET", "doc", token]);
+            assert!(
+                (before + 10_000..=after + 10_000).contains(&ends),
+                "{token} ends at {ends}, granted between {before} and {after}"
+            );
+        }
+        let pttl: i64 = server.cmd(&["PTTL", "doc"]);
+        assert!(
+            pttl > 0 && pttl <= 10_000,
+            "the holds' hash expires: pttl {pttl}"
+        );
+
+        // A release removes its own hold only; the last one takes the key with it.
+        assert_eq!(give_back(&mut conn, "a"), 1);
+        assert_eq!(give_back(&mut conn, "a"), 0);
+        assert_eq!(server.cmd::<i64>(&["HEXISTS", "doc", "b"]), 1);
+        assert_eq!(give_back(&mut conn, "b"), 1);
+        assert_eq!(server.cmd::<i64>(&["EXISTS", "doc"]), 0);
+
+        // A writer holds (a string at the key): refused, and the writer's hold untouched
+        // by a read or a release.
+        let _: () = server.cmd(&["SET", "doc", "writer", "PX", "10000"]);
+        assert_eq!(read(&mut conn, "c"), 0);
+        assert_eq!(give_back(&mut conn, "c"), 0);
+        assert_eq!(server.cmd::<String>(&["GET", "doc"]), "writer");
+    }
 }

@@ -3,28 +3,26 @@
 
 use super::*;
 
+/// `waiters` waiters queued on one lock of `kind` (of one permit: one hand-off per
+/// release), each taking it once after the holder lets go: Redis commands per hand-off.
 pub(super) async fn herd(
     client: &Client,
     raw: &Raw,
     name: &str,
-    fair: bool,
+    kind: Queued,
     waiters: usize,
 ) -> dlock::Result<f64> {
     let options = LockOptions::default()
         .ttl(Duration::from_secs(30))
         .wait(Wait::Forever)
         .waiter_lease(Duration::from_secs(120));
-    let mutex = if fair {
-        client.fair_mutex_with(name, options)?
-    } else {
-        client.mutex_with(name, options)?
-    };
-    let holder = mutex.try_lock().await?;
+    let lock = kind.lock(client, name, options)?;
+    let holder = lock.try_lock().await?;
     let mut tasks = Vec::new();
     for _ in 0..waiters {
-        let mutex = mutex.clone();
+        let lock = lock.clone();
         tasks.push(tokio::spawn(
-            async move { mutex.lock().await?.unlock().await },
+            async move { lock.lock().await?.unlock().await },
         ));
     }
     // Let every waiter subscribe and settle.

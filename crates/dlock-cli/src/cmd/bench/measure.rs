@@ -220,38 +220,76 @@ pub(super) async fn semaphore_cycles(
     run_loops(loops).await
 }
 
+/// A lock kind whose release hands it to someone waiting: the hand-off and herd
+/// scenarios run over each.
+#[derive(Clone, Copy)]
+pub(super) enum Queued {
+    Plain,
+    Fair,
+    /// A semaphore of this many permits.
+    Semaphore(u32),
+    /// The write side of a read-write lock.
+    Write,
+}
+
+impl Queued {
+    /// The lock `name` of this kind, as an [`AnyLock`](dlock::AnyLock) whose clones act for
+    /// owners of their own (so writers queue behind each other, not re-enter).
+    pub(super) fn lock(
+        self,
+        client: &Client,
+        name: &str,
+        options: LockOptions,
+    ) -> dlock::Result<dlock::AnyLock> {
+        Ok(match self {
+            Queued::Plain => client.mutex_with(name, options)?.into(),
+            Queued::Fair => client.fair_mutex_with(name, options)?.into(),
+            Queued::Semaphore(permits) => client.semaphore_with(name, permits, options)?.into(),
+            Queued::Write => client.rwlock_with(name, options)?.writer().into(),
+        })
+    }
+
+    /// How many can hold it at once.
+    pub(super) fn permits(self) -> u32 {
+        match self {
+            Queued::Semaphore(permits) => permits,
+            _ => 1,
+        }
+    }
+}
+
 pub(super) struct Handoff {
     pub(super) rate: f64,
-    /// The measured share of wall time some worker held the lock.
+    /// The measured share of the permits' wall time held (of the lock's, for one).
     pub(super) busy_fraction: f64,
-    pub(super) gap_p50_ms: f64,
-    pub(super) gap_p99_ms: f64,
+    /// The gap between a release and the next acquisition by another worker, p50 and p99
+    /// (only with one permit: a semaphore's holds overlap).
+    pub(super) gap_ms: Option<(f64, f64)>,
     pub(super) per_worker: Vec<usize>,
 }
 
+/// `workers` workers on the lock `name` of `kind`, each holding it 1 ms, giving it back and
+/// working 1 ms outside it, for `duration`.
 pub(super) async fn handoff(
     client: &Client,
     name: &str,
-    fair: bool,
+    kind: Queued,
+    workers: usize,
     duration: Duration,
 ) -> dlock::Result<Handoff> {
     let options = LockOptions::default()
         .ttl(Duration::from_secs(10))
         .wait(Wait::Forever);
-    let mutex = if fair {
-        client.fair_mutex_with(name, options)?
-    } else {
-        client.mutex_with(name, options)?
-    };
+    let lock = kind.lock(client, name, options)?;
     let holds: Arc<StdMutex<Vec<(Instant, Instant, usize)>>> = Arc::default();
     let started = Instant::now();
     let deadline = started + duration;
-    let mut workers = Vec::new();
-    for worker in 0..4 {
-        let (mutex, holds) = (mutex.clone(), holds.clone());
-        workers.push(tokio::spawn(async move {
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let (lock, holds) = (lock.clone(), holds.clone());
+        tasks.push(tokio::spawn(async move {
             while Instant::now() < deadline {
-                let guard = mutex.lock().await?;
+                let guard = lock.lock().await?;
                 let acquired = Instant::now();
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 let released = Instant::now();
@@ -262,18 +300,21 @@ pub(super) async fn handoff(
             Ok::<(), dlock::Error>(())
         }));
     }
-    for worker in workers {
-        worker.await.expect("bench worker")?;
+    for task in tasks {
+        task.await.expect("bench worker")?;
     }
     let mut holds = holds.lock().unwrap().clone();
     holds.sort_by_key(|h| h.0);
-    let gaps: Vec<f64> = holds
-        .windows(2)
-        .filter(|w| w[0].2 != w[1].2)
-        .map(|w| w[1].0.saturating_duration_since(w[0].1).as_secs_f64() * 1000.0)
-        .collect();
-    let pct = percentiles(gaps);
-    let mut per_worker = vec![0; 4];
+    let gap_ms = (kind.permits() == 1).then(|| {
+        let gaps: Vec<f64> = holds
+            .windows(2)
+            .filter(|w| w[0].2 != w[1].2)
+            .map(|w| w[1].0.saturating_duration_since(w[0].1).as_secs_f64() * 1000.0)
+            .collect();
+        let pct = percentiles(gaps);
+        (pct(0.5), pct(0.99))
+    });
+    let mut per_worker = vec![0; workers];
     for h in &holds {
         per_worker[h.2] += 1;
     }
@@ -284,10 +325,9 @@ pub(super) async fn handoff(
         .sum();
     let wall = started.elapsed().as_secs_f64();
     Ok(Handoff {
-        busy_fraction: held / wall,
+        busy_fraction: held / (wall * f64::from(kind.permits())),
         rate: holds.len() as f64 / duration.as_secs_f64(),
-        gap_p50_ms: pct(0.5),
-        gap_p99_ms: pct(0.99),
+        gap_ms,
         per_worker,
     })
 }

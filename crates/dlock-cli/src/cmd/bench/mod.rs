@@ -13,9 +13,13 @@
 //! * handoff: 4 workers on one key, each holds it 1 ms then works 1 ms outside it;
 //!   acquisitions/s, the measured share of wall time the lock was held (`busy_fraction`),
 //!   the gap between a release and the next acquisition by another worker (p50/p99),
-//!   acquisitions per worker; plain vs fair mutex.
+//!   acquisitions per worker; plain vs fair mutex, and the write side of a read-write lock
+//!   (`handoff_write`: 4 writers, so a release finds writers queued). `handoff_semaphore`:
+//!   16 workers on a semaphore of 4 permits, `busy_fraction` the share of the permits'
+//!   time held (no gap: its holds overlap).
 //! * herd: waiters on one lock, each taking it once; Redis commands per hand-off (from
-//!   INFO commandstats, script-internal commands included); plain vs fair mutex.
+//!   INFO commandstats, script-internal commands included); plain vs fair mutex, a
+//!   semaphore of one permit and the write lock.
 //! * rwlock_read_scale / semaphore_scale: the server's time per take-and-give-back of one
 //!   more holder while 8, 64 and 1024 others hold the same read-write lock (read holds)
 //!   or semaphore (permits): `server_us_at` per size, and the growth from 8 to 1024.
@@ -43,6 +47,11 @@
 //!   (`rounds_per_handoff`: each round is a request to every master) and how often each
 //!   master's fence counter advanced per grant (`fence_increments_per_grant`: every node
 //!   that grants a round draws a fence, granted in the end or not; 1 is the floor).
+//!
+//! Floors (`floors`): beside par, par_fenced, rwlock_read and the hand-offs, the fastest
+//! any correct implementation of the operation could go on the same server, measured in
+//! the same run with the scenario's own loop shape, concurrency and duration (`floor`,
+//! `floor_kind`, `floor_of`, `ratio_to_floor`; docs/benchmarks.md says what each is).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -57,12 +66,14 @@ use crate::hold::Locks;
 use crate::lease::Replication;
 
 mod contention;
+mod floors;
 mod measure;
 mod redlock;
 mod scenarios;
 mod spawn;
 
 use contention::*;
+use floors::*;
 use measure::*;
 use redlock::*;
 use scenarios::*;
@@ -80,8 +91,8 @@ pub struct BenchArgs {
     /// Number of locks held in the renew scenario
     #[arg(long, default_value_t = 10_000)]
     renew_locks: usize,
-    /// Print one JSON object per scenario (scenario, value, unit, baseline, ratio, and the
-    /// scenario's own fields) instead of a table
+    /// Print one JSON object per scenario (scenario, value, unit, baseline, ratio, floor,
+    /// ratio_to_floor, and the scenario's own fields) instead of a table
     #[arg(long)]
     json: bool,
     /// Start private redis-servers on free loopback ports for the run (and stop them
@@ -138,7 +149,23 @@ struct Row {
     baseline: Option<f64>,
     /// What the baseline is, in the table ("raw" unless said otherwise).
     baseline_name: &'static str,
+    /// The floor of what the row measures, from the same run.
+    floor: Option<Floor>,
     extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A floor beside a row: the fastest any correct implementation of the row's operation
+/// could go on this server, measured in the same run with the row's own loop shape.
+#[derive(Clone, Copy)]
+struct Floor {
+    /// Which floor: `raw_pair`, `fenced_grant`, `read_hold` or `notification`.
+    kind: &'static str,
+    /// The floor, in the unit of what it floors.
+    value: f64,
+    /// The row's field that the floor is compared to (a time: lower is better, so the
+    /// ratio is at least about 1), or `None` for the row's value (a rate: the ratio is
+    /// the share of the floor's rate reached, at most about 1).
+    of: Option<&'static str>,
 }
 
 impl Row {
@@ -149,12 +176,19 @@ impl Row {
             unit,
             baseline: None,
             baseline_name: "raw",
+            floor: None,
             extra: serde_json::Map::new(),
         }
     }
 
     fn baseline(mut self, baseline: f64) -> Row {
         self.baseline = Some(baseline);
+        self
+    }
+
+    /// Puts `floor` beside the row; a floor of 0 or less (nothing measured) is left out.
+    fn floor(mut self, floor: Option<Floor>) -> Row {
+        self.floor = floor.filter(|floor| floor.value > 0.0);
         self
     }
 
@@ -167,6 +201,16 @@ impl Row {
         self.baseline.filter(|b| *b > 0.0).map(|b| self.value / b)
     }
 
+    /// What the row reached against its floor: the compared number over the floor.
+    fn ratio_to_floor(&self) -> Option<f64> {
+        let floor = self.floor?;
+        let compared = match floor.of {
+            None => self.value,
+            Some(field) => self.extra.get(field)?.as_f64()?,
+        };
+        Some(compared / floor.value)
+    }
+
     fn json(&self) -> serde_json::Value {
         let mut object = serde_json::Map::new();
         object.insert("scenario".into(), self.scenario.into());
@@ -174,17 +218,30 @@ impl Row {
         object.insert("unit".into(), self.unit.into());
         object.insert("baseline".into(), self.baseline.into());
         object.insert("ratio".into(), self.ratio().into());
+        object.insert("floor".into(), self.floor.map(|floor| floor.value).into());
+        if let Some(floor) = self.floor {
+            object.insert("floor_kind".into(), floor.kind.into());
+            object.insert("floor_of".into(), floor.of.unwrap_or("value").into());
+        }
+        object.insert("ratio_to_floor".into(), self.ratio_to_floor().into());
         object.extend(self.extra.clone());
         serde_json::Value::Object(object)
     }
 
     fn line(&self) -> String {
         let mut line = format!(
-            "{:<14} {:>10.1} {:<22}",
+            "{:<18} {:>10.1} {:<22}",
             self.scenario, self.value, self.unit
         );
         if let (Some(baseline), Some(ratio)) = (self.baseline, self.ratio()) {
             line += &format!(" {} {baseline:>10.1}  ratio {ratio:.2}", self.baseline_name);
+        }
+        if let (Some(floor), Some(ratio)) = (self.floor, self.ratio_to_floor()) {
+            line += &match floor.of {
+                None => format!("  floor {} {:.1}", floor.kind, floor.value),
+                Some(field) => format!("  floor {} {:.3} (of {field})", floor.kind, floor.value),
+            };
+            line += &format!("  ratio_to_floor {ratio:.2}");
         }
         for (field, value) in &self.extra {
             match value.as_f64().filter(|_| value.is_f64()) {
@@ -295,7 +352,7 @@ async fn bench(
     };
     let redlock = masters.len() > 1;
     let steps = match locks {
-        Locks::Client(_) => 14 + 2 * u64::from(redlock),
+        Locks::Client(_) => 20 + 2 * u64::from(redlock),
         Locks::Redlock(_) => 2,
     };
     let progress = indicatif::ProgressBar::new(steps);

@@ -127,9 +127,13 @@ pub(super) async fn one_deployment(
     progress.inc(1);
 
     // par_fenced: what a caller that reads every grant's fence pays, configured as the
-    // docs advise (the fence drawn with the grant); the raw pair has no fence.
-    step("par, par_fenced, rwlock_read");
+    // docs advise (the fence drawn with the grant); the raw pair has no fence. Each beside
+    // its floor (floors.rs), in the same slices: the raw pair for par, the fenced-grant
+    // floor for par_fenced, the read-hold floor (one lock, a hold per task) for
+    // rwlock_read.
+    step("par, par_fenced, rwlock_read and their floors");
     let rw_name = format!("{prefix}rw-read");
+    let read_floor_key = format!("{raw_prefix}rw-read-floor");
     let par = interleaved(
         std::slice::from_ref(&raw),
         duration,
@@ -160,55 +164,115 @@ pub(super) async fn one_deployment(
                 SCRIPT_ONLY,
                 Box::new(|slice| Box::pin(rwlock_reads(client, &rw_name, 64, slice))),
             ),
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| Box::pin(fenced_grant_cycles(&raw, &raw_prefix, 64, slice))),
+            ),
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| Box::pin(read_hold_cycles(&raw, &read_floor_key, 64, slice))),
+            ),
         ],
     )
     .await?;
-    rows.push(throughput_row("par", &par[1], &par[0]));
+    let rate_floor = |kind, rate: &Rate| {
+        Some(Floor {
+            kind,
+            value: rate.per_second,
+            of: None,
+        })
+    };
+    rows.push(throughput_row("par", &par[1], &par[0]).floor(rate_floor("raw_pair", &par[0])));
     rows.push(
         Row::new("par_fenced", par[2].per_second, "cycles/s")
             .baseline(par[0].per_second)
+            .floor(rate_floor("fenced_grant", &par[4]))
             .with("server_us_per_cycle", par[2].server_us_per_cycle.into())
-            .with("raw_server_us_per_cycle", par[0].server_us_per_cycle.into()),
+            .with("raw_server_us_per_cycle", par[0].server_us_per_cycle.into())
+            .with(
+                "floor_server_us_per_cycle",
+                par[4].server_us_per_cycle.into(),
+            ),
     );
     let rwlock_read = Row::new("rwlock_read", par[3].per_second, "cycles/s")
         .baseline(par[0].per_second)
-        .with("server_us_per_cycle", par[3].server_us_per_cycle.into());
+        .floor(rate_floor("read_hold", &par[5]))
+        .with("server_us_per_cycle", par[3].server_us_per_cycle.into())
+        .with(
+            "floor_server_us_per_cycle",
+            par[5].server_us_per_cycle.into(),
+        );
     progress.inc(2);
 
-    for fair in [false, true] {
-        step(if fair { "handoff_fair" } else { "handoff" });
-        let h = handoff(client, &format!("{prefix}handoff:{fair}"), fair, duration).await?;
-        rows.push(
-            Row::new(
-                if fair { "handoff_fair" } else { "handoff" },
-                h.rate,
-                "acquisitions/s",
-            )
-            .with("busy_fraction", h.busy_fraction.into())
-            .with("gap_p50_ms", h.gap_p50_ms.into())
-            .with("gap_p99_ms", h.gap_p99_ms.into())
-            .with("per_worker", h.per_worker.into()),
-        );
+    // The hand-off gaps' floor: how soon a raw subscriber hears a raw release's message.
+    // Only on one server, whose URL a raw subscriber can open directly.
+    step("notification floor");
+    let notified = match target {
+        Target::SingleNode(url) => {
+            let key = format!("{raw_prefix}notify-floor");
+            match notification(&raw, url, &key, duration).await {
+                Ok(floor) => Some(floor),
+                Err(err) => {
+                    progress.suspend(|| eprintln!("dlock: note: the notification floor was left out: a raw subscriber could not be opened or heard ({err})"));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    progress.inc(1);
+    let gap_floor = notified.as_ref().map(|floor| Floor {
+        kind: "notification",
+        value: floor.p50_ms,
+        of: Some("gap_p50_ms"),
+    });
+
+    for (scenario, kind, workers) in [
+        ("handoff", Queued::Plain, 4),
+        ("handoff_fair", Queued::Fair, 4),
+        ("handoff_semaphore", Queued::Semaphore(4), 16),
+        ("handoff_write", Queued::Write, 4),
+    ] {
+        step(scenario);
+        let name = format!("{prefix}{scenario}");
+        let h = handoff(client, &name, kind, workers, duration).await?;
+        let mut row = Row::new(scenario, h.rate, "acquisitions/s")
+            .with("busy_fraction", h.busy_fraction.into());
+        if kind.permits() > 1 {
+            row = row
+                .with("workers", workers.into())
+                .with("permits", kind.permits().into());
+        }
+        if let Some((p50, p99)) = h.gap_ms {
+            row = row
+                .with("gap_p50_ms", p50.into())
+                .with("gap_p99_ms", p99.into())
+                .floor(gap_floor);
+            if let Some(floor) = &notified {
+                row = row.with("floor_ping_p50_ms", floor.ping_p50_ms.into());
+            }
+        }
+        rows.push(row.with("per_worker", h.per_worker.into()));
         progress.inc(1);
     }
 
-    for fair in [false, true] {
-        step(if fair { "herd_fair" } else { "herd" });
+    for (scenario, kind) in [
+        ("herd", Queued::Plain),
+        ("herd_fair", Queued::Fair),
+        ("herd_semaphore", Queued::Semaphore(1)),
+        ("herd_write", Queued::Write),
+    ] {
+        step(scenario);
         let per = herd(
             client,
             &raw,
-            &format!("{prefix}herd:{fair}"),
-            fair,
+            &format!("{prefix}{scenario}"),
+            kind,
             herd_waiters,
         )
         .await?;
         rows.push(
-            Row::new(
-                if fair { "herd_fair" } else { "herd" },
-                per,
-                "commands/hand-off",
-            )
-            .with("waiters", herd_waiters.into()),
+            Row::new(scenario, per, "commands/hand-off").with("waiters", herd_waiters.into()),
         );
         progress.inc(1);
     }
