@@ -19,7 +19,7 @@ async fn main() -> dlock::Result<()> {
         .connect()
         .await?;
     // Granted only once one replica has the grant: a failover to that replica keeps it
-    // (replica acknowledgement is not consensus; see the README's safety model).
+    // (replica acknowledgement is not consensus; see docs/safety-model.md).
     let options = LockOptions::default().replicas(1, Duration::from_millis(500));
     let guard = client
         .mutex_with("examples:failover-safe", options)?

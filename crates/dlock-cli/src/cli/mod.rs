@@ -186,7 +186,7 @@ pub enum Command {
     /// several --redis masters (or --spawn's five), Redlock over them vs over the first
     Bench(bench::BenchArgs),
     /// Print the completion script for SHELL on stdout, e.g. `dlock completions bash >
-    /// ~/.local/share/bash-completion/completions/dlock` (see the README for zsh and fish)
+    /// ~/.local/share/bash-completion/completions/dlock` (zsh and fish: docs/cli.md)
     Completions(docs::CompletionsArgs),
     /// Print the manual page dlock(1) on stdout (`dlock man | man -l -`), or with
     /// --out-dir write it and one page per subcommand (dlock-run.1, ...) into DIR

@@ -393,9 +393,9 @@ pub struct RedlockStats {
 /// # Ok(()) }
 /// ```
 ///
-/// What it guarantees, and where that ends, is in the README's safety section: a grant
-/// holds while a majority of the nodes keep their data and clocks advance at about the
-/// same rate; a node restarted without persistence (or with `appendfsync everysec`) can
+/// What it guarantees, and where that ends, is in the safety model (docs/safety-model.md):
+/// a grant holds while a majority of the nodes keep their data and clocks advance at about
+/// the same rate; a node restarted without persistence (or with `appendfsync everysec`) can
 /// grant the lock a second time.
 #[derive(Clone)]
 pub struct Redlock {
