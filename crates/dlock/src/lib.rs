@@ -32,7 +32,8 @@
 //! and where it ends.
 //!
 //! Observability: every acquire, renewal failure, loss and release is a `tracing` event
-//! naming the lock. With the `metrics` feature dlock also records, through the `metrics`
+//! naming the lock (those the caller is also told of by a value, such as a lost hold,
+//! under the target [`OUTCOME_TARGET`]). With the `metrics` feature dlock also records, through the `metrics`
 //! facade (labels never carry lock names):
 //!
 //! | metric | labels | what |
@@ -109,6 +110,7 @@ pub use lease::{drift_allowance, MAX_TTL, MIN_TTL};
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, MAX_MULTI_NAMES};
 pub use mutex::{Mutex, MutexGuard};
+pub use observe::OUTCOME_TARGET;
 pub use options::{
     Backoff, LockOptions, Renewal, Replicas, Wait, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF,
     MAX_REPLICAS, MIN_WAITER_LEASE,
