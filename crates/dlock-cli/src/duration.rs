@@ -1,4 +1,4 @@
-//! Humane durations: `250ms`, `30s`, `5m`, `1h`, `1.5s`, `1m30s`.
+//! Humane durations: `250ms`, `30s`, `5m`, `1h`, `1d`, `1.5s`, `1m30s`.
 
 use std::time::Duration;
 
@@ -46,11 +46,14 @@ fn within(text: &str, min: Duration, max: Duration) -> Result<Duration, String> 
     Ok(duration)
 }
 
-/// Parses a humane duration. Every number needs a unit (`ms`, `s`, `m`, `h`), but for a
-/// bare zero, which is zero in any unit. Errors do not repeat the text: clap prints it
-/// with the flag.
+/// The units [`parse`] takes, for help texts and errors.
+pub const UNITS: &str = "ms, s, m, h or d";
+
+/// Parses a humane duration. Every number needs a unit (`ms`, `s`, `m`, `h`, `d`: a day
+/// for cron's intervals), but for a bare zero, which is zero in any unit. Errors do not
+/// repeat the text: clap prints it with the flag.
 pub fn parse(text: &str) -> Result<Duration, String> {
-    let hint = "use a number with a unit, e.g. 250ms, 30s, 5m, 1h or 1m30s";
+    let hint = format!("use a number with a unit ({UNITS}), e.g. 250ms, 30s, 5m, 1h, 1d or 1m30s");
     let mut rest = text.trim();
     if rest.is_empty() {
         return Err(format!("empty duration; {hint}"));
@@ -78,6 +81,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
+            "d" => 86_400.0,
             _ => return Err(format!("not a duration; {hint}")),
         };
         total = Duration::try_from_secs_f64(value * seconds_per_unit)
@@ -99,6 +103,8 @@ mod tests {
         assert_eq!(parse("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse("1d12h"), Ok(Duration::from_secs(129_600)));
         assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse("0"), Ok(Duration::ZERO));
@@ -111,6 +117,8 @@ mod tests {
             "10",
             "s",
             "10x",
+            "1dd",
+            "1day",
             "1..2s",
             "-1s",
             "1e400h",
@@ -123,7 +131,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn never_panics(text in "\\PC{0,40}|[0-9.]{1,25}(ms|s|m|h)([0-9.]{1,25}(ms|s|m|h))?") {
+        fn never_panics(text in "\\PC{0,40}|[0-9.]{1,25}(ms|s|m|h|d)([0-9.]{1,25}(ms|s|m|h|d))?") {
             let _ = parse(&text);
         }
     }

@@ -35,26 +35,29 @@ EXIT CODES:
     64   invalid arguments (also: a kind other than the plain mutex, or
          --cluster, --sentinel, --replicas, release --force, guarded, elect,
          leader, run --skip-if-ran-within, with several --redis masters)
-    65   the key holds another kind of lock or data dlock did not write (wrong type;
-         also a string without an expiry, which no lock is)
+    65   the key holds another kind of lock or data dlock did not write (wrong
+         type; also a string without an expiry, which no lock is)
     69   Redis unreachable (with --cluster: no node answers; with --sentinel: no
          sentinel answers, or none knows the --service name; with several
          --redis masters: fewer than a majority answered or granted, and the
          message names the masters that failed), not the deployment the flags
          name (a Sentinel or Cluster node given as --redis, a plain server as
-         --cluster, rediss:// on a plain port, not Redis at all), or too old (dlock needs Redis
-         6.2 or newer, 7 on a cluster); also: fewer than --replicas
-         replicas acknowledged a grant or extend within --replica-timeout, and
-         the lock was given back (nothing is held)
-    70   the lock was lost while the command ran (`run`; `elect`: the leadership)
-    74   the result could not be printed: stdout closed, a pipe whose reader left
-         before reading anything, or a write error (a full disk); for every command
-         that prints one (acquire, release --force, leader, guarded, inspect, bench,
-         completions, man, --help, --version). `acquire`: nothing was left held;
-         `guarded`, `release --force`: stdout closed, nothing done; the output
-         unwritable, done. A reader that leaves after reading some (`| head`) is 0
-    75   not acquired within the wait budget (busy); also `run --skip-if-ran-within`
-         found the command succeeded lately and did not run it; -E N changes it
+         --cluster, rediss:// on a plain port, not Redis at all), or too old
+         (dlock needs Redis 6.2 or newer, 7 on a cluster); also: fewer than
+         --replicas replicas acknowledged a grant or extend within
+         --replica-timeout, and the lock was given back (nothing is held)
+    70   the lock was lost while the command ran (`run`; `elect`: the
+         leadership)
+    74   the result could not be printed: stdout closed, a pipe whose reader
+         left before reading anything, or a write error (a full disk); for every
+         command that prints one (acquire, release --force, leader, guarded,
+         inspect, bench, completions, man, --help, --version). `acquire`:
+         nothing was left held; `guarded`, `release --force`: stdout closed,
+         nothing done; the output unwritable, done. A reader that leaves after
+         reading some (`| head`) is 0
+    75   not acquired within the wait budget (busy); also `run
+         --skip-if-ran-within` found the command succeeded lately and did not
+         run it; -E N changes it
     76   Redis refused the request (wrong credentials, ACL, out of memory,
          read-only replica, script error; for guarded, the command on the
          data); the server's words are printed;

@@ -130,6 +130,21 @@ impl KindArgs {
             dlock::kind::MUTEX
         }
     }
+
+    /// How a hold of this kind sits in Redis, in `dlock inspect`'s words: a mutex, fair
+    /// mutex and write lock all hold the key exclusively (a token string), so inspect
+    /// cannot tell them apart; `acquire --json` prints both this and [`describe`].
+    ///
+    /// [`describe`]: KindArgs::describe
+    pub fn hold(&self) -> dlock::LockKind {
+        if self.read {
+            dlock::LockKind::Read
+        } else if self.permits.is_some() {
+            dlock::LockKind::Semaphore
+        } else {
+            dlock::LockKind::Exclusive
+        }
+    }
 }
 
 /// Why the kind of `flag` (whose shared state is `state`) cannot run on several masters.

@@ -13,8 +13,9 @@ use crate::duration;
 pub struct LeaseArgs {
     /// Lease of the lock, within the library's limits (the help says them)
     #[arg(long, value_parser = duration::ttl, default_value = dlock::humane(dlock::DEFAULT_TTL), help = format!(
-        "Lease of the lock, {} (e.g. 250ms, 30s, 5m); `run` renews it while the command runs, so a long job keeps a short --ttl",
-        duration::ttl_range()
+        "Lease of the lock, {} (e.g. 250ms, 30s, 5m; every duration takes {}, combined as in 1m30s); `run` renews it while the command runs, so a long job keeps a short --ttl",
+        duration::ttl_range(),
+        duration::UNITS
     ))]
     pub ttl: Duration,
     /// Wait at most this long for the lock (default: wait forever)

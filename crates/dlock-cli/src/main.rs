@@ -53,8 +53,8 @@ fn main() -> ExitCode {
     // Before logging, checks and Redis: the watchdog, the generated texts, a listing.
     let early = match &cli.command {
         Command::WatchGroup(args) => Some(args.run()),
-        Command::Completions(args) => Some(args.run(<Cli as clap::CommandFactory>::command())),
-        Command::Man(args) => Some(args.run(<Cli as clap::CommandFactory>::command())),
+        Command::Completions(args) => Some(args.run(cli::command())),
+        Command::Man(args) => Some(args.run(cli::command())),
         Command::Guarded(args) if args.commands => Some(cmd::guarded::list_commands()),
         _ => None,
     };
@@ -129,6 +129,12 @@ fn init_logging(cli: &Cli) {
         (false, 0) => "warn",
         (false, 1) => "info",
         (false, _) => "debug",
+    };
+    // The library's outcome events (a lost lock, a forced release) repeat what dlock
+    // prints as its own line: shown from -v on, so that by default one line says it.
+    let level = match cli.verbose {
+        0 => format!("{level},{}=off", dlock::OUTCOME_TARGET),
+        _ => level.to_string(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));

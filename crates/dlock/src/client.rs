@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::inspect::scripts::{DescribeKey, LiveEntries};
 use crate::notifier::Notifier;
 use crate::renew::Renewer;
-use crate::script::{describe, LuaScript, ScriptCall};
+use crate::script::{found_not_wanted, LuaScript, ScriptCall};
 use crate::session::{Lane, Session};
 
 /// Longest connect or response timeout accepted.
@@ -365,13 +365,10 @@ impl Client {
 
     /// [`Error::WrongType`] for `key`, saying what it holds (one more request).
     pub(crate) async fn wrong_type(&self, key: &str, wanted: &str) -> Error {
-        let found = DescribeKey { key, wanted }
-            .run(self)
-            .await
-            .unwrap_or_else(|_| "another type".to_string());
+        let found = DescribeKey { key, wanted }.run(self).await.ok();
         Error::WrongType {
             key: key.to_string(),
-            what: format!("{}, not {}", describe(&found), describe(wanted)),
+            what: found_not_wanted(found.as_deref(), wanted),
         }
     }
 

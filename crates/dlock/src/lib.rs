@@ -221,7 +221,10 @@
 //!
 //! * `metrics`: records counters and histograms through the [`metrics`](https://docs.rs/metrics)
 //!   facade (below). Off by default. Without it, every acquire, renewal failure, loss and
-//!   release is still a `tracing` event naming the lock.
+//!   release is still a `tracing` event naming the lock; the events that repeat what the
+//!   caller is also told by a value or an error (a lost hold, a forced release, too few
+//!   replicas) have the target [`OUTCOME_TARGET`], so an application that reports them
+//!   itself can leave them out of its log.
 //!
 //! # Metrics
 //!
@@ -309,6 +312,7 @@ pub use lease::{drift_allowance, MAX_TTL, MIN_TTL};
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, MAX_MULTI_NAMES};
 pub use mutex::{Mutex, MutexGuard};
+pub use observe::OUTCOME_TARGET;
 pub use options::{
     Backoff, LockOptions, Renewal, Replicas, Wait, DEFAULT_TTL, DEFAULT_WAITER_LEASE, MAX_BACKOFF,
     MAX_REPLICAS, MIN_WAITER_LEASE,

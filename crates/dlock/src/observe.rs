@@ -20,6 +20,15 @@
 //! Labels never carry lock names (unbounded cardinality); the events do, and
 //! `dlock inspect --match PATTERN --prometheus` reports holders, leases, queues and fences
 //! per lock from Redis itself.
+//!
+//! Events whose news the caller also gets as a value (a lost hold, a forced release, too
+//! few replicas) have the target [`OUTCOME_TARGET`], so that an application that reports them
+//! itself (the `dlock` CLI prints one line) can leave them out of its log.
+
+/// The `tracing` target of the events that repeat what the caller is also told by a
+/// return value or an error (see the module's documentation). A filter on `dlock` still
+/// covers it.
+pub const OUTCOME_TARGET: &str = "dlock::outcome";
 
 use std::time::{Duration, Instant};
 
@@ -132,7 +141,7 @@ pub(crate) fn retrying(kind: &'static str, lock: &str, error: &crate::error::Err
 
 /// A hold that may have been lost; `label` names the reason in the metric.
 pub(crate) fn lost(key: &str, label: &'static str, reason: &dyn std::fmt::Display) {
-    tracing::warn!(lock = key, %reason, "lock may have been lost");
+    tracing::warn!(target: OUTCOME_TARGET, lock = key, %reason, "lock may have been lost");
     #[cfg(feature = "metrics")]
     metric!(counter, "dlock_lost_total", "reason" => label).increment(1);
     #[cfg(not(feature = "metrics"))]
@@ -152,6 +161,7 @@ pub(crate) fn released(kind: &'static str, lock: &str) {
 /// Too few replicas acknowledged a write of a lock with `LockOptions::replicas`.
 pub(crate) fn not_replicated(lock: &str, wanted: u32, acknowledged: u32) {
     tracing::warn!(
+        target: OUTCOME_TARGET,
         lock,
         wanted,
         acknowledged,

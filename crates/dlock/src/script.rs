@@ -555,7 +555,7 @@ fn parse_wrong_type(detail: &str) -> Option<Error> {
     let (found, wanted, key) = (parts.next()?, parts.next()?, parts.next()?);
     Some(Error::WrongType {
         key: key.to_string(),
-        what: format!("{}, not {}", describe(found), describe(wanted)),
+        what: found_not_wanted(Some(found), wanted),
     })
 }
 
@@ -651,7 +651,7 @@ fn words(code: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Words for what a key holds.
-pub(crate) fn describe(kind: &str) -> String {
+fn describe(kind: &str) -> String {
     match kind {
         "string" => {
             "a string (a dlock mutex, fair mutex or write lock, or another client's lock)".into()
@@ -665,13 +665,52 @@ pub(crate) fn describe(kind: &str) -> String {
         "semaphore" => "the permits of a dlock semaphore".into(),
         "entries" => "dlock read holds or semaphore permits".into(),
         "hash" => "a hash that dlock did not write".into(),
-        other => format!("a value of type {other}"),
+        // Redis's own types (list, set, stream, ...), found where a lock should be: data
+        // dlock never writes there.
+        "zset" => "a Redis sorted set".into(),
+        other => format!("a Redis {other}"),
+    }
+}
+
+/// [`Error::WrongType`]'s words: what the key holds (`None`: it could not be told), and
+/// what the lock needs there.
+pub(crate) fn found_not_wanted(found: Option<&str>, wanted: &str) -> String {
+    let found = found.map_or_else(|| "another type of value".to_string(), describe);
+    format!("{found}, not {}", describe_wanted(wanted))
+}
+
+/// Words for what a script needs at a key: a found kind's words, but for the wanted
+/// kinds no key is found holding ('lock', 'hash').
+fn describe_wanted(wanted: &str) -> String {
+    match wanted {
+        // A forced release takes any kind away.
+        "lock" => "a lock of any dlock kind".into(),
+        // The renewal of a hold kept in a hash.
+        "hash" => "the hash of a dlock reentrant mutex, read holds or semaphore permits".into(),
+        other => describe(other),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrong_type_words_name_what_is_there_in_words() {
+        assert_eq!(
+            found_not_wanted(Some("list"), "lock"),
+            "a Redis list, not a lock of any dlock kind"
+        );
+        assert_eq!(
+            found_not_wanted(Some("zset"), "read"),
+            "a Redis sorted set, not the read holds of a dlock read-write lock"
+        );
+        assert!(found_not_wanted(Some("semaphore"), "hash").ends_with("semaphore permits"));
+        assert_eq!(
+            found_not_wanted(None, "reentrant"),
+            "another type of value, not a dlock reentrant mutex"
+        );
+    }
 
     #[test]
     fn wrong_type_detail_is_parsed_with_or_without_the_script_suffix() {

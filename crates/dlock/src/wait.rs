@@ -601,7 +601,7 @@ where
             Ok(value)
         }
         reason = lost.wait() => {
-            tracing::warn!(lock = %raw.name(), %reason, "lock lost; work cancelled");
+            tracing::warn!(target: crate::observe::OUTCOME_TARGET, lock = %raw.name(), %reason, "lock lost; work cancelled");
             drop(guard);
             Err(Error::Lost { name: raw.name().to_string() })
         }

@@ -25,7 +25,10 @@ const GLOBAL: &str = "Global options (every subcommand)";
     name = "dlock",
     version,
     about = "Distributed locks on Redis for shell scripts and cron jobs",
-    after_help = exit::HELP
+    after_help = exit::HELP,
+    // Help wraps at the terminal's width (COLUMNS when it is no terminal, else 100), but
+    // no wider than 100 columns: long lines are hard to read on a wide terminal.
+    max_term_width = 100
 )]
 pub struct Cli {
     /// Redis URL of a single server: redis://[user:password@]host[:port][/db] or rediss://
@@ -76,7 +79,7 @@ pub struct Cli {
     /// With --sentinel: the name the sentinels know the master by (`sentinel monitor NAME
     /// ...`)
     #[arg(long, global = true,
-        help_heading = GLOBAL, env = "DLOCK_SERVICE", value_name = "NAME")]
+        help_heading = GLOBAL, env = "DLOCK_SERVICE", hide_env_values = true, value_name = "NAME")]
     pub service: Option<String>,
 
     /// Grant (run, acquire), extend and renew a lock only once N replicas have the write
@@ -85,7 +88,7 @@ pub struct Cli {
     /// replica that missed the grant hands the lock out twice. release and inspect ignore
     /// it; bench refuses it
     #[arg(long, global = true,
-        help_heading = GLOBAL, env = "DLOCK_REPLICAS", value_name = "N")]
+        help_heading = GLOBAL, env = "DLOCK_REPLICAS", hide_env_values = true, value_name = "N")]
     pub replicas: Option<u32>,
 
     /// With --replicas: how long to wait for the replicas' acknowledgement; must be shorter
@@ -95,6 +98,7 @@ pub struct Cli {
         global = true,
         help_heading = GLOBAL,
         env = "DLOCK_REPLICA_TIMEOUT",
+        hide_env_values = true,
         value_name = "DUR",
         value_parser = duration::parse,
         requires = "replicas"
@@ -107,12 +111,12 @@ pub struct Cli {
 
     /// Prefix put in front of every lock name to form its Redis key
     #[arg(long, global = true,
-        help_heading = GLOBAL, env = "DLOCK_PREFIX", default_value = "")]
+        help_heading = GLOBAL, env = "DLOCK_PREFIX", hide_env_values = true, default_value = "")]
     pub prefix: String,
 
     /// For rediss:// URLs: PEM file of the CA to trust (default: the system's roots)
     #[arg(long, global = true,
-        help_heading = GLOBAL, env = "DLOCK_TLS_CA", value_name = "FILE")]
+        help_heading = GLOBAL, env = "DLOCK_TLS_CA", hide_env_values = true, value_name = "FILE")]
     pub tls_ca: Option<std::path::PathBuf>,
 
     /// For mutual TLS: PEM file of the client certificate (with --tls-key)
@@ -121,6 +125,7 @@ pub struct Cli {
         global = true,
         help_heading = GLOBAL,
         env = "DLOCK_TLS_CERT",
+        hide_env_values = true,
         value_name = "FILE",
         requires = "tls_key"
     )]
@@ -132,6 +137,7 @@ pub struct Cli {
         global = true,
         help_heading = GLOBAL,
         env = "DLOCK_TLS_KEY",
+        hide_env_values = true,
         value_name = "FILE",
         requires = "tls_cert"
     )]
@@ -229,6 +235,25 @@ impl Cli {
     }
 }
 
+/// The command line's definition: the derived one, with the global options hidden from
+/// the subcommands that never connect (`completions`, `man`), whose help would otherwise
+/// list a dozen Redis options they ignore.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let globals: Vec<clap::Arg> = command
+        .get_arguments()
+        .filter(|arg| arg.get_help_heading() == Some(GLOBAL))
+        .map(|arg| arg.clone().hide(true))
+        .collect();
+    // A subcommand that has an argument of a global's id keeps its own when clap builds
+    // the command: here, the same argument hidden.
+    command.mut_subcommands(|sub| match sub.get_name() {
+        "completions" | "man" => globals.iter().cloned().fold(sub, clap::Command::arg),
+        _ => sub,
+    })
+}
+
 /// A usage error found after clap parsed the arguments, with its hint.
 pub struct Usage {
     /// clap's error, printed as clap prints it.
@@ -256,12 +281,12 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     use clap::parser::ValueSource;
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().try_get_matches_from(args)?;
+    use clap::FromArgMatches;
+    let matches = command().try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&matches)?;
     cli.redis = split_urls(&cli.redis);
     let usage = |message: String, hint: &'static str| Usage {
-        error: Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message),
+        error: command().error(clap::error::ErrorKind::ArgumentConflict, message),
         hint,
     };
     let spawn = matches!(&cli.command, Command::Bench(args) if args.spawn);

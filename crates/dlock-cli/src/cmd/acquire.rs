@@ -17,8 +17,10 @@ pub struct AcquireArgs {
     pub lease: LeaseArgs,
     #[command(flatten)]
     pub kind: KindArgs,
-    /// Print one JSON object: name, key, kind, token, fence, ttl_ms, weight (the
-    /// permits the hold takes: K of --take, else 1)
+    /// Print one JSON object: name, key, kind (the kind of lock taken: mutex, fair, read,
+    /// write, semaphore), hold (how it is held, as inspect's kind says: exclusive, read,
+    /// semaphore), token, fence, ttl_ms, weight (the permits the hold takes: K of --take,
+    /// else 1)
     #[arg(long)]
     pub json: bool,
 }
@@ -54,7 +56,10 @@ impl AcquireArgs {
             serde_json::json!({
                 "name": name,
                 "key": format!("{}{name}", locks.prefix()),
+                // The kind of lock taken (mutex, fair, write, ...); `hold` is how it is
+                // held, as `dlock inspect --json` names it (exclusive, read, semaphore).
                 "kind": kind.describe(),
+                "hold": kind.hold().to_string(),
                 "token": token,
                 "fence": fence,
                 "ttl_ms": lease.ttl.as_millis() as u64,

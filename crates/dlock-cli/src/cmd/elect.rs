@@ -63,13 +63,14 @@ impl ElectArgs {
 /// `elect --help`'s epilogue.
 pub const ELECT_HELP: &str = "\
 HOW IT WORKS:
-    dlock waits until it leads the election NAME (it holds the lock NAME), records VALUE as
-    the leader's (`dlock leader NAME` shows it), and runs CMD as `dlock run` does, with
-    DLOCK_TERM set besides DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE: the term, larger than
-    every earlier leader's (it is the grant's fence). If leadership is lost, CMD is
-    stopped (exit 70). When CMD exits, dlock steps down: the record is cleared and the next
-    candidate leads (with --hold-at-least, once that time after the grant is up). A
-    leader that dies is replaced within its lease (--ttl).
+    dlock waits until it leads the election NAME (it holds the lock NAME),
+    records VALUE as the leader's (`dlock leader NAME` shows it), and runs CMD
+    as `dlock run` does, with DLOCK_TERM set besides DLOCK_NAME, DLOCK_TOKEN and
+    DLOCK_FENCE: the term, larger than every earlier leader's (it is the grant's
+    fence). If leadership is lost, CMD is stopped (exit 70). When CMD exits,
+    dlock steps down: the record is cleared and the next candidate leads (with
+    --hold-at-least, once that time after the grant is up). A leader that dies
+    is replaced within its lease (--ttl).
 
     Exit codes as for `dlock run` (see `dlock run --help`).";
 
@@ -89,21 +90,23 @@ pub struct LeaderArgs {
 /// `leader --help`'s epilogue.
 pub const LEADER_HELP: &str = "\
 OUTPUT:
-    TERM VALUE on one line (`read term value`), or an empty line when nobody leads; with
-    --json, {\"value\":\"..\",\"term\":..} or null. With --watch, a line for the leader now
-    and one for each change (a new leader, a new value, nobody), woken by the leaders'
-    messages, until interrupted.
+    TERM VALUE on one line (`read term value`), or an empty line when nobody
+    leads; with --json, {\"value\":\"..\",\"term\":..} or null. With --watch, a line
+    for the leader now and one for each change (a new leader, a new value,
+    nobody), woken by the leaders' messages, until interrupted.
 
-    A name held by `dlock run` or a mutex that never proclaimed shows nobody leading.
+    A name held by `dlock run` or a mutex that never proclaimed shows nobody
+    leading.
 
 EXIT CODES:
-    0    printed (also when nobody leads); with --watch, its reader went away after
-         reading some
+    0    printed (also when nobody leads); with --watch, its reader went away
+         after reading some
     64   invalid arguments (also: several --redis masters)
     65   NAME is held by another kind of lock: no election leads there
-    69   Redis unreachable (--watch keeps watching through a restart or failover)
-    74   standard output is closed, its reader left before reading anything, or it
-         could not be written
+    69   Redis unreachable (--watch keeps watching through a restart or
+         failover)
+    74   standard output is closed, its reader left before reading anything, or
+         it could not be written
     76   Redis refused the request (wrong credentials, ACL, ...)";
 
 /// Prints the leader, once or at each change.

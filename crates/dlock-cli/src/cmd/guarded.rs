@@ -19,33 +19,37 @@ EXAMPLES:
     dlock guarded job \"$token\" HSET status state running
     dlock guarded --json job \"$token\" HGETALL status
 
-The data key KEY is stored as {NAME}:data:KEY (with --prefix P: {PNAME}:data:KEY; a name
-with a hash tag keeps it: {t}:job stores {t}/4/:job:data:KEY), in the lock's hash slot. The command runs
-only if TOKEN still holds NAME (checked by the same script on the server); otherwise
-nothing is applied and dlock exits 77. Commands: any of GET SET INCRBY HSET HGETALL RPUSH
-SADD ZADD DEL PEXPIRE ... that take one key (`dlock guarded --commands` lists them).
-The reply is printed one value a line (nothing for a missing value; an empty line for
-one inside an array), or as JSON (use --json for values that are not single lines of
-text). A nested `dlock` inside `dlock run` finds the same server and prefix only through
-the environment (DLOCK_REDIS, DLOCK_PREFIX, ...), not through flags given to `dlock run`,
-and needs the kind flag the lock was taken with (--read, --permits N, ...). Flags may come anywhere; a value
-that starts with '-' and is not a number goes after `--`: `dlock guarded job T SADD s --
--x`. Send one command at a time per token: a resend after a dropped connection is
-recognised only as the token's latest write. Integers beyond 2^53 come back rounded
-(Lua's numbers); GET the key for the exact value.
+The data key KEY is stored as {NAME}:data:KEY (with --prefix P:
+{PNAME}:data:KEY; a name with a hash tag keeps it: {t}:job stores
+{t}/4/:job:data:KEY), in the lock's hash slot. The command runs only if TOKEN
+still holds NAME (checked by the same script on the server); otherwise nothing
+is applied and dlock exits 77. Commands: any of GET SET INCRBY HSET HGETALL
+RPUSH SADD ZADD DEL PEXPIRE ... that take one key (`dlock guarded --commands`
+lists them). The reply is printed one value a line (nothing for a missing value;
+an empty line for one inside an array), or as JSON (use --json for values that
+are not single lines of text). A nested `dlock` inside `dlock run` finds the
+same server and prefix only through the environment (DLOCK_REDIS, DLOCK_PREFIX,
+...), not through flags given to `dlock run`, and needs the kind flag the lock
+was taken with (--read, --permits N, ...). Flags may come anywhere; a value that
+starts with '-' and is not a number goes after `--`: `dlock guarded job T SADD s
+-- -x`. Send one command at a time per token: a resend after a dropped
+connection is recognised only as the token's latest write. Integers beyond 2^53
+come back rounded (Lua's numbers); GET the key for the exact value.
 
 EXIT CODES:
     0    applied; the reply is printed
-    64   invalid arguments (a command outside the list, an empty key, DEL with several
-         keys, several --redis masters)
-    65   NAME is held by another kind of lock: pass the kind flag TOKEN was taken
-         with (--read, --write, --permits N); nothing was applied
+    64   invalid arguments (a command outside the list, an empty key, DEL with
+         several keys, several --redis masters)
+    65   NAME is held by another kind of lock: pass the kind flag TOKEN was
+         taken with (--read, --write, --permits N); nothing was applied
     69   Redis unreachable
-    74   standard output is closed (nothing was applied), or the reply could not be
-         written (the command WAS applied)
+    74   standard output is closed (nothing was applied), or the reply could not
+         be written (the command WAS applied)
     76   Redis refused the command (the data key holds another type, a value is
-         not a number, wrong arguments, an ACL, maxmemory); the hold is untouched
-    77   TOKEN does not hold NAME (expired, released or taken): nothing was applied";
+         not a number, wrong arguments, an ACL, maxmemory); the hold is
+         untouched
+    77   TOKEN does not hold NAME (expired, released or taken): nothing was
+         applied";
 
 #[derive(Args, Debug, Clone)]
 pub struct GuardedArgs {

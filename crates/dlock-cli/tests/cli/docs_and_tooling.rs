@@ -525,3 +525,163 @@ fn heading_slugs(text: &str) -> Vec<String> {
     }
     slugs
 }
+
+/// Every help screen, as a terminal of `columns` shows it (COLUMNS stands for the terminal:
+/// the output here is a pipe).
+fn help_at(columns: Option<usize>, args: &[&str]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    command.args(args).arg("--help").env_remove("COLUMNS");
+    if let Some(columns) = columns {
+        command.env("COLUMNS", columns.to_string());
+    }
+    let out = output(&mut command);
+    assert_eq!(out.status.code(), Some(0), "{args:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+const SUBCOMMANDS: [&[&str]; 12] = [
+    &[],
+    &["run"],
+    &["acquire"],
+    &["release"],
+    &["extend"],
+    &["elect"],
+    &["leader"],
+    &["guarded"],
+    &["inspect"],
+    &["bench"],
+    &["completions"],
+    &["man"],
+];
+
+/// The help fits 80 and 100 columns, and a wider terminal gets 100 (long lines are hard to
+/// read); no two blank lines in a row; the prose after the options (HOW IT WORKS, EXIT
+/// CODES, ...) is wrapped in the source within 80 columns, so that clap never breaks its
+/// lines again into a ragged edge (the same text at 80 columns as at 100).
+#[test]
+fn help_reads_tidily_at_80_and_100_columns() {
+    let epilogue = |help: &str| -> String {
+        let start = help
+            .lines()
+            .position(|line| {
+                line.ends_with(':')
+                    && !line.starts_with(' ')
+                    && line
+                        .chars()
+                        .all(|c| c.is_ascii_uppercase() || c == ' ' || c == ':')
+            })
+            .unwrap_or(usize::MAX);
+        help.lines().skip(start).collect::<Vec<_>>().join("\n")
+    };
+    for args in SUBCOMMANDS {
+        for (columns, width) in [
+            (Some(80), 80),
+            (Some(100), 100),
+            (Some(200), 100),
+            (None, 100),
+        ] {
+            let help = help_at(columns, args);
+            for line in help.lines() {
+                assert!(
+                    line.chars().count() <= width,
+                    "{args:?} at {columns:?} columns: a line of {}:\n{line}",
+                    line.chars().count()
+                );
+                assert_eq!(line, line.trim_end(), "{args:?}: trailing blanks");
+            }
+            assert!(
+                !help.contains("\n\n\n"),
+                "{args:?}: two blank lines:\n{help}"
+            );
+        }
+        assert_eq!(
+            epilogue(&help_at(Some(80), args)),
+            epilogue(&help_at(Some(100), args)),
+            "{args:?}: the epilogue is wrapped again at 80 columns"
+        );
+    }
+    // The prose is there to compare (not an empty epilogue on both sides).
+    assert!(epilogue(&help_at(Some(80), &["run"])).contains("HOW IT WORKS"));
+}
+
+/// `[env: NAME]`, never `[env: NAME=]` (unset) nor `[env: NAME=VALUE]`: the value of
+/// DLOCK_REDIS and the others may hold a password, and --help is pasted into tickets.
+#[test]
+fn help_names_environment_variables_without_their_values() {
+    for set in [false, true] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
+        command.args(["run", "--help"]);
+        for var in [
+            "DLOCK_REDIS",
+            "DLOCK_CLUSTER",
+            "DLOCK_SENTINEL",
+            "DLOCK_SERVICE",
+            "DLOCK_PREFIX",
+            "DLOCK_REPLICAS",
+            "DLOCK_REPLICA_TIMEOUT",
+            "DLOCK_TLS_CA",
+        ] {
+            command.env_remove(var);
+        }
+        if set {
+            command
+                .env("DLOCK_REDIS", "redis://app:s3cret-pw@db:6379")
+                .env("DLOCK_SERVICE", "mymaster-s3cret")
+                .env("DLOCK_PREFIX", "s3cret-prefix:");
+        }
+        let help = crate::common::flat(&String::from_utf8(output(&mut command).stdout).unwrap());
+        assert!(
+            !help.contains("s3cret"),
+            "a variable's value in --help:\n{help}"
+        );
+        assert!(
+            !help.contains("=]"),
+            "an empty variable shown as NAME=:\n{help}"
+        );
+        for var in [
+            "DLOCK_REDIS",
+            "DLOCK_SERVICE",
+            "DLOCK_PREFIX",
+            "DLOCK_TLS_KEY",
+        ] {
+            assert!(help.contains(&format!("[env: {var}]")), "{var}:\n{help}");
+        }
+    }
+}
+
+/// `completions` and `man` never connect: their help leaves out the dozen Redis options
+/// (which every other subcommand lists under their heading), and the pages and scripts
+/// they generate still describe the options where they apply.
+#[test]
+fn completions_and_man_help_leave_out_the_redis_options() {
+    for args in [&["completions"][..], &["man"]] {
+        let help = help_at(None, args);
+        for global in [
+            "Global options",
+            "--redis",
+            "--cluster",
+            "--prefix",
+            "DLOCK_",
+        ] {
+            assert!(
+                !help.contains(global),
+                "{args:?} --help lists {global}:\n{help}"
+            );
+        }
+    }
+    assert!(help_at(None, &["run"]).contains("--redis <URL>"));
+    let page = output(Command::new(env!("CARGO_BIN_EXE_dlock")).args(["man"]));
+    assert!(String::from_utf8_lossy(&page.stdout).contains("DLOCK_REDIS"));
+    let script = output(Command::new(env!("CARGO_BIN_EXE_dlock")).args(["completions", "bash"]));
+    assert!(String::from_utf8_lossy(&script.stdout).contains("--redis"));
+    // Still accepted there (a DLOCK_REDIS in the environment must not break them).
+    assert_eq!(
+        code(Command::new(env!("CARGO_BIN_EXE_dlock")).args([
+            "completions",
+            "bash",
+            "--redis",
+            "redis://127.0.0.1:1"
+        ])),
+        0
+    );
+}

@@ -67,6 +67,6 @@ fn inspect_columns_fit_clock_floor_fences_and_say_what_is_queued() {
     let row_end = lines[1].find(&fence).unwrap() + fence.len();
     assert_eq!(header_end, row_end, "FENCE stays in its column:\n{table}");
     let help = output(Command::new(env!("CARGO_BIN_EXE_dlock")).args(["inspect", "--help"]));
-    let help = String::from_utf8_lossy(&help.stdout);
+    let help = crate::common::flat(&String::from_utf8_lossy(&help.stdout));
     assert!(help.contains("not its readers"), "{help}");
 }

@@ -218,3 +218,126 @@ fn an_interrupted_wait_says_so_in_one_line() {
         assert!(stderr.contains("interrupted"), "{stderr}");
     }
 }
+
+/// A day is a unit (`--skip-if-ran-within 1d`, cron's interval), within the library's
+/// limits as every other unit is; the help says which units there are.
+#[test]
+fn durations_take_days_within_the_library_limits() {
+    let server = RedisServer::start();
+    let out = output(dlock(&server).args(["acquire", "daily", "--ttl", "1d", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["ttl_ms"], 86_400_000);
+    for (flag, value, range) in [
+        ("--ttl", "2d", "use 10ms to 24h"),
+        ("--ttl", "1d1ms", "use 10ms to 24h"),
+        ("--waiter-lease", "1d1s", "use 100ms to 24h"),
+    ] {
+        let out = output(dlock(&server).args(["acquire", "x", "--fair", flag, value]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("'{value}'")) && stderr.contains(range),
+            "{stderr}"
+        );
+    }
+    // The recipe: run once a day, whichever replica's cron fires first.
+    let recipe = [
+        "run",
+        "report",
+        "-n",
+        "--skip-if-ran-within",
+        "1d",
+        "--",
+        "true",
+    ];
+    assert_eq!(code(dlock(&server).args(recipe)), 0);
+    assert_eq!(code(dlock(&server).args(recipe)), 75, "ran within the day");
+    let out =
+        output(dlock(&server).args(["run", "r", "--skip-if-ran-within", "366d", "--", "true"]));
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("out of range; use 1ms to 8760h"));
+    // A unit it does not know names the ones it does.
+    let out = output(dlock(&server).args(["acquire", "x", "--wait", "1w"]));
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ms, s, m, h or d"));
+    let help = output(dlock(&server).args(["acquire", "--help"]));
+    assert!(
+        crate::common::flat(&String::from_utf8_lossy(&help.stdout)).contains("ms, s, m, h or d")
+    );
+}
+
+/// What a key holds, in words: Redis's own types by their names, and what a forced release
+/// needs ("a lock of any dlock kind"), never "a value of type ...".
+#[test]
+fn a_key_of_another_type_is_named_in_words() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&["RPUSH", "alist", "a"]);
+    let _: () = server.cmd(&["ZADD", "azset", "1", "a"]);
+    for (args, words) in [
+        (
+            &["release", "--force", "alist"][..],
+            "holds a Redis list, not a lock of any dlock kind",
+        ),
+        (
+            &["acquire", "azset", "--read"],
+            "holds a Redis sorted set, not the read holds of a dlock read-write lock",
+        ),
+    ] {
+        let out = output(dlock(&server).args(args));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{args:?}: {stderr}");
+        assert!(stderr.contains(words), "{args:?}: {stderr}");
+        assert!(!stderr.contains("of type"), "{stderr}");
+    }
+}
+
+/// `acquire --json`'s `kind` is the kind of lock taken (mutex, fair, write, ...), which
+/// `inspect` cannot tell apart (all hold the key exclusively); both print `hold`, how the
+/// key is held, in the same words, so a script can match one against the other.
+#[test]
+fn acquire_and_inspect_json_name_the_hold_alike() {
+    let server = RedisServer::start();
+    for (name, flags, kind, hold) in [
+        ("m", &[][..], "mutex", "exclusive"),
+        ("f", &["--fair"], "fair", "exclusive"),
+        ("w", &["--write"], "write", "exclusive"),
+        ("r", &["--read"], "read", "read"),
+        ("s", &["--permits", "3"], "semaphore", "semaphore"),
+    ] {
+        let out = output(dlock(&server).args(["acquire", name, "--json"]).args(flags));
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let acquired: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(acquired["kind"], kind, "{acquired}");
+        assert_eq!(acquired["hold"], hold, "{acquired}");
+        let out = output(dlock(&server).args(["inspect", name, "--json"]));
+        let inspected: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(inspected["hold"], hold, "{inspected}");
+        assert_eq!(
+            inspected["kind"], hold,
+            "inspect's kind is unchanged: {inspected}"
+        );
+    }
+}
+
+/// A forced release says so in one line: the library's log event of it (a WARN for
+/// applications) is left out unless -v asks for more, and with -v it is there (so the
+/// one line is the filter's doing, not an event that no longer exists).
+#[test]
+fn a_forced_release_says_so_once() {
+    let server = RedisServer::start();
+    for (verbose, lines) in [(false, 1), (true, 2)] {
+        assert_eq!(code(dlock(&server).args(["acquire", "job"])), 0);
+        let mut command = dlock(&server);
+        command.env_remove("RUST_LOG");
+        if verbose {
+            command.arg("-v");
+        }
+        let out = output(command.args(["release", "--force", "job"]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(stderr.lines().count(), lines, "-v {verbose}: {stderr}");
+        assert!(stderr.contains("released \"job\" by force"), "{stderr}");
+        assert_eq!(stderr.contains("WARN"), verbose, "{stderr}");
+    }
+}

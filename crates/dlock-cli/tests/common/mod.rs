@@ -16,6 +16,12 @@ pub fn dlock(server: &RedisServer) -> Command {
     command
 }
 
+/// `text` with every run of whitespace made one space: help wraps at the terminal's
+/// width, so a phrase may span lines.
+pub fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 pub fn output(command: &mut Command) -> Output {
     command.stdin(Stdio::null()).output().expect("run dlock")
 }

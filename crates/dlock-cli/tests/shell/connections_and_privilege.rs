@@ -59,7 +59,7 @@ fn arguments_are_checked_before_connecting_and_durations_read_humanely() {
     assert!(wait.contains("leave out --wait"), "{wait}");
     let ttl = String::from_utf8(run(&["acquire", "x", "--ttl", "25h"]).stderr).unwrap();
     assert!(ttl.contains("25h") && ttl.contains("24h"), "{ttl}");
-    let help = String::from_utf8(run(&["run", "--help"]).stdout).unwrap();
+    let help = crate::common::flat(&String::from_utf8(run(&["run", "--help"]).stdout).unwrap());
     for needle in [
         "DLOCK_NAME",
         "DLOCK_TOKEN",

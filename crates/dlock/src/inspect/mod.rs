@@ -214,7 +214,7 @@ impl Client {
         .run(self)
         .await?;
         if fence > 0 {
-            tracing::warn!(lock = name, fence, "lock released by force");
+            tracing::warn!(target: crate::observe::OUTCOME_TARGET, lock = name, fence, "lock released by force");
         }
         Ok((fence > 0).then_some(fence))
     }

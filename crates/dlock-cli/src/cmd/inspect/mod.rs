@@ -19,7 +19,9 @@ pub struct InspectArgs {
     /// with SCAN, never KEYS
     #[arg(long = "match", value_name = "PATTERN")]
     pattern: Option<String>,
-    /// One JSON object per lock (with --watch: one JSON array per refresh)
+    /// One JSON object per lock (with --watch: one JSON array per refresh): name, key, kind
+    /// and hold (both what the key holds: free, exclusive for a mutex, fair mutex or write
+    /// lock, reentrant, read, semaphore), holders, remaining_ms, last_fence, queued
     #[arg(long)]
     json: bool,
     /// Print the Prometheus text format instead of a table: per lock dlock_lock_held,
@@ -327,7 +329,10 @@ fn to_json(lock: &LockInfo) -> serde_json::Value {
     serde_json::json!({
         "name": lock.name,
         "key": lock.key,
+        // What the key holds; `hold` says the same under the name `acquire --json` uses
+        // for it (whose `kind` is the kind of lock taken: mutex, fair, write, ...).
         "kind": lock.kind.to_string(),
+        "hold": lock.kind.to_string(),
         "holders": holders,
         "remaining_ms": lock.remaining.map(|d| d.as_millis() as u64),
         "last_fence": lock.last_fence,

@@ -55,7 +55,7 @@ pub struct ScheduleArgs {
     /// Do not run CMD if it succeeded under this lock within DUR (the help says the
     /// library's limit)
     #[arg(long, value_parser = duration::parse, value_name = "DUR", help = format!(
-        "Do not run CMD if it succeeded under this lock within DUR (by Redis's clock): exit as when busy (75, or -E N); after CMD exits 0, record its success for DUR (1ms to {})",
+        "Do not run CMD if it succeeded under this lock within DUR (by Redis's clock): exit as when busy (75, or -E N); after CMD exits 0, record its success for DUR (1ms to {}; e.g. 1d)",
         dlock::humane(dlock::MAX_SUCCESS_MEMORY)
     ))]
     pub skip_if_ran_within: Option<Duration>,
@@ -103,92 +103,105 @@ pub fn help() -> String {
 
 const RUN_HELP: &str = "\
 HOW IT WORKS:
-    dlock takes the lock (waiting forever unless --wait or --no-wait), then runs CMD in a
-    process group of its own with these variables set:
+    dlock takes the lock (waiting forever unless --wait or --no-wait), then runs
+    CMD in a process group of its own with these variables set:
         DLOCK_NAME    the lock name
         DLOCK_TOKEN   the hold's token
-        DLOCK_FENCE   the fencing token of this grant: pass it to storage that refuses
-                      writes with a smaller one than it has seen
-        DLOCK_WEIGHT  with --permits N --take K: K, the permits this one hold takes
-                      (granted in queue order when K are free, given back together)
-        DLOCK_FENCES  with --also: every name's fence, NAME=FENCE pairs separated by
-                      spaces, in the order given (NAME first; DLOCK_FENCE is its fence)
-    While CMD runs, the lease (--ttl, {TTL_RANGE}, default 30s) is renewed every third of
-    --ttl, so CMD may run far longer than --ttl. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent
-    to dlock are passed on to CMD's whole process group, once. When CMD exits, anything it
-    left running in its group is killed (it would run without the lock), the lock is
-    released, and dlock exits with CMD's exit code.
+        DLOCK_FENCE   the fencing token of this grant: pass it to storage that
+                      refuses writes with a smaller one than it has seen
+        DLOCK_WEIGHT  with --permits N --take K: K, the permits this one hold
+                      takes (granted in queue order when K are free, given back
+                      together)
+        DLOCK_FENCES  with --also: every name's fence, NAME=FENCE pairs
+                      separated by spaces, in the order given (NAME first;
+                      DLOCK_FENCE is its fence)
+    While CMD runs, the lease (--ttl, {TTL_RANGE}, default 30s) is renewed every
+    third of --ttl, so CMD may run far longer than --ttl. SIGINT, SIGTERM,
+    SIGHUP and SIGQUIT sent to dlock are passed on to CMD's whole process group,
+    once. When CMD exits, anything it left running in its group is killed (it
+    would run without the lock), the lock is released, and dlock exits with
+    CMD's exit code.
 
-    If the lock is lost (a renewal finds it gone), or renewals keep failing, CMD's group
-    gets SIGTERM and, --kill-after later, SIGKILL, and dlock exits 70. When renewals fail,
-    the SIGTERM is sent early enough that the SIGKILL lands before the lease could pass to
-    another holder, but only once a renewal is overdue: so --kill-after must fit in about
-    half of --ttl (dlock says how much when it does not), and a Redis that stalls for
-    longer than about 2/3 of --ttl minus --kill-after stops the command. If dlock itself dies
-    (even kill -9), CMD's whole group is killed. A signal while waiting for the lock gives
-    back anything the wait may hold (a queue place, a grant racing the signal) and exits
-    128+N.
+    If the lock is lost (a renewal finds it gone), or renewals keep failing,
+    CMD's group gets SIGTERM and, --kill-after later, SIGKILL, and dlock exits
+    70. When renewals fail, the SIGTERM is sent early enough that the SIGKILL
+    lands before the lease could pass to another holder, but only once a renewal
+    is overdue: so --kill-after must fit in about half of --ttl (dlock says how
+    much when it does not), and a Redis that stalls for longer than about 2/3 of
+    --ttl minus --kill-after stops the command. If dlock itself dies (even kill
+    -9), CMD's whole group is killed. A signal while waiting for the lock gives
+    back anything the wait may hold (a queue place, a grant racing the signal)
+    and exits 128+N.
 
-    Stops. A stop of CMD from outside (kill -STOP, a debugger, a freezer of CMD alone)
-    keeps the lock: dlock goes on renewing, and exits with CMD's code when CMD is
-    continued and ends. Ctrl-Z in a terminal suspends dlock with CMD (job control); on fg
-    CMD goes on if the lease is still valid, and is killed (exit 70) if it ended. If dlock
-    itself is stopped or frozen past the lease (by pid, by its group, or by name:
-    killall -STOP dlock, pkill -STOP -f dlock), its watchdog kills CMD's group before the
-    lease can pass on, so CMD never runs a step without the lock, whoever continues it;
-    dlock exits 70 when it is continued. The watchdog is a process in a group of its own
-    named lock-watchdog: neither its name nor its command line says dlock. A stop of dlock
-    and its watchdog together cannot be caught: both pids, by executable path
-    (killall -STOP /usr/bin/dlock), or a freeze of everything at once. CMD then runs on
-    without the lock while they are stopped (or, frozen with them, for a moment after the
-    thaw): only fences (DLOCK_FENCE) and guarded writes protect data then.
+    Stops. A stop of CMD from outside (kill -STOP, a debugger, a freezer of CMD
+    alone) keeps the lock: dlock goes on renewing, and exits with CMD's code
+    when CMD is continued and ends. Ctrl-Z in a terminal suspends dlock with CMD
+    (job control); on fg CMD goes on if the lease is still valid, and is killed
+    (exit 70) if it ended. If dlock itself is stopped or frozen past the lease
+    (by pid, by its group, or by name: killall -STOP dlock, pkill -STOP -f
+    dlock), its watchdog kills CMD's group before the lease can pass on, so CMD
+    never runs a step without the lock, whoever continues it; dlock exits 70
+    when it is continued. The watchdog is a process in a group of its own named
+    lock-watchdog: neither its name nor its command line says dlock. A stop of
+    dlock and its watchdog together cannot be caught: both pids, by executable
+    path (killall -STOP /usr/bin/dlock), or a freeze of everything at once. CMD
+    then runs on without the lock while they are stopped (or, frozen with them,
+    for a moment after the thaw): only fences (DLOCK_FENCE) and guarded writes
+    protect data then.
 
-    --lock-delay DUR: when dlock dies or is stopped past the lease (the cases above),
-    the lock stays ungrantable DUR after the lease ends, so writes CMD had on their way
-    land before the next holder starts; a clean end frees it at once. For storage that
-    cannot check DLOCK_FENCE; it narrows the window a fence closes, no more.
+    --lock-delay DUR: when dlock dies or is stopped past the lease (the cases
+    above), the lock stays ungrantable DUR after the lease ends, so writes CMD
+    had on their way land before the next holder starts; a clean end frees it at
+    once. For storage that cannot check DLOCK_FENCE; it narrows the window a
+    fence closes, no more.
 
-    Several names at once: --also NAME2 (repeated for more, 2 to 64 names in all, each
-    distinct) holds NAME and every NAME2 together, all or none, with one lease renewed at
-    every name; the lock is lost when any name is. Two runs naming overlapping names in
-    any order never wait for each other: on one server (or names in one Cluster slot) all
-    names are taken by one script, across Cluster slots one slot at a time in one order,
-    a busy slot giving back those taken before it. The waiter does not queue: a --fair
-    waiter of one of the names may be served first. Each name is held the way a mutex,
-    fair mutex or write lock holds it, so it excludes them all. Not with --read or
-    --permits, with several --redis URLs (Redlock), or with --skip-if-ran-within.
+    Several names at once: --also NAME2 (repeated for more, 2 to 64 names in
+    all, each distinct) holds NAME and every NAME2 together, all or none, with
+    one lease renewed at every name; the lock is lost when any name is. Two runs
+    naming overlapping names in any order never wait for each other: on one
+    server (or names in one Cluster slot) all names are taken by one script,
+    across Cluster slots one slot at a time in one order, a busy slot giving
+    back those taken before it. The waiter does not queue: a --fair waiter of
+    one of the names may be served first. Each name is held the way a mutex,
+    fair mutex or write lock holds it, so it excludes them all. Not with --read
+    or --permits, with several --redis URLs (Redlock), or with
+    --skip-if-ran-within.
     Transfers between two accounts:
         dlock run account-17 --also account-42 -- ./transfer.sh 17 42
 
-    Jobs that cron starts on every replica: --hold-at-least DUR keeps the lock until DUR
-    after the grant even when CMD ends sooner, whatever its exit code, also after a
-    signal or a CMD that could not start (dlock exits at once; the lease is set to end
-    then and the lock frees by itself; `dlock release NAME $DLOCK_TOKEN` ends it early),
-    so a replica whose timer fires later finds it held and the job runs once. Use it with
-    -n (or --skip-if-ran-within): a replica that waits for the lock runs the job again
-    once the hold ends. If dlock dies, the lock frees when its lease (--ttl) ends. --skip-if-ran-within DUR does not
-    run CMD when it succeeded under this lock within DUR by Redis's clock (exit 75, or
-    -E N, as when busy; one line on stderr unless -q); when CMD exits 0 its success is
-    recorded for DUR, only while the lock is still held; a skipped run also keeps the lock
-    until --hold-at-least ends. Not with several --redis URLs.
+    Jobs that cron starts on every replica: --hold-at-least DUR keeps the lock
+    until DUR after the grant even when CMD ends sooner, whatever its exit code,
+    also after a signal or a CMD that could not start (dlock exits at once; the
+    lease is set to end then and the lock frees by itself; `dlock release NAME
+    $DLOCK_TOKEN` ends it early), so a replica whose timer fires later finds it
+    held and the job runs once. Use it with -n (or --skip-if-ran-within): a
+    replica that waits for the lock runs the job again once the hold ends. If
+    dlock dies, the lock frees when its lease (--ttl) ends. --skip-if-ran-within
+    DUR does not run CMD when it succeeded under this lock within DUR by Redis's
+    clock (exit 75, or -E N, as when busy; one line on stderr unless -q); when
+    CMD exits 0 its success is recorded for DUR, only while the lock is still
+    held; a skipped run also keeps the lock until --hold-at-least ends. Not with
+    several --redis URLs.
     The recipe:
         dlock -q run nightly-report -n -E 0 --hold-at-least 10m -- ./report.sh
 
-    With several --redis URLs (Redlock), the lock is granted when a majority of the
-    masters grant it within its lease, and every renewal needs a majority too: a renewal
-    that finds the lock gone from a majority is a lost lock, one that cannot reach a
-    majority counts as a failed renewal. Fewer than a majority reachable when dlock
-    starts (or still, when --wait or --no-wait ends the wait) is exit 69, and the
-    message names the masters that failed. DLOCK_FENCE is the grant's fence, kept on a
-    majority so that it grows from grant to grant.
+    With several --redis URLs (Redlock), the lock is granted when a majority of
+    the masters grant it within its lease, and every renewal needs a majority
+    too: a renewal that finds the lock gone from a majority is a lost lock, one
+    that cannot reach a majority counts as a failed renewal. Fewer than a
+    majority reachable when dlock starts (or still, when --wait or --no-wait
+    ends the wait) is exit 69, and the message names the masters that failed.
+    DLOCK_FENCE is the grant's fence, kept on a majority so that it grows from
+    grant to grant.
 
-    With --replicas N, the grant and every renewal wait until N replicas have them: a
-    grant they do not acknowledge within --replica-timeout is given back (exit 69, CMD
-    never starts), a renewal they do not acknowledge counts as a failed renewal.
+    With --replicas N, the grant and every renewal wait until N replicas have
+    them: a grant they do not acknowledge within --replica-timeout is given back
+    (exit 69, CMD never starts), a renewal they do not acknowledge counts as a
+    failed renewal.
 
-    Exit codes of run: CMD's own code; 128+N when signal N ended it; 126 when CMD could
-    not be executed, 127 when it was not found; 70 when the lock was lost; 75 (or -E N)
-    when busy; the other codes below.";
+    Exit codes of run: CMD's own code; 128+N when signal N ended it; 126 when
+    CMD could not be executed, 127 when it was not found; 70 when the lock was
+    lost; 75 (or -E N) when busy; the other codes below.";
 
 /// What `dlock elect` adds to a run: the election whose lock it holds, and the value it
 /// proclaims while the command runs.
