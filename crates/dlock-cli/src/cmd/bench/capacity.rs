@@ -187,7 +187,9 @@ pub(super) async fn memory_rows(
         }
         let alone = footprint(client, raw, &held.names).await?;
         let waiter = held.waiter.clone();
-        let waiting = tokio::spawn(async move { waiter.lock().await?.unlock().await });
+        // Its own budget: a waiter never granted ends the run with TimedOut, not a hang.
+        let budget = Wait::Timeout(Duration::from_secs(30));
+        let waiting = tokio::spawn(async move { waiter.lock_with(budget).await?.unlock().await });
         let settle_until = Instant::now() + QUEUE_SETTLE;
         let mut waited = footprint(client, raw, &held.names).await?;
         while waited.queued == 0 && Instant::now() < settle_until {
@@ -198,15 +200,7 @@ pub(super) async fn memory_rows(
             guard.unlock().await?;
         }
         // The waiter gets in once the holds are gone, and gives the lock back.
-        tokio::time::timeout(Duration::from_secs(30), waiting)
-            .await
-            .map_err(|_| {
-                dlock::Error::InvalidArgument(format!(
-                    "bench {}: the waiter was not granted within 30s of the holds' release",
-                    held.scenario
-                ))
-            })?
-            .expect("bench waiter")?;
+        waiting.await.expect("bench waiter")?;
         // What stays once nobody holds or waits: the fencing counter never expires.
         let after = footprint(client, raw, &held.names).await?;
         rows.push(
