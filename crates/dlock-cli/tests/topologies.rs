@@ -152,6 +152,8 @@ fn bench_on_a_cluster_measures_its_baseline_on_the_cluster_and_cleans_up() {
         "--quick",
         "--renew-locks",
         "100",
+        "--capacity-locks",
+        "200",
         "--json",
     ]));
     assert_eq!(code, 0, "{stderr}");
@@ -159,7 +161,7 @@ fn bench_on_a_cluster_measures_its_baseline_on_the_cluster_and_cleans_up() {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert_eq!(rows.len(), 21, "{stdout}");
+    assert_eq!(rows.len(), 31, "{stdout}");
     for row in rows.iter().filter(|row| row["unit"] == "cycles/s") {
         assert!(row["value"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["baseline"].as_f64().unwrap() > 0.0, "{row}");

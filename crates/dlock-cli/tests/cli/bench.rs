@@ -15,6 +15,11 @@ fn bench_reports_every_scenario_with_its_baseline() {
         "300ms",
         "--renew-locks",
         "300",
+        // A small capacity run (its full run holds 100,000 locks at a 30s lease).
+        "--capacity-locks",
+        "1000",
+        "--capacity-ttl",
+        "3s",
         "--json",
     ]));
     assert_eq!(
@@ -107,6 +112,7 @@ fn bench_reports_every_scenario_with_its_baseline() {
         report["renew"]["ratio"].as_f64().unwrap() < 0.5,
         "renewal is batched"
     );
+    capacity_rows_measure_what_they_say(&report);
     // One server: no masters for redlock, and the run says so.
     assert!(!report.contains_key("redlock"));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -114,6 +120,103 @@ fn bench_reports_every_scenario_with_its_baseline() {
         stderr.contains("redlock scenario") && stderr.contains("--spawn"),
         "{stderr}"
     );
+}
+
+/// The capacity scenario's rows in `report` (by scenario): bytes per held lock of each
+/// kind, found over the lock's keys, and one process holding 1000 renewed locks.
+fn capacity_rows_measure_what_they_say(
+    report: &std::collections::HashMap<String, serde_json::Value>,
+) {
+    // Each kind held: its keys found and measured; a waiter that queues adds its queue's
+    // keys; once all is given back, the fencing counter stays (but for a plain mutex,
+    // which drew no fence).
+    for (kind, queues) in [
+        ("mutex", false),
+        ("fair_mutex", true),
+        ("reentrant", false),
+        ("read", true),
+        ("read_8", true),
+        ("write", true),
+        ("semaphore", true),
+        ("weighted", true),
+        ("multi", false),
+    ] {
+        let row = &report[&format!("memory_{kind}")];
+        assert_eq!(row["unit"], "bytes/lock", "{row}");
+        let bytes = row["value"].as_f64().unwrap();
+        let keys = row["keys"].as_u64().unwrap();
+        assert!(bytes > 0.0 && keys >= 1, "{row}");
+        let (waiter_bytes, waiter_keys) = (
+            row["waiter_bytes"].as_f64().unwrap(),
+            row["waiter_keys"].as_u64().unwrap(),
+        );
+        if queues {
+            assert_eq!(row["queued"], 1, "{row}");
+            assert!(waiter_keys > keys && waiter_bytes > bytes, "{row}");
+        } else {
+            assert_eq!(row["queued"], 0, "{row}");
+            assert_eq!(waiter_keys, keys, "{row}");
+        }
+        let left = row["left_keys"].as_u64().unwrap();
+        assert_eq!(
+            left,
+            u64::from(kind != "mutex") * (1 + u64::from(kind == "multi")),
+            "{row}"
+        );
+    }
+    // More readers, more bytes in the same keys.
+    let (one, eight) = (&report["memory_read"], &report["memory_read_8"]);
+    assert_eq!(one["keys"], eight["keys"]);
+    assert!(
+        eight["value"].as_f64() > one["value"].as_f64(),
+        "{one} {eight}"
+    );
+    // The multi-lock's two names each have their key and fence.
+    assert_eq!(report["memory_multi"]["keys"], 4);
+
+    let held = &report["capacity"];
+    assert_eq!(held["locks"], 1000, "{held}");
+    assert_eq!(held["ttl_ms"], 3000, "{held}");
+    for positive in [
+        "value",
+        "acquire_s",
+        "renewal_requests_per_s",
+        "renewal_commands_per_lock",
+        "renewal_server_us_per_lock",
+        "redis_bytes_per_lock",
+        "rss_before_mb",
+        "rss_held_mb",
+        "shutdown_s",
+    ] {
+        assert!(
+            held[positive].as_f64().unwrap_or(0.0) > 0.0,
+            "{positive}: {held}"
+        );
+    }
+    // Client::shutdown gave every lock back: none of their keys is left.
+    assert_eq!(held["keys_left"], 0, "{held}");
+}
+
+#[test]
+fn bench_refuses_a_capacity_run_it_cannot_make() {
+    let server = RedisServer::start();
+    for (flag, value, says) in [
+        (
+            "--capacity-locks",
+            "0",
+            "--capacity-locks 0 is out of range",
+        ),
+        ("--capacity-locks", "1000001", "use 1 to 1000000"),
+        ("--capacity-ttl", "500ms", "use 1s to 5m"),
+        ("--capacity-ttl", "10m", "use 1s to 5m"),
+    ] {
+        let out = output(dlock(&server).args(["bench", "--quick", flag, value]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(says), "{flag} {value}: {stderr}");
+    }
+    // Refused before any work: nothing was written.
+    assert_eq!(server.cmd::<i64>(&["DBSIZE"]), 0);
 }
 
 #[test]
@@ -131,6 +234,8 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "--quick",
             "--renew-locks",
             "100",
+            "--capacity-locks",
+            "200",
             "--json",
         ])
         .stdin(Stdio::null())
@@ -175,6 +280,16 @@ fn bench_spawn_measures_a_private_server_of_its_own() {
             "semaphore_scale",
             "semaphore_weighted",
             "renew",
+            "memory_mutex",
+            "memory_fair_mutex",
+            "memory_reentrant",
+            "memory_read",
+            "memory_read_8",
+            "memory_write",
+            "memory_semaphore",
+            "memory_weighted",
+            "memory_multi",
+            "capacity",
             "redlock",
             "redlock_herd"
         ]

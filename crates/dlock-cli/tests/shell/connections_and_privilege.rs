@@ -321,7 +321,17 @@ fn demo_and_bench_work_wherever_cargo_builds_and_never_adopt_a_foreign_server() 
     assert!(said.contains("final counter: 20 (expected 20)"), "{said}");
     let bench = run(
         "bench.sh",
-        &["--duration", "100ms", "--renew-locks", "50", "--json"],
+        &[
+            "--duration",
+            "100ms",
+            "--renew-locks",
+            "50",
+            "--capacity-locks",
+            "50",
+            "--capacity-ttl",
+            "3s",
+            "--json",
+        ],
     );
     assert_eq!(
         bench.status.code(),

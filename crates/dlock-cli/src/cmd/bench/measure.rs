@@ -4,8 +4,22 @@
 use super::*;
 
 /// Deletes every key of the locks whose keys start with `own` (see [`own_keys`]): the lock
-/// keys and their companions, found by SCAN with the glob characters of `own` escaped.
+/// keys and their companions (see [`keys_starting`]).
 pub(super) async fn remove_keys(raw: &Raw, own: &str) -> dlock::Result<()> {
+    for key in keys_starting(raw, own).await? {
+        // One key per DEL: on a cluster they live in different slots.
+        let _: i64 = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut raw.conn.clone())
+            .await?;
+    }
+    Ok(())
+}
+
+/// Every key of the locks whose keys start with `own`: the lock keys and their companions
+/// (told by the library's [`dlock::companion_owner`], not by names written here), found
+/// by SCAN on every master with the glob characters of `own` escaped; each once.
+pub(super) async fn keys_starting(raw: &Raw, own: &str) -> dlock::Result<Vec<String>> {
     // The lock keys, an untagged key's companions (`{K}:…`), and a tagged key's
     // (`A{T}/len/B:…`, listed by the text up to the tag and told by their lock key).
     let mut patterns = vec![format!("{own}*"), format!("{{{own}*")];
@@ -20,6 +34,7 @@ pub(super) async fn remove_keys(raw: &Raw, own: &str) -> dlock::Result<()> {
         key.starts_with(own)
             || dlock::companion_owner(key).is_some_and(|lock| lock.starts_with(own))
     };
+    let mut found = Vec::new();
     for pattern in patterns {
         let escaped: String = pattern
             .char_indices()
@@ -30,18 +45,18 @@ pub(super) async fn remove_keys(raw: &Raw, own: &str) -> dlock::Result<()> {
             })
             .collect();
         // On every master: a cluster's keys are spread over them.
-        for key in raw.client.scan(&escaped).await? {
-            if !ours(&key) {
-                continue;
-            }
-            // One key per DEL: on a cluster they live in different slots.
-            let _: i64 = redis::cmd("DEL")
-                .arg(&key)
-                .query_async(&mut raw.conn.clone())
-                .await?;
-        }
+        found.extend(
+            raw.client
+                .scan(&escaped)
+                .await?
+                .into_iter()
+                .filter(|key| ours(key)),
+        );
     }
-    Ok(())
+    // SCAN may return a key twice, and a key may match two patterns.
+    found.sort();
+    found.dedup();
+    Ok(found)
 }
 
 /// Raw baseline: SET NX PX + EVALSHA compare-and-delete, `tasks` tasks on distinct keys.

@@ -33,6 +33,13 @@
 //!   1 ms); writer acquisitions/s and how long the writer waits (p50/p99).
 //! * renew: many held, auto-renewed locks; script calls per second spent on renewal, vs
 //!   one call per lock per renewal period.
+//! * memory_<kind> (capacity): the bytes Redis keeps for one held lock of each kind
+//!   (`MEMORY USAGE` summed over every key the lock has, as SCAN and the library's
+//!   companion rule find them), held alone and with one waiter.
+//! * capacity: one process (a client of its own) holding many auto-renewed mutexes: how
+//!   long taking them all takes, the renewal load over two renewal periods (INFO
+//!   commandstats), the process's resident memory and Redis's `used_memory` before and
+//!   after, how long `Client::shutdown` takes to give them all back, and the keys left.
 //! * redlock: one task, one key; Redlock acquire+release cycles/s over several
 //!   independent masters (5 with `--spawn`, or every `--redis` URL given), vs the same
 //!   client over the first master alone (a 1-master Redlock), interleaved like the
@@ -65,6 +72,7 @@ use crate::exit;
 use crate::hold::Locks;
 use crate::lease::Replication;
 
+mod capacity;
 mod contention;
 mod floors;
 mod measure;
@@ -72,6 +80,7 @@ mod redlock;
 mod scenarios;
 mod spawn;
 
+use capacity::*;
 use contention::*;
 use floors::*;
 use measure::*;
@@ -102,9 +111,18 @@ pub struct BenchArgs {
     #[arg(long)]
     pub spawn: bool,
     /// A short run, under a minute: 300ms per throughput scenario, 1000 renewed locks,
-    /// 64 herd waiters
+    /// 64 herd waiters, 2000 locks held at a 3s lease in the capacity scenario
     #[arg(long)]
     quick: bool,
+    /// Locks one process holds at once, auto-renewed, in the capacity scenario [default:
+    /// 100000, or 2000 with --quick]
+    #[arg(long, value_name = "N")]
+    capacity_locks: Option<usize>,
+    /// The lease of the capacity scenario's locks, renewed every third of it (the renewal
+    /// rate it reports is for this lease) [default: 30s, the library's default lease, or
+    /// 3s with --quick]
+    #[arg(long, value_parser = crate::duration::parse, value_name = "TTL")]
+    capacity_ttl: Option<Duration>,
 }
 
 impl BenchArgs {
@@ -125,6 +143,20 @@ impl BenchArgs {
             return Err(dlock::Error::InvalidArgument(format!(
                 "--duration {} is out of range; use 100ms to 1h",
                 dlock::humane(self.duration)
+            )));
+        }
+        if let Some(locks) = self.capacity_locks.filter(|n| *n == 0 || *n > 1_000_000) {
+            return Err(dlock::Error::InvalidArgument(format!(
+                "--capacity-locks {locks} is out of range; use 1 to 1000000"
+            )));
+        }
+        if let Some(ttl) = self
+            .capacity_ttl
+            .filter(|ttl| *ttl < Duration::from_secs(1) || *ttl > Duration::from_secs(300))
+        {
+            return Err(dlock::Error::InvalidArgument(format!(
+                "--capacity-ttl {} is out of range; use 1s to 5m (the scenario watches two renewals)",
+                dlock::humane(ttl)
             )));
         }
         if self.renew_locks == 0 || self.renew_locks > 1_000_000 {
@@ -279,21 +311,26 @@ struct Raw {
     conn: dlock::RawConnection,
 }
 
-impl Raw {
-    async fn connect(target: &Target) -> dlock::Result<Raw> {
-        let client = match target {
-            Target::SingleNode(url) => Client::connect(url).await?,
-            Target::Cluster(seeds) => Client::cluster_builder(seeds.clone()).connect().await?,
+impl Target {
+    /// A client of its own on this deployment, with `prefix` (the capacity scenario's, to
+    /// shut down without the bench's; the raw baseline's, with none).
+    async fn connect(&self, prefix: &str) -> dlock::Result<Client> {
+        let builder = match self {
+            Target::SingleNode(url) => Client::builder(url),
+            Target::Cluster(seeds) => Client::cluster_builder(seeds.clone()),
             Target::Sentinel { sentinels, service } => {
                 Client::sentinel_builder(sentinels.clone(), service)
-                    .connect()
-                    .await?
             }
             // The first master (the redlock scenario connects to each itself).
-            Target::Redlock(masters) => {
-                Client::connect(masters.first().map_or("", String::as_str)).await?
-            }
+            Target::Redlock(masters) => Client::builder(masters.first().map_or("", String::as_str)),
         };
+        builder.prefix(prefix).connect().await
+    }
+}
+
+impl Raw {
+    async fn connect(target: &Target) -> dlock::Result<Raw> {
+        let client = target.connect("").await?;
         Ok(Raw {
             conn: client.connection().await?,
             client,
@@ -350,9 +387,13 @@ async fn bench(
     } else {
         (args.duration, args.renew_locks, 256)
     };
+    let capacity = Capacity {
+        locks: (args.capacity_locks).unwrap_or(if args.quick { 2_000 } else { 100_000 }),
+        ttl: (args.capacity_ttl).unwrap_or(Duration::from_secs(if args.quick { 3 } else { 30 })),
+    };
     let redlock = masters.len() > 1;
     let steps = match locks {
-        Locks::Client(_) => 20 + 2 * u64::from(redlock),
+        Locks::Client(_) => 22 + 2 * u64::from(redlock),
         Locks::Redlock(_) => 2,
     };
     let progress = indicatif::ProgressBar::new(steps);
@@ -362,7 +403,7 @@ async fn bench(
     );
     let mut rows = match locks {
         Locks::Client(client) => {
-            let sizes = (duration, renew_locks, herd_waiters);
+            let sizes = (duration, renew_locks, herd_waiters, capacity);
             one_deployment(client, target, sizes, &progress).await?
         }
         // Several --redis masters: only the scenario that needs them.

@@ -3,11 +3,11 @@
 use super::*;
 
 /// Every scenario but redlock, against one deployment: (throughput duration, renewed
-/// locks, herd waiters).
+/// locks, herd waiters, the capacity scenario's size).
 pub(super) async fn one_deployment(
     client: &Client,
     target: &Target,
-    (duration, renew_locks, herd_waiters): (Duration, usize, usize),
+    (duration, renew_locks, herd_waiters, capacity): (Duration, usize, usize, Capacity),
     progress: &indicatif::ProgressBar,
 ) -> dlock::Result<Vec<Row>> {
     let raw = Raw::connect(target).await?;
@@ -331,6 +331,28 @@ pub(super) async fn one_deployment(
         Row::new("renew", per_s, "script calls/s")
             .baseline(naive)
             .with("locks", renew_locks.into()),
+    );
+    progress.inc(1);
+
+    // On a client with the library's defaults, as the capacity scenario's: no holder
+    // label (the CLI's would lengthen every token).
+    step("memory per held lock");
+    let plain = target.connect(client.prefix()).await?;
+    let memory = memory_rows(&plain, &raw, &format!("{prefix}memory:")).await;
+    plain.shutdown().await;
+    rows.extend(memory?);
+    progress.inc(1);
+
+    step(&format!("capacity: {} auto-renewed locks", capacity.locks));
+    rows.push(
+        held_many(
+            target,
+            client.prefix(),
+            &raw,
+            &format!("{prefix}capacity:"),
+            capacity,
+        )
+        .await?,
     );
     progress.inc(1);
     // Fence counters never expire: leave nothing of the run behind on a shared server.
