@@ -508,8 +508,14 @@ fn track_hold<R: RawLock>(
         cell,
         Box::new(move || {
             Box::pin(async move {
-                if let Err(err) = give_back(&raw, &token, keep_until, &lease).await {
-                    tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lease will expire");
+                let mut given_back = give_back(&raw, &token, keep_until, &lease).await;
+                // Once more after a timeout or a dropped connection: every script is safe
+                // to resend, and nobody else will give this hold back before its lease ends.
+                if given_back.as_ref().is_err_and(Error::is_transient) {
+                    given_back = give_back(&raw, &token, keep_until, &lease).await;
+                }
+                if let Err(err) = given_back {
+                    tracing::warn!(lock = %raw.name(), error = %err, "release at shutdown failed; the lock frees when its lease ends");
                 }
             })
         }),

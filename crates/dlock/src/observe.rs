@@ -141,7 +141,13 @@ pub(crate) fn retrying(kind: &'static str, lock: &str, error: &crate::error::Err
 
 /// A hold that may have been lost; `label` names the reason in the metric.
 pub(crate) fn lost(key: &str, label: &'static str, reason: &dyn std::fmt::Display) {
-    tracing::warn!(target: OUTCOME_TARGET, lock = key, %reason, "lock may have been lost");
+    if label == "released" {
+        // Given back on purpose (shutdown, a failed replica wait): no warning, or a
+        // shutdown holding 100,000 locks would print 100,000 of them.
+        tracing::debug!(target: OUTCOME_TARGET, lock = key, %reason, "hold given back");
+    } else {
+        tracing::warn!(target: OUTCOME_TARGET, lock = key, %reason, "lock may have been lost");
+    }
     #[cfg(feature = "metrics")]
     metric!(counter, "dlock_lost_total", "reason" => label).increment(1);
     #[cfg(not(feature = "metrics"))]

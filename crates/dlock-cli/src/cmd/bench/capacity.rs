@@ -3,7 +3,6 @@
 //! costs both sides (`capacity`).
 
 use futures_util::{StreamExt, TryStreamExt};
-use tracing::instrument::WithSubscriber;
 
 use super::*;
 
@@ -280,17 +279,9 @@ async fn hold_and_give_back(
     let server_us = server_usec(std::slice::from_ref(raw), &scripts).await? - server_us;
     let rss_after = resident_bytes();
 
-    // The shutdown declares each hold it gives back lost, and the library logs a warning
-    // for each: as many lines as locks, which would bury the report. Silenced for the
-    // shutdown's own polls only (the give-backs' failures, on tasks of their own, still
-    // log), and said once instead.
     let shutting = Instant::now();
-    fleet
-        .shutdown()
-        .with_subscriber(tracing::subscriber::NoSubscriber::default())
-        .await;
+    fleet.shutdown().await;
     let shutdown_in = shutting.elapsed();
-    eprintln!("dlock: note: capacity: Client::shutdown gave back {locks} locks and declared each lost (`lock may have been lost`, reason: the client was shut down); those {locks} warnings were silenced");
     drop(guards);
 
     let seconds = window.as_secs_f64();
