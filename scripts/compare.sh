@@ -6,7 +6,8 @@
 # side", says what each column measures).
 #
 # The peers, pinned:
-#   PyPI (pip --target):       redis[hiredis]==8.1.0 (redis-py's Lock), python-redis-lock==4.0.1,
+#   PyPI (pip --target):       redis[hiredis]==8.1.0 (redis-py's Lock, default settings and
+#                              again with a 1 ms sleep), python-redis-lock==4.0.1,
 #                              pottery==3.0.1 (Redlock), redis-fifo-lock==0.3.2
 #   npm (npm install --prefix): redis-semaphore@5.8.0 over ioredis@5.11.1 (default settings,
 #                              and again with a 1 ms retryInterval)
