@@ -663,6 +663,20 @@ mod tests {
         assert_eq!(calls["info"], 1);
     }
 
+    /// A refused directive never reaches the log file: the server's own words on its
+    /// standard streams are the reason given.
+    #[test]
+    fn a_server_that_refuses_its_arguments_says_why() {
+        let refused = RedisServer::try_start_with(ServerOptions {
+            extra_args: vec!["--no-such-directive".into(), "1".into()],
+            ..ServerOptions::default()
+        });
+        let reason = refused
+            .err()
+            .expect("a server with an unknown directive started");
+        assert!(reason.contains("no-such-directive"), "{reason}");
+    }
+
     #[test]
     fn starts_restarts_and_kills_its_own_server() {
         let mut server = RedisServer::start_with(ServerOptions::durable());
