@@ -362,12 +362,20 @@ impl RedisServer {
             .binary
             .clone()
             .unwrap_or_else(redis_server_binary);
+        // What the server says before its log file is open (a directive it does not know,
+        // a bad value) goes to its standard streams: kept, to say why it did not start.
+        let console = dir.join("console.log");
+        let console_file = std::fs::File::create(&console)
+            .map_err(|e| format!("create {}: {e}", console.display()))?;
+        let console_err = console_file
+            .try_clone()
+            .map_err(|e| format!("open {} twice: {e}", console.display()))?;
         let child = Command::new(binary)
             .args(&args)
             .envs(self.options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(console_file)
+            .stderr(console_err)
             .spawn()
             .map_err(|e| format!("spawn redis-server: {e}"))?;
         self.child = Some(child);
@@ -379,16 +387,21 @@ impl RedisServer {
                 .and_then(|c| c.try_wait().ok().flatten())
             {
                 self.child = None;
-                let log = std::fs::read_to_string(&log).unwrap_or_default();
-                let hint = if log.contains("TLS support") {
+                let said = [&console, &log]
+                    .map(|file| std::fs::read_to_string(file).unwrap_or_default())
+                    .join("\n");
+                let hint = if said.contains("TLS support") {
                     " (this server was built without TLS: run the TLS tests with a build \
                      that has it; scripts/test.sh excludes them by name for such a server)"
+                } else if said.contains("cluster-port") {
+                    " (a cluster node here needs Redis 7.0+, as dlock on Redis Cluster does; \
+                     scripts/test.sh excludes the cluster tests by name for an older server)"
                 } else {
                     ""
                 };
                 return Err(format!(
                     "redis-server exited with {status}{hint}: {}",
-                    tail(&log)
+                    tail(&said)
                 ));
             }
             if self.answers() {
@@ -648,6 +661,20 @@ mod tests {
         let calls = parse_command_calls(info);
         assert_eq!(calls["evalsha"], 12);
         assert_eq!(calls["info"], 1);
+    }
+
+    /// A refused directive never reaches the log file: the server's own words on its
+    /// standard streams are the reason given.
+    #[test]
+    fn a_server_that_refuses_its_arguments_says_why() {
+        let refused = RedisServer::try_start_with(ServerOptions {
+            extra_args: vec!["--no-such-directive".into(), "1".into()],
+            ..ServerOptions::default()
+        });
+        let reason = refused
+            .err()
+            .expect("a server with an unknown directive started");
+        assert!(reason.contains("no-such-directive"), "{reason}");
     }
 
     #[test]

@@ -484,6 +484,7 @@ pub async fn probe(
     args: &[&str],
 ) -> Result<redis::Value> {
     let libraries = concat!(
+        include_str!("lua/answer.lua"),
         include_str!("lua/fencing.lua"),
         include_str!("lua/prelude.lua")
     );

@@ -46,23 +46,24 @@ impl LibraryScript {
     }
 }
 
-/// Builds a `LazyLock<LuaScript>` from the shared libraries (`lua/fencing.lua`,
-/// `lua/prelude.lua`) and the given files (paths relative to `src/`): every file but the last
-/// is a library of helpers, the last is the script's body. `bare` leaves the shared
-/// libraries out (a bare script that draws fences names `fencing.lua` itself). Only the
-/// helpers the body uses are sent (see [`LuaScript::new`]).
+/// Builds a `LazyLock<LuaScript>` from the shared libraries (`lua/answer.lua`,
+/// `lua/fencing.lua`, `lua/prelude.lua`) and the given files (paths relative to `src/`):
+/// every file but the last is a library of helpers, the last is the script's body. `bare`
+/// leaves the shared libraries but `answer.lua` out (a bare script that draws fences names
+/// `fencing.lua` itself). Only the helpers the body uses are sent, and the body runs under
+/// `answer` (see [`LuaScript::new`]).
 macro_rules! lua_script {
     (grant bare $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split true, $name, [], $($file),+)
+        $crate::script::lua_script!(@split true, $name, ["lua/answer.lua"], $($file),+)
     };
     (grant $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split true, $name, ["lua/fencing.lua", "lua/prelude.lua"], $($file),+)
+        $crate::script::lua_script!(@split true, $name, ["lua/answer.lua", "lua/fencing.lua", "lua/prelude.lua"], $($file),+)
     };
     (bare $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split false, $name, [], $($file),+)
+        $crate::script::lua_script!(@split false, $name, ["lua/answer.lua"], $($file),+)
     };
     ($name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split false, $name, ["lua/fencing.lua", "lua/prelude.lua"], $($file),+)
+        $crate::script::lua_script!(@split false, $name, ["lua/answer.lua", "lua/fencing.lua", "lua/prelude.lua"], $($file),+)
     };
     // Moves files to the libraries until one is left: the body.
     (@split $grants:literal, $name:literal, [$($library:literal),*], $next:literal, $($rest:literal),+) => {
@@ -94,6 +95,10 @@ impl LuaScript {
     /// server's one thread per call, whether the script calls them or not. So only the
     /// helpers the body names are sent, with the helpers they name in turn
     /// ([`used_helpers`]).
+    ///
+    /// The body runs as a function under `answer` (`lua/answer.lua`, among `libraries`):
+    /// what it raises is returned as the script's error reply, in the same words on every
+    /// server (Redis 6.2 cannot send a raised error table).
     pub fn new(
         name: &'static str,
         files: &'static [&'static str],
@@ -101,7 +106,8 @@ impl LuaScript {
         body: &str,
         grants: bool,
     ) -> LuaScript {
-        let code = used_helpers(libraries, body) + body;
+        let body = under_answer(body);
+        let code = used_helpers(libraries, &body) + &body;
         let code = code.as_str();
         LuaScript {
             name,
@@ -557,6 +563,13 @@ fn parse_wrong_type(detail: &str) -> Option<Error> {
         key: key.to_string(),
         what: found_not_wanted(Some(found), wanted),
     })
+}
+
+/// `body` as the function `answer` runs (see `lua/answer.lua`). A script's body is a Lua
+/// chunk, which is a function already: its `return`s and `local`s mean the same inside one.
+pub(crate) fn under_answer(body: &str) -> String {
+    let newline = if body.ends_with('\n') { "" } else { "\n" };
+    format!("return answer(function()\n{body}{newline}end)\n")
 }
 
 /// The helpers of `libraries` that `body` uses, directly or through other helpers, in

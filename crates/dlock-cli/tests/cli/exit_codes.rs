@@ -36,6 +36,19 @@ fn exit_codes_for_bad_input_and_bad_state() {
         stderr.contains("listkey") && stderr.contains("hint:"),
         "{stderr}"
     );
+    // The same from the kinds whose scripts raise their DLOCKTYPE error in the prelude, on
+    // whatever server the run uses (Redis 6.2 answered them as a refusal, 76, until the
+    // scripts returned their errors).
+    let _: () = server.cmd(&["SET", "textkey", "x"]);
+    for (name, kind, found) in [
+        ("listkey", "--fair", "type list"),
+        ("textkey", "--permits=2", "holds a string"),
+    ] {
+        let out = output(dlock(&server).args(["run", name, kind, "--", "true"]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{kind}: {stderr}");
+        assert!(stderr.contains(found), "{kind}: {stderr}");
+    }
     // 69: Redis unreachable.
     let mut gone = RedisServer::start();
     let url = gone.url();
