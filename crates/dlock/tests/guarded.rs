@@ -435,7 +435,10 @@ async fn a_batch_is_not_resent_after_its_record_expired() {
     proxy.drop_next_replies_where(1, swallow_and_stall);
     let resume = std::thread::spawn(|| {
         let proxy = SLOW_RECONNECT.get().unwrap();
-        while proxy.dropped() == 0 {
+        // Bounded: a reply the matcher did not recognise (e.g. split across reads) is not
+        // swallowed, and the test must then fail below, not wait here forever.
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        while proxy.dropped() == 0 && std::time::Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(600)); // twice the record's lease
@@ -443,6 +446,8 @@ async fn a_batch_is_not_resent_after_its_record_expired() {
     });
     let applied = guard.apply(&Guarded::new().incr_by("n", 1000)).await;
     resume.join().unwrap();
+    // No reply swallowed: the matcher stops counting, so no later test's reply is eaten.
+    proxy.drop_next_replies(0);
     assert_eq!(proxy.dropped(), 1, "the reply was not lost: {applied:?}");
     let key = guard.data_key("n");
     let value = || server.cmd::<String>(&["GET", &key]);
