@@ -75,7 +75,7 @@ if [[ $tls_probe == *"TLS support"* || $tls_probe == *"Bad directive"* ]]; then
 fi
 # dlock on Redis Cluster needs sharded pub/sub (SPUBLISH, Redis 7.0+; README, "Servers"):
 # on an older Redis its cluster tests are left out.
-if [[ $("$server_binary" --version) == "Redis server v="[1-6].* ]]; then
+if [[ $("$server_binary" --version) =~ ^Redis\ server\ v=[1-6]\. ]]; then
   no_cluster=(
     every_kind_excludes_and_hands_off_on_names_over_every_master
     concurrent_holders_never_lose_an_update_on_a_cluster

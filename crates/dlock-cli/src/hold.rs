@@ -45,7 +45,8 @@ pub struct KindArgs {
     /// Exclusive write lock of a read-write lock (no readers, one writer)
     #[arg(long)]
     pub write: bool,
-    /// One of N permits of a semaphore (at most N holders at once)
+    /// One of N permits of a semaphore (at most N holders at once). N is not stored in
+    /// Redis: every caller must pass the same N for the name
     #[arg(long, value_name = "N")]
     pub permits: Option<u64>,
     /// How many of the permits (outside the one-kind group: it goes with --permits).

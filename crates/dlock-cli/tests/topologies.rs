@@ -1,6 +1,6 @@
 //! The `dlock` binary on a Redis Cluster (`--cluster`), through Redis Sentinel
 //! (`--sentinel`, `--service`), and with replica acknowledgement (`--replicas`): real
-//! redis-server processes from dlock-testkit, the flags' usage errors and exit codes.
+//! redis-server processes from the test kit (dlock_testkit), the flags' usage errors and exit codes.
 
 use std::process::{Command, Output, Stdio};
 

@@ -3,7 +3,7 @@
 //! in with `--mutant` went uncaught within the bounds, 64 on a usage error.
 //! `dlock-model mutants`: the names of the deliberate protocol bugs, one a line.
 //! A reader that stops reading (`| head`) ends the program quietly with exit 0, as
-//! dlock-cli does; any other failure to write the output exits 74.
+//! the dlock CLI does; any other failure to write the output exits 74.
 
 use std::ops::ControlFlow;
 use std::process::ExitCode;
@@ -18,7 +18,7 @@ use dlock_model::{
 use stateright::{Checker, HasDiscoveries, Model};
 
 /// Prints a line of output. A closed pipe (a reader that stopped: `| head`) ends the
-/// program quietly with exit 0, as dlock-cli does; any other write error exits 74.
+/// program quietly with exit 0, as the dlock CLI does; any other write error exits 74.
 macro_rules! say {
     ($($arg:tt)*) => {
         say(format_args!($($arg)*))

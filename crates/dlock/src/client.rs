@@ -301,7 +301,8 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) {
-        // Waits in progress and give-backs end with the response timeout at worst.
+        // Waits in progress end with the response timeout at worst; give-backs are waited
+        // for while they land, and abandoned once none has for this long.
         let bound = self
             .inner
             .response_timeout

@@ -514,9 +514,11 @@ fn track_hold<R: RawLock>(
                 if given_back.as_ref().is_err_and(Error::is_transient) {
                     given_back = give_back(&raw, &token, keep_until, &lease).await;
                 }
-                if let Err(err) = given_back {
-                    tracing::warn!(lock = %raw.name(), error = %err, "release at shutdown failed; the lock frees when its lease ends");
+                if let Err(err) = &given_back {
+                    // Counted and reported once by the session, not once per lock.
+                    tracing::debug!(lock = %raw.name(), error = %err, "release at shutdown failed; the lock frees when its lease ends");
                 }
+                given_back
             })
         }),
     )

@@ -82,12 +82,13 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(60 * 60);
 
 /// Default lease on a waiter's place in a queue: the default lease of a hold, so that with
 /// the defaults a release's direct hand-off is taken as it is, with no command (a direct
-/// grant lasts at most the rest of the waiter lease; see `queue.lua`).
+/// grant lasts at most the rest of the waiter lease).
 pub const DEFAULT_WAITER_LEASE: Duration = DEFAULT_TTL;
 
 /// Shortest waiter lease accepted. A live waiter refreshes its place every third of its
 /// waiter lease; much shorter and a loaded machine misses refreshes, so waiters lose their
-/// place in line (a tryout saw 10 ms break the order) and refresh hundreds of times a second.
+/// place in line (10 ms was seen to break the order) and refresh hundreds of times a
+/// second.
 pub const MIN_WAITER_LEASE: Duration = Duration::from_millis(100);
 
 impl Default for LockOptions {

@@ -4,14 +4,16 @@
 //! session's lost signal. A [`Client`](crate::Client) and a [`Redlock`](crate::Redlock)
 //! each provide one; nothing here knows a lock kind or a topology.
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::error::Result;
 use crate::notifier::Notifier;
 use crate::renew::{RenewTarget, Renewer};
 use crate::signal::{self, LeaseCell, LostHold, LostReason, LostSink};
@@ -20,8 +22,10 @@ use crate::signal::{self, LeaseCell, LostHold, LostReason, LostSink};
 /// misses some (it is told how many: [`LostHolds::missed`]).
 const LOST_BACKLOG: usize = 1024;
 
-/// A hold's give-back at shutdown.
-pub(crate) type GiveBack = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+/// A hold's give-back at shutdown: `Err` when it could not be given back (the lock then
+/// frees when its lease ends).
+pub(crate) type GiveBack =
+    Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send>;
 
 /// The shared context of one lock handle ([`Client`](crate::Client) or
 /// [`Redlock`](crate::Redlock)), in the spirit of etcd's `Session`: every hold taken
@@ -276,10 +280,11 @@ impl Session {
     /// Shuts the session down, the same way for every handle that has one: no hold is
     /// tracked and no wait starts from now on; the session's notifier stops, so its
     /// waiters wake and give back what they may hold; every hold still tracked is given
-    /// back (its lost signal fires with [`LostReason::Released`]); waits and give-backs in
-    /// progress finish, within `bound` (a request that cannot reach Redis ends with its
-    /// timeout, and a wait whose future is never polled again would otherwise hold
-    /// shutdown up); renewal stops; `and_then` runs (what else the handle stops); then
+    /// back (its lost signal fires with [`LostReason::Released`]) for as long as Redis
+    /// keeps answering them (given up once none lands within `bound`); waits and other
+    /// background work in progress finish, within `bound` (a request that cannot reach
+    /// Redis ends with its timeout, and a wait whose future is never polled again would
+    /// otherwise hold shutdown up); renewal stops; `and_then` runs (what else the handle stops); then
     /// [`Session::done`] resolves and [`LostHolds`] streams end.
     pub(crate) async fn shutdown(&self, bound: Duration, and_then: impl Future<Output = ()>) {
         // One at a time: a second shutdown waits for the first, then finds little left to
@@ -292,7 +297,7 @@ impl Session {
         if let Some(notifier) = self.inner.notifier.get() {
             notifier.stop();
         }
-        self.release_all().await;
+        self.release_all(bound).await;
         let _ = tokio::time::timeout(bound, self.inner.background.until_none()).await;
         // No hold is tracked after close: nothing is left to renew.
         for renewer in &self.inner.renewers {
@@ -307,8 +312,9 @@ impl Session {
     /// Gives back every hold still tracked: each one's lost signal fires with
     /// [`LostReason::Released`] first, then the give-backs run, at most
     /// [`GIVE_BACKS_IN_FLIGHT`] at a time, as background work that outlives a dropped
-    /// shutdown.
-    async fn release_all(&self) {
+    /// shutdown. Waits while they land; once none has landed for `bound` (Redis stopped
+    /// answering), the rest are abandoned, unsent: their locks free when their leases end.
+    async fn release_all(&self, bound: Duration) {
         let holds: Vec<TrackedHold> = {
             let mut holds = self.inner.holds.lock().unwrap();
             holds.drain().map(|(_, hold)| hold).collect()
@@ -316,8 +322,9 @@ impl Session {
         if holds.is_empty() {
             return;
         }
+        let total = holds.len();
         tracing::debug!(
-            holds = holds.len(),
+            holds = total,
             "shutdown: releasing the locks guards still hold"
         );
         let give_backs: Vec<_> = holds
@@ -327,18 +334,85 @@ impl Session {
                 (hold.give_back)()
             })
             .collect();
+        let tally = Arc::new(GiveBackTally::default());
+        let counting = tally.clone();
         // On the session's runtime, as background work: taken out of the registry, a
         // release must happen even if this shutdown's future is dropped now (the next
         // shutdown waits for it with the rest of the background work). Bounded: sent all
         // at once, a hundred thousand give-backs queue behind each other on the one
         // connection until the later ones outlive the response timeout and are never
         // sent again (measured by `dlock bench`'s capacity scenario: 56 of 100,000 left).
-        let all = self.spawn_background(async move {
+        let mut all = self.spawn_background(async move {
             futures_util::stream::iter(give_backs)
-                .for_each_concurrent(GIVE_BACKS_IN_FLIGHT, |give_back| give_back)
-                .await
+                .for_each_concurrent(GIVE_BACKS_IN_FLIGHT, |give_back| {
+                    let tally = counting.clone();
+                    async move {
+                        if tally.abandoned.load(Ordering::Acquire) {
+                            return tally.settle(None);
+                        }
+                        // A panic in one give-back must not cancel the others queued here.
+                        let outcome = AssertUnwindSafe(give_back).catch_unwind().await;
+                        tally.settle(Some(outcome));
+                    }
+                })
+                .await;
+            counting.report(total);
         });
-        let _ = all.await;
+        let mut landed = 0;
+        while tokio::time::timeout(bound, &mut all).await.is_err() {
+            let now = tally.landed.load(Ordering::Acquire);
+            if now == landed {
+                // Nothing landed for a whole bound: Redis is not answering. Waiting on
+                // (two response timeouts per 128 holds) could outlast any stop timeout.
+                tally.abandoned.store(true, Ordering::Release);
+                break;
+            }
+            landed = now;
+        }
+    }
+}
+
+/// How shutdown's give-backs went, reported once: one line for many failures, not one
+/// per lock.
+#[derive(Default)]
+struct GiveBackTally {
+    /// Given back.
+    landed: AtomicUsize,
+    /// Failed, panicked or abandoned unsent.
+    failed: AtomicUsize,
+    /// What the first failure said.
+    first_failure: OnceLock<String>,
+    /// Set once shutdown stopped waiting: the give-backs not yet sent are skipped.
+    abandoned: AtomicBool,
+}
+
+impl GiveBackTally {
+    /// Counts one give-back's outcome (`None`: abandoned unsent).
+    fn settle(&self, outcome: Option<std::thread::Result<Result<()>>>) {
+        let failure = match outcome {
+            Some(Ok(Ok(()))) => {
+                self.landed.fetch_add(1, Ordering::AcqRel);
+                return;
+            }
+            Some(Ok(Err(error))) => error.to_string(),
+            Some(Err(_)) => "the give-back panicked".to_string(),
+            None => "not sent: Redis had stopped answering the others".to_string(),
+        };
+        let _ = self.first_failure.set(failure);
+        self.failed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn report(&self, total: usize) {
+        let failed = self.failed.load(Ordering::Acquire);
+        if failed > 0 {
+            let first = self.first_failure.get().map_or("", String::as_str);
+            tracing::warn!(
+                failed,
+                total,
+                first,
+                "shutdown could not give back every lock; each left frees when its lease ends"
+            );
+        }
     }
 }
 

@@ -15,11 +15,25 @@ pub struct CompletionsArgs {
 
 impl CompletionsArgs {
     /// Prints the completion script of `command` for the shell; returns the exit code.
-    pub fn run(&self, mut command: clap::Command) -> i32 {
+    pub fn run(&self, command: clap::Command) -> i32 {
         let mut script = Vec::new();
-        clap_complete::generate(self.shell, &mut command, "dlock", &mut script);
+        let mut visible = without_hidden_subcommands(command);
+        clap_complete::generate(self.shell, &mut visible, "dlock", &mut script);
         exit::emit(&String::from_utf8_lossy(&script))
     }
+}
+
+/// `command` without its hidden subcommands (the watchdog's `__watch-group`): the shells'
+/// generators offer every subcommand they are given, hidden or not.
+fn without_hidden_subcommands(command: clap::Command) -> clap::Command {
+    let visible: Vec<clap::Command> = command
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .cloned()
+        .collect();
+    clap::Command::new(command.get_name().to_string())
+        .args(command.get_arguments().cloned())
+        .subcommands(visible)
 }
 
 /// The arguments of `dlock man`.

@@ -48,13 +48,16 @@ fn completions_and_man_pages_are_generated_without_redis() {
     // Negative control: the probe does not complete whatever it is given.
     let nothing = complete("dlock zzz");
     assert!(!nothing.contains("run"), "{nothing}");
+    // The watchdog's internal subcommand is never offered.
+    let everything = complete("dlock ''");
+    assert!(everything.contains("inspect"), "{everything}");
+    assert!(!everything.contains("__watch-group"), "{everything}");
     for shell in ["zsh", "fish"] {
         let out = output(offline().args(["completions", shell]));
         assert_eq!(out.status.code(), Some(0), "{shell}");
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("waiter-lease"),
-            "{shell}"
-        );
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains("waiter-lease"), "{shell}");
+        assert!(!script.contains("__watch-group"), "{shell}");
     }
     assert_eq!(code(offline().args(["completions", "tcsh"])), 64);
 

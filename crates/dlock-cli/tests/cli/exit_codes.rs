@@ -41,7 +41,7 @@ fn exit_codes_for_bad_input_and_bad_state() {
     // scripts returned their errors).
     let _: () = server.cmd(&["SET", "textkey", "x"]);
     for (name, kind, found) in [
-        ("listkey", "--fair", "type list"),
+        ("listkey", "--fair", "holds a Redis list"),
         ("textkey", "--permits=2", "holds a string"),
     ] {
         let out = output(dlock(&server).args(["run", name, kind, "--", "true"]));

@@ -1,5 +1,5 @@
 //! The `dlock` binary over several independent masters (`--redis` repeated: Redlock):
-//! real redis-server processes from dlock-testkit, some killed (by pid) mid-test; the
+//! real redis-server processes from the test kit (dlock_testkit), some killed (by pid) mid-test; the
 //! usage errors, exit codes, and mutual exclusion across OS processes. One test binary, a
 //! module per topic; the helpers they share are here.
 

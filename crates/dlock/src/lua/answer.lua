@@ -1,7 +1,9 @@
 -- Every script's body runs under `answer` (script.rs wraps it in a function): an error it
 -- raises, or that a redis.call in it passes on (a refusal of the server: NOPERM, OOM,
 -- READONLY, ...; a DLOCKTYPE error of the prelude), becomes the script's error reply, and
--- an error reply it returns is worded the same way: the same words on every server.
+-- an error reply it returns is worded the same way: typed alike on every server, in the
+-- server's own words (a permission refusal inside a script reads 'ERR The user executing
+-- the script can't ...' on 6.2 and 7.0, 'NOPERM ...' on later servers: Refused on each).
 -- Scripts return errors, never raise them: Redis 6.2 cannot render a raised table (its
 -- handler concatenates it) and puts where an error was raised before raised text and
 -- caught replies; Redis 7 adds the script's hash after raised text.
