@@ -323,6 +323,28 @@ async fn a_shutdown_dropped_midway_is_finished_by_the_next() {
         .expect("done");
 }
 
+/// `count` mutexes `{prefix}:0`, `{prefix}:1`, ... held through `client` (60 s leases),
+/// 64 acquires at a time. With a wait, not one attempt: an acquire that meets a stall of
+/// the shared machine longer than a short response timeout is retried (and recognised if
+/// it had landed).
+async fn hold_many(client: &Client, prefix: &str, count: usize) -> Vec<dlock::MutexGuard> {
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(60))
+        .wait(Wait::Timeout(Duration::from_secs(60)));
+    let mut guards = Vec::with_capacity(count);
+    for chunk in (0..count).collect::<Vec<_>>().chunks(64) {
+        let taken = futures_util::future::join_all(chunk.iter().map(|i| {
+            let mutex = client
+                .mutex_with(&format!("{prefix}:{i}"), options)
+                .unwrap();
+            async move { mutex.lock().await }
+        }))
+        .await;
+        guards.extend(taken.into_iter().map(Result::unwrap));
+    }
+    guards
+}
+
 /// Thousands of holds at shutdown, with a short response timeout: every one is given
 /// back. Sent all at once, the later give-backs waited behind the earlier ones on the one
 /// connection past the response timeout and were never sent again (`dlock bench`'s
@@ -338,20 +360,7 @@ async fn shutdown_gives_back_thousands_of_holds_within_a_short_response_timeout(
         .connect()
         .await
         .unwrap();
-    // A wait, not one attempt: an acquire that meets a stall of the shared machine longer
-    // than the short timeout is retried (and recognised if it had landed).
-    let options = LockOptions::default()
-        .ttl(Duration::from_secs(60))
-        .wait(Wait::Timeout(Duration::from_secs(60)));
-    let mut guards = Vec::with_capacity(HOLDS);
-    for chunk in (0..HOLDS).collect::<Vec<_>>().chunks(64) {
-        let taken = futures_util::future::join_all(chunk.iter().map(|i| {
-            let mutex = client.mutex_with(&format!("many:{i}"), options).unwrap();
-            async move { mutex.lock().await }
-        }))
-        .await;
-        guards.extend(taken.into_iter().map(Result::unwrap));
-    }
+    let guards = hold_many(&client, "many", HOLDS).await;
     let held: usize = server.cmd::<Vec<String>>(&["KEYS", "many:*"]).len();
     assert_eq!(held, HOLDS, "every lock is held before the shutdown");
     client.shutdown().await;
@@ -380,18 +389,7 @@ async fn shutdown_against_a_silent_redis_gives_up_instead_of_sending_every_give_
         .connect()
         .await
         .unwrap();
-    let options = LockOptions::default()
-        .ttl(Duration::from_secs(60))
-        .wait(Wait::Timeout(Duration::from_secs(60)));
-    let mut guards = Vec::with_capacity(HOLDS);
-    for chunk in (0..HOLDS).collect::<Vec<_>>().chunks(64) {
-        let taken = futures_util::future::join_all(chunk.iter().map(|i| {
-            let mutex = client.mutex_with(&format!("silent:{i}"), options).unwrap();
-            async move { mutex.lock().await }
-        }))
-        .await;
-        guards.extend(taken.into_iter().map(Result::unwrap));
-    }
+    let guards = hold_many(&client, "silent", HOLDS).await;
     proxy.black_hole(true);
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(45), client.shutdown())
