@@ -22,41 +22,15 @@ pub(super) async fn fenced_grant_cycles(
     tasks: usize,
     duration: Duration,
 ) -> dlock::Result<u64> {
-    let (grant, release) = (
-        redis::Script::new(FENCED_GRANT),
-        redis::Script::new(RAW_RELEASE),
-    );
-    let deadline = Instant::now() + duration;
-    let loops = (0..tasks).map(|task| {
-        let (mut conn, grant, release) = (raw.conn.clone(), grant.clone(), release.clone());
-        // The counter shares the lock key's hash tag (the prefix's, if it has one, comes
-        // first), so the script's two keys are in one slot on a cluster too.
+    // The counter shares the lock key's hash tag (the prefix's, if it has one, comes
+    // first), so the script's two keys are in one slot on a cluster too.
+    let keys = |task| {
         let key = format!("{prefix}{{fenced-floor:{task}}}");
         let fence = format!("{key}:fence");
-        async move {
-            let mut cycles = 0u64;
-            while Instant::now() < deadline {
-                let token = format!("{:032x}", rand_token());
-                let drawn: i64 = grant
-                    .key(&key)
-                    .key(&fence)
-                    .arg(&token)
-                    .arg(10_000)
-                    .invoke_async(&mut conn)
-                    .await?;
-                if drawn > 0 {
-                    let _: i64 = release
-                        .key(&key)
-                        .arg(&token)
-                        .invoke_async(&mut conn)
-                        .await?;
-                    cycles += 1;
-                }
-            }
-            Ok(cycles)
-        }
-    });
-    run_loops(loops).await
+        vec![key, fence]
+    };
+    let grant = RawGrant::Script(FENCED_GRANT);
+    grant_release_cycles(raw, keys, tasks, duration, grant, RAW_RELEASE).await
 }
 
 /// The read-hold floor in rwlock_read's shape: `tasks` tasks reading the one lock `key`,
@@ -67,37 +41,9 @@ pub(super) async fn read_hold_cycles(
     tasks: usize,
     duration: Duration,
 ) -> dlock::Result<u64> {
-    let (hold, release) = (
-        redis::Script::new(READ_HOLD),
-        redis::Script::new(READ_RELEASE),
-    );
-    let deadline = Instant::now() + duration;
-    let loops = (0..tasks).map(|_| {
-        let (mut conn, hold, release) = (raw.conn.clone(), hold.clone(), release.clone());
-        let key = key.to_string();
-        async move {
-            let mut cycles = 0u64;
-            while Instant::now() < deadline {
-                let token = format!("{:032x}", rand_token());
-                let granted: i64 = hold
-                    .key(&key)
-                    .arg(&token)
-                    .arg(10_000)
-                    .invoke_async(&mut conn)
-                    .await?;
-                if granted == 1 {
-                    let _: i64 = release
-                        .key(&key)
-                        .arg(&token)
-                        .invoke_async(&mut conn)
-                        .await?;
-                    cycles += 1;
-                }
-            }
-            Ok(cycles)
-        }
-    });
-    run_loops(loops).await
+    let keys = |_| vec![key.to_string()];
+    let grant = RawGrant::Script(READ_HOLD);
+    grant_release_cycles(raw, keys, tasks, duration, grant, READ_RELEASE).await
 }
 
 /// The notification floor, in milliseconds: how soon a waiter can hear of a release.

@@ -66,26 +66,66 @@ pub(super) async fn raw_cycles(
     tasks: usize,
     duration: Duration,
 ) -> dlock::Result<u64> {
-    let release = redis::Script::new(RAW_RELEASE);
+    let keys = |task| vec![format!("{prefix}raw:{task}")];
+    grant_release_cycles(raw, keys, tasks, duration, RawGrant::SetNx, RAW_RELEASE).await
+}
+
+/// How a raw loop's cycle takes its hold.
+pub(super) enum RawGrant {
+    /// `SET key token NX PX lease`: the raw pair's grant.
+    SetNx,
+    /// A script over the task's keys, with ARGV token and lease, answering a number
+    /// above 0 when granted.
+    Script(&'static str),
+}
+
+/// `tasks` loops side by side for `duration`, task `i` on the keys `keys(i)`: each cycle a
+/// fresh token granted as `grant` says and, if granted, released by the script `release`
+/// (KEYS[1] the first key, ARGV[1] the token); returns the cycles granted and released.
+/// The one loop shape of the raw baseline and the floors, so their ratios compare alike.
+pub(super) async fn grant_release_cycles(
+    raw: &Raw,
+    keys: impl Fn(usize) -> Vec<String>,
+    tasks: usize,
+    duration: Duration,
+    grant: RawGrant,
+    release: &str,
+) -> dlock::Result<u64> {
+    let grant = match grant {
+        RawGrant::SetNx => None,
+        RawGrant::Script(code) => Some(redis::Script::new(code)),
+    };
+    let release = redis::Script::new(release);
     let deadline = Instant::now() + duration;
     let loops = (0..tasks).map(|task| {
-        let (mut conn, release) = (raw.conn.clone(), release.clone());
-        let key = format!("{prefix}raw:{task}");
+        let (mut conn, grant, release) = (raw.conn.clone(), grant.clone(), release.clone());
+        let keys = keys(task);
         async move {
             let mut cycles = 0u64;
             while Instant::now() < deadline {
                 let token = format!("{:032x}", rand_token());
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(10_000)
-                    .query_async(&mut conn)
-                    .await?;
-                if set.is_some() {
+                let granted = match &grant {
+                    None => redis::cmd("SET")
+                        .arg(&keys[0])
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(10_000)
+                        .query_async::<Option<String>>(&mut conn)
+                        .await?
+                        .is_some(),
+                    Some(script) => {
+                        let mut call = script.prepare_invoke();
+                        for key in &keys {
+                            call.key(key);
+                        }
+                        call.arg(&token).arg(10_000);
+                        call.invoke_async::<i64>(&mut conn).await? > 0
+                    }
+                };
+                if granted {
                     let _: i64 = release
-                        .key(&key)
+                        .key(&keys[0])
                         .arg(&token)
                         .invoke_async(&mut conn)
                         .await?;
