@@ -808,6 +808,84 @@ async fn a_release_addresses_each_waiter_by_its_token() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", "addr"]), 0);
 }
 
+/// After a semaphore hands a permit on, the next in line is told what its own attempt
+/// would learn: `one` (look again) while a permit is still free for it, else `watch <ms>`
+/// with the soonest permit lease, so that it sleeps until then (or until handed a permit)
+/// and sends no attempt only to find nothing free. Ghost waiters of one client `abc`,
+/// tokens `<client>.<random>~<ttl>~<N>`; the permits' own leases are 20 s and 30 s.
+#[tokio::test]
+async fn a_semaphore_tells_the_next_in_line_to_watch_only_when_nothing_is_free() {
+    use futures_util::StreamExt;
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut pubsub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    for name in ["full", "roomy"] {
+        pubsub
+            .subscribe(format!("{{{name}}}:wake:abc"))
+            .await
+            .unwrap();
+    }
+    let mut heard = pubsub.into_on_message();
+    let mut next_lines = async || {
+        let message = tokio::time::timeout(Duration::from_secs(5), heard.next())
+            .await
+            .expect("nothing published")
+            .unwrap();
+        let payload: String = message.get_payload().unwrap();
+        payload.lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let lease = |secs| options().ttl(Duration::from_secs(secs));
+    // Kept to the end: a release would hand the next ghost a permit and say so.
+    let mut kept = Vec::new();
+    for (name, permits) in [("full", 2u32), ("roomy", 3)] {
+        let first = client
+            .semaphore_with(name, permits, lease(30))
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap();
+        let second = client
+            .semaphore_with(name, permits, lease(20))
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap();
+        // Ghosts asking for 60 s permits: the soonest lease after the hand-off is the
+        // second holder's 20 s.
+        let ghosts = [
+            format!("abc.01~60000~{permits}"),
+            format!("abc.02~60000~{permits}"),
+        ];
+        for ghost in &ghosts {
+            ghost_waiter(&server, name, ghost, 120_000);
+        }
+        first.unlock().await.unwrap();
+        let lines = next_lines().await;
+        assert_eq!(lines.len(), 2, "{name}: {lines:?}");
+        assert!(
+            lines[0].starts_with("granted ") && lines[0].ends_with(&format!(" {}", ghosts[0])),
+            "{name}: {lines:?}"
+        );
+        let (word, to) = lines[1].split_once(' ').unwrap();
+        if permits == 2 {
+            // Both permits held (the second holder's and the first ghost's).
+            assert_eq!(word, "watch", "{name}: {lines:?}");
+            let (ms, to) = to.split_once(' ').unwrap();
+            let ms: u64 = ms.parse().unwrap();
+            assert!((15_000..=20_000).contains(&ms), "{name}: watch {ms} ms");
+            assert_eq!(to, ghosts[1]);
+        } else {
+            assert_eq!(word, "one", "{name}: {lines:?}");
+            assert_eq!(to, ghosts[1]);
+        }
+        kept.push(second);
+    }
+}
+
 /// A channel stays subscribed a while after its last waiter left: a waiter of the same
 /// client that comes soon after listens before its first attempt, so once queued it needs
 /// neither a `SUBSCRIBE` nor a second attempt; and once nobody has waited for a while the

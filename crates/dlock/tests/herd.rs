@@ -128,11 +128,25 @@ async fn commands_per_handoff(kind: Kind, waiters: usize, clients: usize) -> f64
     per_handoff
 }
 
+/// The most commands one hand-off may cost with 200 waiters: a queued kind's release
+/// hands the lock to the next in line in its own script, and the waiter after that is
+/// told what it needs to know, so nobody sends an attempt only to find the lock taken.
+/// (About 10 for the string holds; a semaphore's permit is an entry in a hash and in its
+/// expiry index, removed and added in the release: about 20. Before the next in line was
+/// told to watch a full semaphore, it sent an attempt: about 32.)
+fn most_commands(kind: Kind) -> f64 {
+    match kind {
+        Kind::FairMutex | Kind::RwLockWriters => 11.0,
+        Kind::Semaphore => 24.0,
+        Kind::PlainMutex => 45.0,
+    }
+}
+
 async fn assert_constant(kind: Kind) {
     let few = commands_per_handoff(kind, 20, 4).await;
     let many = commands_per_handoff(kind, 200, 4).await;
     assert!(
-        many < 45.0,
+        many <= most_commands(kind),
         "{kind:?}: {many:.1} commands per hand-off with 200 waiters"
     );
     assert!(

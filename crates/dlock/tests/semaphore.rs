@@ -84,6 +84,9 @@ async fn expired_permits_are_reclaimed_by_the_next_acquirer() {
         Err(Error::Busy { .. })
     ));
     assert_eq!(semaphore.held().await.unwrap(), 2);
+    // Past both leases: a waiter that came sooner would be granted when the first one
+    // ended, the second one still live (and rightly kept).
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let waiter = client
         .semaphore_with("pool", 2, options(Wait::Timeout(Duration::from_secs(5))))
         .unwrap();

@@ -85,11 +85,12 @@ end
 -- the fields `more` returns (called once the index lost the entry; nil: none). The index
 -- goes first: a write that takes no memory, after which a server at maxmemory lets the
 -- script's later writes through (it refuses only a script's first write that may take
--- memory), so a release works on a full server. Returns the end of its lease.
+-- memory), so a release works on a full server. Returns the end of its lease, and
+-- whether the index had the entry (then it is whole: see entries_purge's `indexed`).
 local function entry_remove(key, index, token, value, more)
-  redis.call('ZREM', index, token)
+  local indexed = redis.call('ZREM', index, token) == 1
   redis.call('HDEL', key, 'h:' .. token, unpack(more and more() or {}))
-  return (entry_parse(value))
+  return (entry_parse(value)), indexed
 end
 
 -- Before the first entry of a new hash: an index left by a hash deleted outside dlock (a
@@ -124,11 +125,18 @@ end
 -- Removes the entries whose lease ended (calling forget(data, token) for each), reading only
 -- those; deletes hash and index when none is left. Returns whether any live entry is
 -- left, the soonest end among them, and whether values the caller read before are stale
--- (entries were removed, or the index rebuilt).
-local function entries_purge(key, index, now, forget)
+-- (entries were removed, or the index rebuilt). `indexed`: the caller has just removed an
+-- entry from this very index (entry_remove said so), so the index exists and is whole
+-- (every dlock that writes an entry writes its index too, and a lost index is rebuilt
+-- whole): found empty, no entry is left, and the hash is deleted without reading it.
+local function entries_purge(key, index, now, forget, indexed)
   local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
   if first[1] and tonumber(first[2]) > now then
     return true, tonumber(first[2]), false
+  end
+  if not first[1] and indexed then
+    redis.call('DEL', key, index)
+    return false, nil, true
   end
   local rebuilt = false
   if not first[1] then

@@ -7,10 +7,10 @@ if state ~= 'read' then
   return 0
 end
 local now = now_ms()
-local released, ended = 0, nil
+local released, ended, indexed = 0, nil, nil
 if got[1] then
   local _, owner = entry_parse(got[1])
-  ended = entry_remove(KEYS[1], KEYS[5], ARGV[1], got[1], function()
+  ended, indexed = entry_remove(KEYS[1], KEYS[5], ARGV[1], got[1], function()
     -- The owner's last hold takes its count and fence with it.
     if redis.call('HINCRBY', KEYS[1], 'o:' .. owner, -1) <= 0 then
       return {'o:' .. owner, 'f:' .. owner}
@@ -21,7 +21,7 @@ if got[1] then
     released = 1
   end
 end
-local live, _, stale = purge_reads(KEYS[1], now)
+local live, _, stale = purge_reads(KEYS[1], now, indexed)
 if live then
   if ended then
     local latest = got[2]

@@ -31,13 +31,13 @@ local function rw_state(key)
 end
 
 -- Drops expired read holds; returns whether any live hold is left, the soonest lease end,
--- and whether values read before are stale.
-local function purge_reads(key, now)
+-- and whether values read before are stale (`indexed` as for entries_purge).
+local function purge_reads(key, now, indexed)
   return entries_purge(key, KEYS[5], now, function(owner)
     if redis.call('HINCRBY', key, 'o:' .. owner, -1) <= 0 then
       redis.call('HDEL', key, 'o:' .. owner, 'f:' .. owner)
     end
-  end)
+  end, indexed)
 end
 
 -- Adds a read hold `hold` for `owner` (a new reader, a re-entry or a downgrading writer):

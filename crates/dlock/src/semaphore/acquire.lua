@@ -47,7 +47,8 @@ if permits_fit(KEYS[3], ARGV[1], weight, tonumber(ARGV[3]) - held) then
   -- The next in line takes a permit still free, or else now watches the soonest lease
   -- (queued behind us it slept until woken: were a holder to crash, no release would
   -- wake it before its place's refresh, long after the lease had freed the permit).
-  queue_granted(KEYS[3], KEYS[4], ARGV[5], ARGV[1])
+  permits_granted(KEYS[3], KEYS[4], ARGV[5], ARGV[1], nil, held + weight,
+    tonumber(ARGV[3]), math.min(soonest or (now + lease), now + lease), now)
   return {1, fence}
 end
 local rank = queue_place(KEYS[3], KEYS[4], ARGV[1], now, ARGV[6], ARGV[4])

@@ -22,13 +22,13 @@ local function permits_add_extra(key, extra, delta)
 end
 
 -- entries_purge for permits, '~extra' (read as `extra`) kept equal to the weight of the
--- entries left. Returns whether any is left, the soonest lease end among them, whether
--- values read before are stale, and '~extra' now.
-local function permits_purge(key, index, now, extra)
+-- entries left (`indexed` as for entries_purge). Returns whether any is left, the soonest
+-- lease end among them, whether values read before are stale, and '~extra' now.
+local function permits_purge(key, index, now, extra, indexed)
   local gone = 0
   local live, soonest, stale = entries_purge(key, index, now, function(_, token)
     gone = gone + permit_weight(token) - 1
-  end)
+  end, indexed)
   if not live then
     return false, nil, true, 0 -- hash and index deleted, '~extra' with them
   end
@@ -54,4 +54,25 @@ local function permits_fit(queue, token, weight, free)
     end
   end
   return true
+end
+
+-- After `waiter` was granted permits (its place left; `fence` when a release handed them
+-- to it), with `held` permits now taken and `soonest` the first permit lease to end:
+-- tells it so, and the next in line what it needs to know. The next in line looks again
+-- ('one') when its request fits beside those held; otherwise it is told to watch the
+-- soonest lease ('watch <ms>'), and sleeps until then unless a release hands it permits
+-- first: an attempt of its own would only learn that nothing is free. A token of a dlock
+-- that names no ttl (waiter_wants) is always told to look. `limit`: N for a next waiter
+-- whose token names none.
+local function permits_granted(queue, leases, prefix, waiter, fence, held, limit, soonest, now)
+  queue_leave(queue, leases, waiter)
+  local next_waiter = queue_head(queue)
+  local watch_ms = nil
+  if next_waiter then
+    local ttl, its_limit = waiter_wants(next_waiter)
+    if ttl and held + permit_weight(next_waiter) > (its_limit or limit) then
+      watch_ms = fmt(math.max(soonest - now, 0))
+    end
+  end
+  tell_after_grant(prefix, waiter, watch_ms, next_waiter, fence)
 end

@@ -12,11 +12,11 @@ if not got or not got[1] then
   return 0
 end
 local now = now_ms()
-local ended = entry_remove(KEYS[1], KEYS[4], ARGV[1], got[1])
+local ended, indexed = entry_remove(KEYS[1], KEYS[4], ARGV[1], got[1])
 local extra = permits_add_extra(KEYS[1], tonumber(got[3]) or 0, 1 - permit_weight(ARGV[1]))
 local held, latest = 0, false
-local live, _, stale
-live, _, stale, extra = permits_purge(KEYS[1], KEYS[4], now, extra)
+local live, soonest, stale
+live, soonest, stale, extra = permits_purge(KEYS[1], KEYS[4], now, extra, indexed)
 if live then
   latest = got[2]
   if stale then
@@ -26,18 +26,18 @@ if live then
   held = redis.call('ZCARD', KEYS[4]) + extra
 end
 local head, lease, limit, after = queue_next_grant(KEYS[2], KEYS[3], now)
-if head and held + permit_weight(head) <= (limit or tonumber(ARGV[3])) then
+local weight = head and permit_weight(head)
+if head and held + weight <= (limit or tonumber(ARGV[3])) then
   local fence = lease and hand_off_fence(KEYS[5])
   if fence then
-    local more = nil
-    if not latest then
-      entries_begin(KEYS[4])
-      more = {KIND, 'semaphore'}
-    end
+    -- None left (no latest lease): the purge deleted hash and index, so the grant
+    -- begins a new hash with no stale index to clear.
+    local more = not latest and {KIND, 'semaphore'} or nil
     entry_put(KEYS[1], KEYS[4], head, now + lease, fence, latest, more)
-    permits_add_extra(KEYS[1], extra, permit_weight(head) - 1)
+    permits_add_extra(KEYS[1], extra, weight - 1)
     -- Told so; the next in line takes permits still free, or watches the soonest lease.
-    queue_granted(KEYS[2], KEYS[3], ARGV[2], head, nil, after, fence)
+    permits_granted(KEYS[2], KEYS[3], ARGV[2], head, fence, held + weight,
+      tonumber(ARGV[3]), math.min(soonest or (now + lease), now + lease), now)
   else
     wake(ARGV[2], head)
   end
