@@ -47,7 +47,8 @@ EXIT CODES:
          --replicas replicas acknowledged a grant or extend within
          --replica-timeout, and the lock was given back (nothing is held)
     70   the lock was lost while the command ran (`run`; `elect`: the
-         leadership)
+         leadership; also: its renewals were not acknowledged by --replicas
+         replicas)
     74   the result could not be printed: stdout closed, a pipe whose reader
          left before reading anything, or a write error (a full disk); for every
          command that prints one (acquire, release --force, leader, guarded,

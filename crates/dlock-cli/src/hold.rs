@@ -201,30 +201,10 @@ pub async fn take(
 ) -> dlock::Result<AnyGuard> {
     // Every caller prints or exports the fence: draw it with the grant.
     let options = options.fence_at_grant();
-    let Locks::Client(client) = locks else {
-        return lock_of(locks, kind, name, options)?.lock().await;
-    };
-    // One attempt first: a key found busy with no lease end may be no lock at all, which
-    // no wait would ever see released (the library would poll it forever).
-    let once = options.wait(Wait::NoWait);
-    match lock_of(locks, kind, name, once)?.lock().await {
-        Err(
-            busy @ dlock::Error::Busy {
-                remaining: None, ..
-            },
-        ) => {
-            if let Some(not_a_lock) = not_a_lock(client, name).await? {
-                return Err(not_a_lock);
-            }
-            if options.wait == Wait::NoWait {
-                return Err(busy);
-            }
-        }
-        Err(busy @ dlock::Error::Busy { .. }) if options.wait == Wait::NoWait => return Err(busy),
-        Err(dlock::Error::Busy { .. }) => {}
-        taken => return taken,
-    }
-    lock_of(locks, kind, name, options)?.lock().await
+    take_checked(locks, &[name], options, |options| {
+        lock_of(locks, kind, name, options)
+    })
+    .await
 }
 
 /// Takes every name of `names` together (a multi-lock) when there are several, else the
@@ -243,25 +223,73 @@ pub async fn take_all(
                 "--also needs one server (or a Cluster, a Sentinel master)".into(),
             ));
         };
-        let multi: AnyLock = client.multi_lock_with(names, options)?.into();
-        return multi.lock().await;
+        return take_checked(locks, names, options, |options| {
+            Ok(client.multi_lock_with(names, options)?.into())
+        })
+        .await;
     };
     take(locks, kind, name, options).await
 }
 
-/// `WrongType` when the key of `name` holds a string without an expiry: every dlock lock
-/// (and every lock of the clients whose format the mutex shares) has a lease, so this is
-/// another tool's data, or a lock that will never be released by expiry.
-async fn not_a_lock(client: &Client, name: &str) -> dlock::Result<Option<dlock::Error>> {
-    let info = client.inspect(name).await?;
-    Ok(
-        (info.kind == LockKind::Exclusive && info.remaining.is_none()).then(|| {
-            dlock::Error::WrongType {
-                key: info.key,
-                what: "a string without an expiry, which is not a dlock lock (every dlock lock has a lease): another tool's data, or another client's lock that never expires; nothing was changed".into(),
+/// Takes the lock `lock` makes (with the options it is given), of the names `names`. One
+/// attempt first: a key found busy with no lease end may be no lock at all, which no wait
+/// would ever see released (the library would poll it forever), so each name is looked at
+/// then, and one holding no lock is refused.
+async fn take_checked(
+    locks: &Locks,
+    names: &[&str],
+    options: LockOptions,
+    lock: impl Fn(LockOptions) -> dlock::Result<AnyLock>,
+) -> dlock::Result<AnyGuard> {
+    match lock(options.wait(Wait::NoWait))?.lock().await {
+        Err(
+            busy @ dlock::Error::Busy {
+                remaining: None, ..
+            },
+        ) => {
+            for name in names {
+                if let Some(not_a_lock) = not_a_lock(locks, name).await? {
+                    return Err(not_a_lock);
+                }
             }
-        }),
-    )
+            if options.wait == Wait::NoWait {
+                return Err(busy);
+            }
+        }
+        Err(busy @ dlock::Error::Busy { .. }) if options.wait == Wait::NoWait => return Err(busy),
+        Err(dlock::Error::Busy { .. }) => {}
+        taken => return taken,
+    }
+    lock(options)?.lock().await
+}
+
+/// `WrongType` when the key of `name` holds a string without an expiry (on a quorum of
+/// Redlock's masters): every dlock lock (and every lock of the clients whose format the
+/// mutex shares) has a lease, so this is another tool's data, or a lock that will never
+/// be released by expiry.
+async fn not_a_lock(locks: &Locks, name: &str) -> dlock::Result<Option<dlock::Error>> {
+    let no_lease =
+        |info: &dlock::LockInfo| info.kind == LockKind::Exclusive && info.remaining.is_none();
+    let key = match locks {
+        Locks::Client(client) => {
+            let info = client.inspect(name).await?;
+            no_lease(&info).then_some(info.key)
+        }
+        Locks::Redlock(redlock) => {
+            let info = redlock.inspect(name).await?;
+            let found: Vec<&dlock::LockInfo> = info
+                .masters
+                .iter()
+                .filter_map(|master| master.info.as_ref().ok())
+                .filter(|info| no_lease(info))
+                .collect();
+            (found.len() >= info.quorum).then(|| found[0].key.clone())
+        }
+    };
+    Ok(key.map(|key| dlock::Error::WrongType {
+        key,
+        what: "a string without an expiry, which is not a dlock lock (every dlock lock has a lease): another tool's data, or another client's lock that never expires; nothing was changed".into(),
+    }))
 }
 
 /// What a by-token release or extend found, against what the name's key holds.

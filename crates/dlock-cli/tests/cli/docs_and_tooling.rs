@@ -195,21 +195,53 @@ exit 101
 
 #[test]
 fn a_subcommand_lists_its_own_options_before_the_global_ones() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(["elect", "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
-    let at = |needle: &str| {
-        help.find(needle)
-            .unwrap_or_else(|| panic!("{needle} in {help}"))
-    };
-    let heading = at("Global options");
-    for own in ["--value", "--ttl", "--kill-after"] {
-        assert!(at(own) < heading, "{own} before the global options: {help}");
-    }
-    for global in ["--redis", "--cluster", "--prefix", "--quiet"] {
-        assert!(at(global) > heading, "{global} under its heading: {help}");
+    // Each subcommand that talks to Redis, with options of its own that must come first.
+    for (subcommand, own) in [
+        ("elect", &["--value", "--ttl", "--kill-after"][..]),
+        ("run", &["--ttl", "--wait", "--fair", "--also"]),
+        ("acquire", &["--ttl", "--json"]),
+        ("release", &["--fair", "--force"]),
+        ("extend", &["--ttl"]),
+        ("inspect", &["--json", "--watch"]),
+        ("guarded", &["--fair", "--json"]),
+        ("bench", &["--duration", "--json"]),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .args([subcommand, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        // Where the option's own line starts (`  -n, --no-wait` or `      --ttl <TTL>`),
+        // not a mention of it in a description.
+        let at = |option: &str| {
+            let mut offset = 0;
+            for line in help.split_inclusive('\n') {
+                let listed = line
+                    .trim_start()
+                    .split([' ', ','])
+                    .any(|word| word == option);
+                if line.starts_with("  ") && line.trim_start().starts_with('-') && listed {
+                    return offset;
+                }
+                offset += line.len();
+            }
+            panic!("{subcommand}: {option} listed in {help}")
+        };
+        let heading = help
+            .find("Global options")
+            .unwrap_or_else(|| panic!("{subcommand}: a global options heading in {help}"));
+        for own in own {
+            assert!(
+                at(own) < heading,
+                "{subcommand}: {own} before the global options: {help}"
+            );
+        }
+        for global in ["--redis", "--cluster", "--prefix", "--quiet"] {
+            assert!(
+                at(global) > heading,
+                "{subcommand}: {global} under its heading: {help}"
+            );
+        }
     }
 }
 

@@ -87,21 +87,29 @@ fn a_string_without_an_expiry_is_not_a_lock() {
         assert_eq!(out.status.code(), Some(65), "{kind:?}: {stderr}");
         assert!(stderr.contains("not a dlock lock"), "{stderr}");
     }
-    // `run` waits forever by default: it must say so at once instead.
-    let mut child = dlock(&server)
-        .args(["run", "plain", "--", "true"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("dlock run waited on a key that is no lock");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    // `run` waits forever by default: it must say so at once instead, as every kind, and
+    // as a multi-lock with the plain key among its names (the other one free).
+    let runs: [&[&str]; 5] = [
+        &[],
+        &["--read"],
+        &["--write"],
+        &["--fair"],
+        &["--also", "free"],
+    ];
+    for kind in runs {
+        let child = dlock(&server)
+            .args(["run", "plain"])
+            .args(kind)
+            .args(["--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = refused_at_once(child, kind);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{kind:?}: {stderr}");
+        assert!(stderr.contains("not a dlock lock"), "{kind:?}: {stderr}");
     }
-    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(65));
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "free"]), 0, "nothing taken");
     let stored: String = server.cmd(&["GET", "plain"]);
     assert_eq!(stored, "hello", "nothing was changed");
     // Another client's lock with a lease is still a busy lock.
@@ -201,21 +209,28 @@ fn a_token_released_as_the_wrong_kind_is_65_and_its_own_kind_needs_no_flag() {
 fn an_interrupted_wait_says_so_in_one_line() {
     let server = RedisServer::start();
     assert_eq!(code(dlock(&server).args(["acquire", "job"])), 0);
-    for command in [&["acquire", "job"][..], &["run", "job", "--", "true"]] {
-        let child = dlock(&server)
-            .args(command)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(700));
-        // SAFETY: signalling the dlock process this test spawned.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(143), "{stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{command:?}: {stderr}");
-        assert!(stderr.contains("interrupted"), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    // SIGTERM (a supervisor's stop: exit 143) and SIGINT (Ctrl-C: dlock ends by the
+    // signal itself, as a shell expects of a program interrupted at the terminal).
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        for command in [&["acquire", "job"][..], &["run", "job", "--", "true"]] {
+            let child = dlock(&server)
+                .args(command)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(700));
+            // SAFETY: signalling the dlock process this test spawned.
+            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let ended =
+                out.status.code() == Some(128 + signal) || out.status.signal() == Some(signal);
+            assert!(ended, "{command:?}: {:?} {stderr}", out.status);
+            assert_eq!(stderr.lines().count(), 1, "{command:?}: {stderr}");
+            assert!(stderr.contains("interrupted"), "{stderr}");
+        }
     }
 }
 
@@ -340,4 +355,18 @@ fn a_forced_release_says_so_once() {
         assert!(stderr.contains("released \"job\" by force"), "{stderr}");
         assert_eq!(stderr.contains("WARN"), verbose, "{stderr}");
     }
+}
+
+/// The output of `child`, which must end within 10 s (killed and failed otherwise): a
+/// wait that never ends is the defect.
+fn refused_at_once(mut child: std::process::Child, what: &[&str]) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("dlock run {what:?} waited on a key that is no lock");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }

@@ -322,3 +322,40 @@ fn renewals_that_cannot_reach_a_majority_stop_the_command_with_70() {
         "the command kept running without a majority"
     );
 }
+
+/// A string without an expiry on a majority of the masters is no lock (none of dlock's
+/// has no lease), so `run` says so at once (65) rather than wait forever for a release
+/// that never comes; on a minority it is one master's stray key, and the lock is granted.
+#[test]
+fn a_string_without_an_expiry_on_a_majority_is_not_a_lock() {
+    let servers = three_masters();
+    let urls = urls(&servers);
+    for server in &servers[..2] {
+        let _: () = server.cmd(&["SET", "plain", "hello"]);
+    }
+    let mut child = over(&urls)
+        .args(["run", "plain", "--", "true"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("dlock run waited on a key that is no lock");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(65), "{stderr}");
+    assert!(stderr.contains("not a dlock lock"), "{stderr}");
+    for server in &servers[..2] {
+        assert_eq!(holder(server, "plain").as_deref(), Some("hello"));
+    }
+    // On one master only: a majority is free, and the command runs.
+    let _: i64 = servers[1].cmd(&["DEL", "plain"]);
+    let (code, _, stderr) = run(over(&urls).args(["run", "plain", "-n", "--", "true"]));
+    assert_eq!(code, 0, "{stderr}");
+}
