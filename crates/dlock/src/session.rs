@@ -312,7 +312,8 @@ impl Session {
     /// Gives back every hold still tracked: each one's lost signal fires with
     /// [`LostReason::Released`] first, then the give-backs run, at most
     /// [`GIVE_BACKS_IN_FLIGHT`] at a time, as background work that outlives a dropped
-    /// shutdown. Waits while they land; once none has landed for `bound` (Redis stopped
+    /// shutdown. Waits while Redis answers them (a give-back it refuses, e.g. a lock found
+    /// gone, is an answer too); once none is answered for `bound` (Redis stopped
     /// answering), the rest are abandoned, unsent: their locks free when their leases end.
     async fn release_all(&self, bound: Duration) {
         let holds: Vec<TrackedHold> = {
@@ -358,16 +359,16 @@ impl Session {
                 .await;
             counting.report(total);
         });
-        let mut landed = 0;
+        let mut answered = 0;
         while tokio::time::timeout(bound, &mut all).await.is_err() {
-            let now = tally.landed.load(Ordering::Acquire);
-            if now == landed {
-                // Nothing landed for a whole bound: Redis is not answering. Waiting on
+            let now = tally.answered.load(Ordering::Acquire);
+            if now == answered {
+                // Nothing answered for a whole bound: Redis is not answering. Waiting on
                 // (two response timeouts per 128 holds) could outlast any stop timeout.
                 tally.abandoned.store(true, Ordering::Release);
                 break;
             }
-            landed = now;
+            answered = now;
         }
     }
 }
@@ -376,8 +377,9 @@ impl Session {
 /// per lock.
 #[derive(Default)]
 struct GiveBackTally {
-    /// Given back.
-    landed: AtomicUsize,
+    /// Answered by Redis: given back, or refused in its words (not found, NOPERM, ...):
+    /// progress, while only timeouts and dropped connections are not.
+    answered: AtomicUsize,
     /// Failed, panicked or abandoned unsent.
     failed: AtomicUsize,
     /// What the first failure said.
@@ -391,10 +393,15 @@ impl GiveBackTally {
     fn settle(&self, outcome: Option<std::thread::Result<Result<()>>>) {
         let failure = match outcome {
             Some(Ok(Ok(()))) => {
-                self.landed.fetch_add(1, Ordering::AcqRel);
+                self.answered.fetch_add(1, Ordering::AcqRel);
                 return;
             }
-            Some(Ok(Err(error))) => error.to_string(),
+            Some(Ok(Err(error))) => {
+                if !error.is_transient() {
+                    self.answered.fetch_add(1, Ordering::AcqRel);
+                }
+                error.to_string()
+            }
             Some(Err(_)) => "the give-back panicked".to_string(),
             None => "not sent: Redis had stopped answering the others".to_string(),
         };
