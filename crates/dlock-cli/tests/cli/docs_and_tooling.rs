@@ -313,6 +313,19 @@ fn every_package_the_docs_and_scripts_name_is_in_the_workspace() {
 
 // Issue 36, part 3: the README is the front door and docs/ the guide; their links hold.
 
+/// The README is the front door: short enough to read (the rest is the guide in docs/).
+#[test]
+fn the_readme_stays_a_front_door() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines < 300,
+        "README.md has {lines} lines: move detail into docs/"
+    );
+}
+
 /// Every relative link in the README, the guide (`docs/*.md`) and the crates' registry
 /// pages (`crates/*/README.md`) names a file that exists, and a `#anchor` on a link to a
 /// markdown file names one of its headings: moving text between pages must not leave a
