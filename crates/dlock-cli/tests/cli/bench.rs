@@ -59,14 +59,19 @@ fn bench_reports_every_scenario_with_its_baseline() {
         assert!(row["floor"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
         assert!(row["ratio_to_floor"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
     }
-    // par's floor is its raw baseline itself; the hand-offs carry the raw PING beside.
+    // par's floor is its raw baseline itself; the hand-offs carry the raw PING and the
+    // direct hand-off floor beside.
     assert_eq!(report["par"]["floor"], report["par"]["baseline"]);
-    assert!(
-        report["handoff_fair"]["floor_ping_p50_ms"]
-            .as_f64()
-            .unwrap()
-            > 0.0
-    );
+    for field in [
+        "floor_ping_p50_ms",
+        "floor_direct_handoff_p50_ms",
+        "gap_to_direct_handoff",
+    ] {
+        for scenario in ["handoff", "handoff_fair", "handoff_write"] {
+            let row = &report[scenario];
+            assert!(row[field].as_f64().unwrap_or(0.0) > 0.0, "{field}: {row}");
+        }
+    }
     // A scenario without a floor says so rather than leaving the field out.
     assert!(report["seq"]["floor"].is_null() && report["seq"]["ratio_to_floor"].is_null());
     // The queued kinds' hand-offs and herds beside the mutex's.
@@ -330,6 +335,7 @@ mod floor_scripts {
     const FENCED_GRANT: &str = include_str!("../../src/cmd/bench/floor_fenced_grant.lua");
     const READ_HOLD: &str = include_str!("../../src/cmd/bench/floor_read_hold.lua");
     const READ_RELEASE: &str = include_str!("../../src/cmd/bench/floor_read_release.lua");
+    const DIRECT_HANDOFF: &str = include_str!("../../src/cmd/bench/floor_direct_handoff.lua");
 
     /// The server's clock in microseconds.
     fn server_clock_us(server: &RedisServer) -> i64 {
@@ -430,5 +436,60 @@ mod floor_scripts {
         assert_eq!(read(&mut conn, "c"), 0);
         assert_eq!(give_back(&mut conn, "c"), 0);
         assert_eq!(server.cmd::<String>(&["GET", "doc"]), "writer");
+    }
+
+    #[test]
+    fn the_direct_hand_off_floor_hands_a_fenced_lock_to_the_next_in_line_and_tells_it() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let mut listener = server.connection();
+        listener
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe("waiters").unwrap();
+        let script = redis::Script::new(DIRECT_HANDOFF);
+        let hand_off = |conn: &mut redis::Connection, holder: &str| -> i64 {
+            script
+                .key("job")
+                .key("{job}:fence")
+                .key("{job}:queue")
+                .arg(holder)
+                .arg(10_000)
+                .arg("waiters")
+                .invoke(conn)
+                .unwrap()
+        };
+        let _: () = server.cmd(&["SET", "job", "a", "PX", "10000"]);
+        let _: i64 = server.cmd(&["RPUSH", "{job}:queue", "b"]);
+
+        // The holder hands the lock on: the next in line holds it for its lease, with a
+        // clock-floor fence, and is told so in one message.
+        let before = server_clock_us(&server);
+        let fence = hand_off(&mut conn, "a");
+        let after = server_clock_us(&server);
+        assert!(
+            (before..=after).contains(&fence),
+            "{before} <= {fence} <= {after}"
+        );
+        assert_eq!(server.cmd::<String>(&["GET", "job"]), "b");
+        let pttl: i64 = server.cmd(&["PTTL", "job"]);
+        assert!(pttl > 0 && pttl <= 10_000, "pttl {pttl}");
+        assert_eq!(server.cmd::<i64>(&["LLEN", "{job}:queue"]), 0);
+        let told: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        assert_eq!(told, format!("granted {fence} b"));
+
+        // A release by someone who does not hold it changes nothing and tells nobody.
+        assert_eq!(hand_off(&mut conn, "a"), 0);
+        assert_eq!(server.cmd::<String>(&["GET", "job"]), "b");
+
+        // The next hand-off's fence is larger; with nobody in line the lock is freed.
+        let _: i64 = server.cmd(&["RPUSH", "{job}:queue", "a"]);
+        let next = hand_off(&mut conn, "b");
+        assert!(next > fence, "{next} after {fence}");
+        let told: String = pubsub.get_message().unwrap().get_payload().unwrap();
+        assert_eq!(told, format!("granted {next} a"));
+        assert_eq!(hand_off(&mut conn, "a"), -1);
+        assert_eq!(server.cmd::<i64>(&["EXISTS", "job"]), 0);
     }
 }

@@ -13,6 +13,9 @@ pub(super) const FENCED_GRANT: &str = include_str!("floor_fenced_grant.lua");
 pub(super) const READ_HOLD: &str = include_str!("floor_read_hold.lua");
 /// The read-hold floor's release: the hold's field removed.
 pub(super) const READ_RELEASE: &str = include_str!("floor_read_release.lua");
+/// The direct hand-off floor's release: the lock written to the next in line with a fence,
+/// and one message to it.
+pub(super) const DIRECT_HANDOFF: &str = include_str!("floor_direct_handoff.lua");
 
 /// The fenced-grant floor in par_fenced's shape: `tasks` tasks on distinct keys, each
 /// cycle the floor's grant (drawing a fence) and the raw compare-and-delete.
@@ -67,19 +70,8 @@ pub(super) async fn notification(
     key: &str,
     duration: Duration,
 ) -> dlock::Result<Notification> {
-    use futures_util::StreamExt;
     let channel = format!("{key}:floor-channel");
-    let mut subscriber = redis::Client::open(url)?.get_async_pubsub().await?;
-    subscriber.subscribe(&channel).await?;
-    let (heard, mut receipts) = tokio::sync::mpsc::unbounded_channel();
-    let listener = tokio::spawn(async move {
-        let mut messages = subscriber.into_on_message();
-        while messages.next().await.is_some() {
-            if heard.send(Instant::now()).is_err() {
-                break;
-            }
-        }
-    });
+    let (listener, mut receipts) = raw_listener(url, &channel).await?;
     let release = redis::Script::new(RAW_RELEASE);
     let mut conn = raw.conn.clone();
     let (mut notified, mut pinged) = (Vec::new(), Vec::new());
@@ -125,4 +117,100 @@ pub(super) async fn notification(
         p50_ms: percentiles(notified)(0.5),
         ping_p50_ms: percentiles(pinged)(0.5),
     })
+}
+
+/// A raw subscriber of `channel` on a connection of its own to `url`, in a task of its
+/// own: the instant each message arrives, stamped as it arrives (not when the measuring
+/// loop looks). Abort the task when done.
+async fn raw_listener(
+    url: &str,
+    channel: &str,
+) -> dlock::Result<(
+    tokio::task::JoinHandle<()>,
+    tokio::sync::mpsc::UnboundedReceiver<Instant>,
+)> {
+    use futures_util::StreamExt;
+    let mut subscriber = redis::Client::open(url)?.get_async_pubsub().await?;
+    subscriber.subscribe(channel).await?;
+    let (heard, receipts) = tokio::sync::mpsc::unbounded_channel();
+    let listener = tokio::spawn(async move {
+        let mut messages = subscriber.into_on_message();
+        while messages.next().await.is_some() {
+            if heard.send(Instant::now()).is_err() {
+                break;
+            }
+        }
+    });
+    Ok((listener, receipts))
+}
+
+/// The direct hand-off floor in the hand-off scenarios' shape, in milliseconds (p50): two
+/// raw owners take turns; the waiting one queues its token, the holder holds 1 ms, then
+/// hands the lock on with the floor's one script (`floor_direct_handoff.lua`: compare,
+/// the next in line off a list, the lock and a fence written for it, one message), and the
+/// time runs from sending that script to the new holder's subscriber (a connection of its
+/// own) hearing it. What any release that hands a fenced lock on can do at best: one trip
+/// to the server, one script, one message out. `url`: the one server.
+pub(super) async fn direct_handoff(
+    raw: &Raw,
+    url: &str,
+    key: &str,
+    duration: Duration,
+) -> dlock::Result<f64> {
+    let channel = format!("{key}:floor-channel");
+    let (fence_key, queue) = (format!("{key}:fence"), format!("{key}:queue"));
+    let (listener, mut receipts) = raw_listener(url, &channel).await?;
+    let hand_off = redis::Script::new(DIRECT_HANDOFF);
+    let mut conn = raw.conn.clone();
+    let mut owners = [
+        format!("{:032x}", rand_token()),
+        format!("{:032x}", rand_token() ^ 1),
+    ];
+    let mut gaps = Vec::new();
+    let deadline = Instant::now() + duration;
+    let measured = async {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(&owners[0])
+            .arg("PX")
+            .arg(10_000)
+            .query_async(&mut conn)
+            .await?;
+        while Instant::now() < deadline {
+            let _: i64 = redis::cmd("RPUSH")
+                .arg(&queue)
+                .arg(&owners[1])
+                .query_async(&mut conn)
+                .await?;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let sent = Instant::now();
+            let fence: i64 = hand_off
+                .key(key)
+                .key(&fence_key)
+                .key(&queue)
+                .arg(&owners[0])
+                .arg(10_000)
+                .arg(&channel)
+                .invoke_async(&mut conn)
+                .await?;
+            if fence <= 0 {
+                return Err(dlock::Error::UnexpectedReply {
+                    command: "the direct hand-off floor's script".into(),
+                    reply: fence.to_string(),
+                });
+            }
+            // The subscriber's connection ended: the floor keeps what it heard before.
+            let Some(received) = receipts.recv().await else {
+                break;
+            };
+            gaps.push(received.saturating_duration_since(sent).as_secs_f64() * 1000.0);
+            owners.swap(0, 1);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok::<(), dlock::Error>(())
+    }
+    .await;
+    listener.abort();
+    measured?;
+    Ok(percentiles(gaps)(0.5))
 }

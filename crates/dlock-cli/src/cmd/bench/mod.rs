@@ -58,7 +58,10 @@
 //! Floors (`floors`): beside par, par_fenced, rwlock_read and the hand-offs, the fastest
 //! any correct implementation of the operation could go on the same server, measured in
 //! the same run with the scenario's own loop shape, concurrency and duration (`floor`,
-//! `floor_kind`, `floor_of`, `ratio_to_floor`; docs/benchmarks.md says what each is).
+//! `floor_kind`, `floor_of`, `ratio_to_floor`; docs/benchmarks.md says what each is). The
+//! hand-off rows also carry the direct hand-off floor (`floor_direct_handoff_p50_ms`,
+//! `gap_to_direct_handoff`): the least script that hands a fenced lock on, release to the
+//! next holder's ear.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -204,21 +204,27 @@ pub(super) async fn one_deployment(
         );
     progress.inc(2);
 
-    // The hand-off gaps' floor: how soon a raw subscriber hears a raw release's message.
-    // Only on one server, whose URL a raw subscriber can open directly.
-    step("notification floor");
-    let notified = match target {
+    // The hand-off gaps' floor: how soon a raw subscriber hears a raw release's message;
+    // and beside it, how soon the least script that hands a fenced lock on reaches the
+    // next holder. Only on one server, whose URL a raw subscriber can open directly.
+    step("notification and direct hand-off floors");
+    let (notified, handed) = match target {
         Target::SingleNode(url) => {
-            let key = format!("{raw_prefix}notify-floor");
-            match notification(&raw, url, &key, duration).await {
-                Ok(floor) => Some(floor),
-                Err(err) => {
-                    progress.suspend(|| eprintln!("dlock: note: the notification floor was left out: a raw subscriber could not be opened or heard ({err})"));
-                    None
-                }
-            }
+            let note = |floor: &str, err: dlock::Error| {
+                progress.suspend(|| eprintln!("dlock: note: the {floor} floor was left out: a raw subscriber could not be opened or heard ({err})"));
+            };
+            let notified = notification(&raw, url, &format!("{raw_prefix}notify-floor"), duration)
+                .await
+                .map_err(|err| note("notification", err))
+                .ok();
+            let key = format!("{raw_prefix}{{handoff-floor}}");
+            let handed = direct_handoff(&raw, url, &key, duration)
+                .await
+                .map_err(|err| note("direct hand-off", err))
+                .ok();
+            (notified, handed)
         }
-        _ => None,
+        _ => (None, None),
     };
     progress.inc(1);
     let gap_floor = notified.as_ref().map(|floor| Floor {
@@ -250,6 +256,11 @@ pub(super) async fn one_deployment(
                 .floor(gap_floor);
             if let Some(floor) = &notified {
                 row = row.with("floor_ping_p50_ms", floor.ping_p50_ms.into());
+            }
+            if let Some(floor) = handed {
+                row = row
+                    .with("floor_direct_handoff_p50_ms", floor.into())
+                    .with("gap_to_direct_handoff", (p50 / floor).into());
             }
         }
         rows.push(row.with("per_worker", h.per_worker.into()));
