@@ -303,13 +303,19 @@ enum Settled {
 /// Settles the outcome of a release or extend of `kind` by token: with no kind flag, a
 /// name holding read holds or permits says which kind the token's hold is (retry as it);
 /// a token not found where the key holds another kind than the flag names is a wrong
-/// kind (65), not a lost hold (77).
+/// kind (65), not a lost hold (77), and so is a token not found where the key holds a
+/// string without an expiry (no dlock lock, on every topology).
 async fn settle(
     locks: &Locks,
     kind: &KindArgs,
     name: &str,
     outcome: dlock::Result<()>,
 ) -> dlock::Result<Settled> {
+    if matches!(outcome, Err(dlock::Error::Lost { .. })) {
+        if let Some(not_a_lock) = not_a_lock(locks, name).await? {
+            return Ok(Settled::Done(Err(not_a_lock)));
+        }
+    }
     let Locks::Client(client) = locks else {
         return Ok(Settled::Done(outcome));
     };

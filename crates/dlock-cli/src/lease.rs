@@ -13,7 +13,7 @@ use crate::duration;
 pub struct LeaseArgs {
     /// Lease of the lock, within the library's limits (the help says them)
     #[arg(long, value_parser = duration::ttl, default_value = dlock::humane(dlock::DEFAULT_TTL), help = format!(
-        "Lease of the lock, {} (e.g. 250ms, 30s, 5m; every duration takes {}, combined as in 1m30s); `run` renews it while the command runs, so a long job keeps a short --ttl",
+        "Lease of the lock, {} (e.g. 250ms, 30s, 5m; every duration takes {}, combined as in 1m30s); `run` renews it while the command runs, so a long job keeps a short --ttl; a hold of `acquire` is not renewed (`dlock extend` restarts it)",
         duration::ttl_range(),
         duration::UNITS
     ))]

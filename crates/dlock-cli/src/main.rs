@@ -131,9 +131,10 @@ fn init_logging(cli: &Cli) {
         (false, _) => "debug",
     };
     // The library's outcome events (a lost lock, a forced release) repeat what dlock
-    // prints as its own line: shown from -v on, so that by default one line says it.
+    // prints as its own line, and so do the redis crate's warnings about a node it could
+    // not reach: shown from -v on, so that by default one line says it.
     let level = match cli.verbose {
-        0 => format!("{level},{}=off", dlock::OUTCOME_TARGET),
+        0 => format!("{level},{}=off,redis=error", dlock::OUTCOME_TARGET),
         _ => level.to_string(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

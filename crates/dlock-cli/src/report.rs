@@ -64,7 +64,7 @@ fn all_held((permits, take): (u64, u64)) -> String {
     match (permits, take) {
         (1, _) => "its one permit is not free for it (held, or a waiter ahead in line comes first)".into(),
         (n, 1) => format!(
-            "none of its {n} permits is free for it (all held, or waiters ahead in line come first)"
+            "all {n} permits are held (or waiters ahead in line come first)"
         ),
         (n, k) => format!(
             "fewer than {k} of its {n} permits are free for it (held, or waiters ahead in line come first)"

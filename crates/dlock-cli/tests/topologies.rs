@@ -518,3 +518,29 @@ fn a_key_that_is_not_utf8_on_a_cluster_is_skipped_by_inspect_match() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("skipped 1 key"), "{stderr}");
 }
+
+#[test]
+fn an_unreachable_cluster_is_said_once_and_the_redis_crates_warnings_wait_for_verbose() {
+    // The redis crate logs a warning for each node it cannot reach; dlock's own line names
+    // the node already, so by default that line is all stderr holds.
+    let (code, _, stderr) = run(dlock().args(["--cluster", NOWHERE, "acquire", "c"]));
+    assert_eq!(code, 69, "{stderr}");
+    assert!(
+        stderr
+            .starts_with("dlock: cannot reach Redis through the cluster nodes redis://127.0.0.1:1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("WARN"), "{stderr}");
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("127.0.0.1:1")).count(),
+        1,
+        "{stderr}"
+    );
+    // Negative control: the warning is there to be hidden, and -v shows it.
+    let (code, _, stderr) = run(dlock().args(["-v", "--cluster", NOWHERE, "acquire", "c"]));
+    assert_eq!(code, 69, "{stderr}");
+    assert!(
+        stderr.contains("WARN") && stderr.contains("Failed to connect"),
+        "{stderr}"
+    );
+}

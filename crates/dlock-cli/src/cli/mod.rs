@@ -16,9 +16,9 @@ use crate::{duration, exit};
 use topology::split_urls;
 pub use topology::Topology;
 
-/// The heading of the options every subcommand takes: a subcommand's `--help` lists its
+/// The heading of the options every subcommand that talks to Redis takes: its `--help` lists its
 /// own options first, then these, instead of interleaving them.
-const GLOBAL: &str = "Global options (every subcommand)";
+const GLOBAL: &str = "Global options (before or after the subcommand)";
 
 #[derive(Parser, Debug)]
 #[command(

@@ -109,16 +109,28 @@ fn a_string_without_an_expiry_is_not_a_lock() {
         assert_eq!(out.status.code(), Some(65), "{kind:?}: {stderr}");
         assert!(stderr.contains("not a dlock lock"), "{kind:?}: {stderr}");
     }
+    // A token given back or extended there is no lost hold (77) either: no lock was there.
+    for verb in [&["release"][..], &["extend", "--ttl", "10s"]] {
+        let out = output(dlock(&server).args(verb).args(["plain", "mytoken"]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{verb:?}: {stderr}");
+        assert!(stderr.contains("not a dlock lock"), "{verb:?}: {stderr}");
+    }
     assert_eq!(server.cmd::<i64>(&["EXISTS", "free"]), 0, "nothing taken");
     let stored: String = server.cmd(&["GET", "plain"]);
     assert_eq!(stored, "hello", "nothing was changed");
-    // Another client's lock with a lease is still a busy lock.
+    // Another client's lock with a lease is still a busy lock, and a token not its own
+    // there is a lost hold.
     let _: () = server.cmd(&["SET", "leased", "theirs", "PX", "60000"]);
     assert_eq!(code(dlock(&server).args(["acquire", "leased", "-n"])), 75);
+    assert_eq!(
+        code(dlock(&server).args(["release", "leased", "mytoken"])),
+        77
+    );
 }
 
 #[test]
-fn a_full_semaphore_says_none_of_its_permits_is_free() {
+fn a_full_semaphore_says_all_its_permits_are_held() {
     let server = RedisServer::start();
     for _ in 0..2 {
         assert_eq!(
@@ -134,7 +146,7 @@ fn a_full_semaphore_says_none_of_its_permits_is_free() {
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(75), "{stderr}");
-        assert!(stderr.contains("none of its 2 permits is free"), "{stderr}");
+        assert!(stderr.contains("all 2 permits are held"), "{stderr}");
         assert!(!stderr.contains("another owner"), "{stderr}");
     }
 }
