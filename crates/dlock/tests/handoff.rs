@@ -746,41 +746,49 @@ async fn waiters_of_one_client_share_a_channel_and_each_hears_only_its_own_word(
     drop(second);
 }
 
+/// A raw subscriber of its own on `channels`: what the releases publish, read as sent.
+struct Heard(std::pin::Pin<Box<dyn futures_util::Stream<Item = redis::Msg>>>);
+
+impl Heard {
+    async fn on(server: &RedisServer, channels: &[&str]) -> Heard {
+        let mut pubsub = redis::Client::open(server.url())
+            .unwrap()
+            .get_async_pubsub()
+            .await
+            .unwrap();
+        for channel in channels {
+            pubsub.subscribe(*channel).await.unwrap();
+        }
+        Heard(Box::pin(pubsub.into_on_message()))
+    }
+
+    /// The next message's channel and payload (5 s at most).
+    async fn next(&mut self) -> (String, String) {
+        use futures_util::StreamExt;
+        let message = tokio::time::timeout(Duration::from_secs(5), self.0.next())
+            .await
+            .expect("nothing published")
+            .unwrap();
+        let channel = message.get_channel_name().to_string();
+        (channel, message.get_payload().unwrap())
+    }
+}
+
 /// Where a release tells a waiter: a token `<client>.<random>~<ttl>` on its client's
 /// channel, named in the message (the grant and the next in line's `watch` in one message
 /// when they share a client); a token of another form (an older dlock's) on a channel of
 /// its own, named nowhere, and woken rather than handed the lock (it names no ttl).
 #[tokio::test]
 async fn a_release_addresses_each_waiter_by_its_token() {
-    use futures_util::StreamExt;
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let mut pubsub = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    for channel in ["abc", "legacy-token"] {
-        pubsub
-            .subscribe(format!("{{addr}}:wake:{channel}"))
-            .await
-            .unwrap();
-    }
-    let mut heard = pubsub.into_on_message();
-    let mut next_message = async || {
-        let message = tokio::time::timeout(Duration::from_secs(5), heard.next())
-            .await
-            .expect("nothing published")
-            .unwrap();
-        let payload: String = message.get_payload().unwrap();
-        (message.get_channel_name().to_string(), payload)
-    };
+    let mut heard = Heard::on(&server, &["{addr}:wake:abc", "{addr}:wake:legacy-token"]).await;
     let mutex = client.fair_mutex_with("addr", options()).unwrap();
     let held = mutex.lock().await.unwrap();
     ghost_waiter(&server, "addr", "abc.01~5000", 60_000);
     ghost_waiter(&server, "addr", "web/abc.02~5000", 60_000);
     held.unlock().await.unwrap();
-    let (channel, payload) = next_message().await;
+    let (channel, payload) = heard.next().await;
     assert_eq!(channel, "{addr}:wake:abc");
     let lines: Vec<&str> = payload.lines().collect();
     assert_eq!(lines.len(), 2, "{payload:?}");
@@ -800,7 +808,7 @@ async fn a_release_addresses_each_waiter_by_its_token() {
     }
     ghost_waiter(&server, "addr", "legacy-token", 60_000);
     mutex.release_token("abc.01~5000").await.unwrap();
-    let (channel, payload) = next_message().await;
+    let (channel, payload) = heard.next().await;
     assert_eq!(channel, "{addr}:wake:legacy-token");
     // Its token names no ttl: it is woken to take the lock itself, as an older dlock
     // expects, and the lock is left free for it.
@@ -815,29 +823,9 @@ async fn a_release_addresses_each_waiter_by_its_token() {
 /// tokens `<client>.<random>~<ttl>~<N>`; the permits' own leases are 20 s and 30 s.
 #[tokio::test]
 async fn a_semaphore_tells_the_next_in_line_to_watch_only_when_nothing_is_free() {
-    use futures_util::StreamExt;
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let mut pubsub = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    for name in ["full", "roomy"] {
-        pubsub
-            .subscribe(format!("{{{name}}}:wake:abc"))
-            .await
-            .unwrap();
-    }
-    let mut heard = pubsub.into_on_message();
-    let mut next_lines = async || {
-        let message = tokio::time::timeout(Duration::from_secs(5), heard.next())
-            .await
-            .expect("nothing published")
-            .unwrap();
-        let payload: String = message.get_payload().unwrap();
-        payload.lines().map(str::to_string).collect::<Vec<_>>()
-    };
+    let mut heard = Heard::on(&server, &["{full}:wake:abc", "{roomy}:wake:abc"]).await;
     let lease = |secs| options().ttl(Duration::from_secs(secs));
     // Kept to the end: a release would hand the next ghost a permit and say so.
     let mut kept = Vec::new();
@@ -864,7 +852,8 @@ async fn a_semaphore_tells_the_next_in_line_to_watch_only_when_nothing_is_free()
             ghost_waiter(&server, name, ghost, 120_000);
         }
         first.unlock().await.unwrap();
-        let lines = next_lines().await;
+        let (_, payload) = heard.next().await;
+        let lines: Vec<&str> = payload.lines().collect();
         assert_eq!(lines.len(), 2, "{name}: {lines:?}");
         assert!(
             lines[0].starts_with("granted ") && lines[0].ends_with(&format!(" {}", ghosts[0])),
