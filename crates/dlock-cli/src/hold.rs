@@ -258,6 +258,9 @@ async fn take_checked(
         }
         Err(busy @ dlock::Error::Busy { .. }) if options.wait == Wait::NoWait => return Err(busy),
         Err(dlock::Error::Busy { .. }) => {}
+        // One attempt ends on a transient error (a failover, a dropped connection, no
+        // quorum yet); a wait retries it, as it would have without this first look.
+        Err(err) if err.is_transient() && options.wait != Wait::NoWait => {}
         taken => return taken,
     }
     lock(options)?.lock().await

@@ -580,6 +580,40 @@ async fn holds_survive_a_lost_expiry_index() {
     b.unlock().await.unwrap();
 }
 
+/// A release whose own hold is missing from a lost index finds the index empty after its
+/// removal, but its `ZREM` found nothing: the shortcut that deletes the whole hash when the
+/// index empties must not fire then, or every other live hold would go with it.
+#[tokio::test]
+async fn a_release_with_a_lost_index_keeps_the_other_holds() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("cfg", options()).unwrap();
+    let first = lock.for_owner(&dlock::Owner::new()).read().await.unwrap();
+    let second = lock.for_owner(&dlock::Owner::new()).read().await.unwrap();
+    let _: i64 = server.cmd(&["DEL", "{cfg}:expiry"]);
+    first.unlock().await.unwrap();
+    assert!(
+        second.is_held().await.unwrap(),
+        "the second reader vanished"
+    );
+    assert!(
+        matches!(lock.try_write().await, Err(dlock::Error::Busy { .. })),
+        "a writer got in beside a live reader"
+    );
+    second.unlock().await.unwrap();
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "cfg", "{cfg}:expiry"]), 0);
+
+    let pool = client.semaphore_with("pool", 2, options()).unwrap();
+    let a = pool.lock().await.unwrap();
+    let b = pool.lock().await.unwrap();
+    let _: i64 = server.cmd(&["DEL", "{pool}:expiry"]);
+    a.unlock().await.unwrap();
+    assert!(b.is_held().await.unwrap(), "the second permit vanished");
+    assert_eq!(pool.held().await.unwrap(), 1);
+    b.unlock().await.unwrap();
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "pool", "{pool}:expiry"]), 0);
+}
+
 #[tokio::test]
 async fn a_release_survives_thousands_of_dead_waiters() {
     let server = RedisServer::start();

@@ -382,3 +382,38 @@ fn refused_at_once(mut child: std::process::Child, what: &[&str]) -> std::proces
     }
     child.wait_with_output().unwrap()
 }
+
+/// The first grant reply of a fair mutex's attempt (its script's `{1, fence, ...}`).
+fn is_fair_grant(reply: &[u8]) -> bool {
+    reply.starts_with(b"*2\r\n:1\r\n:") || reply.starts_with(b"*3\r\n:1\r\n:")
+}
+
+/// `run` looks once before it waits (to tell a string without an expiry at once): a
+/// transient error on that look (here the attempt's reply lost with its connection, twice,
+/// so its own resend fails too) is retried by the wait, not an exit 69.
+#[test]
+fn a_wait_retries_a_first_look_that_met_a_dropped_connection() {
+    let server = RedisServer::start();
+    for (wait, expected) in [("--wait", 0), ("--no-wait", 69)] {
+        let name = format!("look{wait}");
+        let proxy = dlock_testkit::Proxy::start(server.port());
+        proxy.drop_next_replies_where(2, is_fair_grant);
+        let mut command = dlock(&server);
+        command
+            .env("DLOCK_REDIS", proxy.url())
+            .args(["run", &name, "--fair", wait]);
+        if wait == "--wait" {
+            command.arg("10s");
+        }
+        let out = output(command.args(["--", "true"]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // The negative control (one attempt, no wait) shows the replies were lost.
+        assert_eq!(out.status.code(), Some(expected), "{wait}: {stderr}");
+        assert_eq!(proxy.dropped(), 2, "{wait}: {stderr}");
+        assert_eq!(
+            server.cmd::<i64>(&["EXISTS", &name]),
+            0,
+            "{wait}: nothing left held"
+        );
+    }
+}
