@@ -183,6 +183,48 @@ async fn a_downgrade_cancelled_under_pause_leaves_nothing() {
     }
 }
 
+/// Redis 6.2 can be set to replicate scripts whole (`lua-replicate-commands no`), which
+/// refuses a write after `TIME`: every kind's scripts ask for effects replication first.
+/// Later servers have no such setting (always effects): there the test only runs the
+/// locks, which must work the same.
+#[tokio::test]
+async fn scripts_work_where_a_server_replicates_them_whole() {
+    let server = RedisServer::start();
+    let whole: redis::RedisResult<()> = redis::cmd("CONFIG")
+        .arg(&["SET", "lua-replicate-commands", "no"])
+        .query(&mut server.connection());
+    let info: String = server.cmd(&["INFO", "server"]);
+    if info.contains("redis_version:6.") {
+        whole.expect("Redis 6.2 takes lua-replicate-commands");
+        // The setting is what it claims: a script that writes after TIME is refused.
+        let refused: redis::RedisResult<()> = redis::cmd("EVAL")
+            .arg("redis.call('TIME') redis.call('SET', KEYS[1], 1)")
+            .arg(1)
+            .arg("control")
+            .query(&mut server.connection());
+        assert!(refused.is_err(), "the control script was not refused");
+    }
+    let client = Client::connect(&server.url()).await.unwrap();
+    let fair = client.fair_mutex("whole-fair").unwrap().try_lock().await;
+    fair.unwrap().unlock().await.unwrap();
+    let reentrant = client.reentrant_mutex("whole-re").unwrap().try_lock().await;
+    reentrant.unwrap().unlock().await.unwrap();
+    let read = client.rwlock("whole-rw").unwrap().try_read().await;
+    read.unwrap().unlock().await.unwrap();
+    let write = client.rwlock("whole-w").unwrap().try_write().await;
+    write.unwrap().unlock().await.unwrap();
+    let permit = client.semaphore("whole-sem", 2).unwrap().try_lock().await;
+    permit.unwrap().unlock().await.unwrap();
+    let mutex = client
+        .mutex("whole-mutex")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    assert!(mutex.fence().await.unwrap() > 0, "a fence drawn after TIME");
+    mutex.unlock().await.unwrap();
+}
+
 /// BUSY (a long script elsewhere) ends a Wait::Forever lock() at once as a refusal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_server_is_retried_within_the_wait() {

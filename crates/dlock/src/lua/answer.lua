@@ -13,6 +13,12 @@
 local RAISED_AT = '^[^ ]+: %-?%d+: (.*)$'
 
 local function answer(body)
+  -- Redis 6.2 replicates a script whole unless told otherwise, and with
+  -- `lua-replicate-commands no` refuses a write after TIME; later servers always replicate
+  -- effects (the call is a no-op there, and gone on some).
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
   local ok, reply = pcall(body)
   if ok and not (type(reply) == 'table' and reply.err) then
     return reply
