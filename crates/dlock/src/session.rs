@@ -281,11 +281,11 @@ impl Session {
     /// tracked and no wait starts from now on; the session's notifier stops, so its
     /// waiters wake and give back what they may hold; every hold still tracked is given
     /// back (its lost signal fires with [`LostReason::Released`]) for as long as Redis
-    /// keeps answering them (given up once none lands within `bound`); waits and other
-    /// background work in progress finish, within `bound` (a request that cannot reach
-    /// Redis ends with its timeout, and a wait whose future is never polled again would
-    /// otherwise hold shutdown up); renewal stops; `and_then` runs (what else the handle stops); then
-    /// [`Session::done`] resolves and [`LostHolds`] streams end.
+    /// keeps answering them (given up once none is answered within `bound`); waits and
+    /// other background work in progress finish, within `bound` (a request that cannot
+    /// reach Redis ends with its timeout, and a wait whose future is never polled again
+    /// would otherwise hold shutdown up); renewal stops; `and_then` runs (what else the
+    /// handle stops); then [`Session::done`] resolves and [`LostHolds`] streams end.
     pub(crate) async fn shutdown(&self, bound: Duration, and_then: impl Future<Output = ()>) {
         // One at a time: a second shutdown waits for the first, then finds little left to
         // do; one whose future was dropped midway is finished by the next.
@@ -378,7 +378,9 @@ impl Session {
 #[derive(Default)]
 struct GiveBackTally {
     /// Answered by Redis: given back, or refused in its words (not found, NOPERM, ...):
-    /// progress, while only timeouts and dropped connections are not.
+    /// progress. A transient error is not ([`is_transient`](crate::Error::is_transient):
+    /// a timeout, a dropped connection, and the answers that say to come back later, such
+    /// as BUSY, LOADING or CLUSTERDOWN): while they last, waiting longer gives nothing back.
     answered: AtomicUsize,
     /// Failed, panicked or abandoned unsent.
     failed: AtomicUsize,

@@ -408,3 +408,37 @@ async fn shutdown_against_a_silent_redis_gives_up_instead_of_sending_every_give_
     proxy.black_hole(false);
     drop(guards);
 }
+
+/// A Redis that answers every give-back with a refusal (here: each lock found gone) is
+/// answering: shutdown keeps giving back while the answers come, however slowly, rather
+/// than counting only the give-backs that released something and abandoning the rest
+/// after one bound. 1,000 holds, replies 1.2 s late, 128 in flight: about 9.6 s of
+/// answers against a bound of 5 s (the least there is), so a shutdown that abandoned after
+/// one bound would send only about 640 of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_keeps_giving_back_while_redis_answers_with_refusals() {
+    const HOLDS: usize = 1_000;
+    let server = RedisServer::start();
+    let proxy = dlock_testkit::Proxy::start(server.port());
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(1_600))
+        .connect()
+        .await
+        .unwrap();
+    let guards = hold_many(&client, "refused", HOLDS).await;
+    let _: () = server.cmd(&["FLUSHALL"]);
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    proxy.delay_replies(Duration::from_millis(1_200));
+    client.shutdown().await;
+    let calls = server.command_calls();
+    let sent: u64 = ["evalsha", "eval"]
+        .iter()
+        .filter_map(|c| calls.get(*c))
+        .sum();
+    assert!(
+        sent >= HOLDS as u64,
+        "only {sent} of {HOLDS} give-backs were sent: shutdown stopped while Redis answered"
+    );
+    proxy.delay_replies(Duration::ZERO);
+    drop(guards);
+}

@@ -226,13 +226,16 @@ fn an_interrupted_wait_says_so_in_one_line() {
     // signal itself, as a shell expects of a program interrupted at the terminal).
     for signal in [libc::SIGTERM, libc::SIGINT] {
         for command in [&["acquire", "job"][..], &["run", "job", "--", "true"]] {
+            listening_on(&server, false);
             let child = dlock(&server)
                 .args(command)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
-            std::thread::sleep(Duration::from_millis(700));
+            // Signalled once it waits (it listens for the release), not before: a slow
+            // start on a loaded machine must not look like a second line.
+            listening_on(&server, true);
             // SAFETY: signalling the dlock process this test spawned.
             unsafe { libc::kill(child.id() as libc::pid_t, signal) };
             let out = child.wait_with_output().unwrap();
@@ -243,6 +246,22 @@ fn an_interrupted_wait_says_so_in_one_line() {
             assert_eq!(stderr.lines().count(), 1, "{command:?}: {stderr}");
             assert!(stderr.contains("interrupted"), "{stderr}");
         }
+    }
+}
+
+/// Waits (10 s at most) until some client listens on a channel of `server`, or none does.
+fn listening_on(server: &RedisServer, listening: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS"]);
+        if channels.is_empty() != listening {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "listening: {channels:?}, wanted {listening}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
