@@ -166,6 +166,25 @@ fn bench_on_a_cluster_measures_its_baseline_on_the_cluster_and_cleans_up() {
         assert!(row["value"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["baseline"].as_f64().unwrap() > 0.0, "{row}");
     }
+    // The floors that need one server's raw subscriber are null on a cluster, not left out.
+    let handoffs: Vec<_> = rows
+        .iter()
+        .filter(|row| row["gap_p50_ms"].is_number())
+        .collect();
+    assert_eq!(handoffs.len(), 3, "the hand-offs with a gap: {stdout}");
+    for row in handoffs {
+        for field in [
+            "floor",
+            "floor_ping_p50_ms",
+            "floor_direct_handoff_p50_ms",
+            "gap_to_direct_handoff",
+        ] {
+            let value = row
+                .get(field)
+                .unwrap_or_else(|| panic!("{field} left out: {row}"));
+            assert!(value.is_null(), "{field}: {row}");
+        }
+    }
     // The raw baseline's keys went through the cluster connection: they are spread over
     // the masters, and the clean-up scanned every one of them.
     for master in cluster.masters() {

@@ -211,7 +211,7 @@ pub(super) async fn one_deployment(
     let (notified, handed) = match target {
         Target::SingleNode(url) => {
             let note = |floor: &str, err: dlock::Error| {
-                progress.suspend(|| eprintln!("dlock: note: the {floor} floor was left out: a raw subscriber could not be opened or heard ({err})"));
+                progress.suspend(|| eprintln!("dlock: note: the {floor} floor was left out: it could not be measured ({err})"));
             };
             let notified = notification(&raw, url, &format!("{raw_prefix}notify-floor"), duration)
                 .await
@@ -253,15 +253,19 @@ pub(super) async fn one_deployment(
             row = row
                 .with("gap_p50_ms", p50.into())
                 .with("gap_p99_ms", p99.into())
-                .floor(gap_floor);
-            if let Some(floor) = &notified {
-                row = row.with("floor_ping_p50_ms", floor.ping_p50_ms.into());
-            }
-            if let Some(floor) = handed {
-                row = row
-                    .with("floor_direct_handoff_p50_ms", floor.into())
-                    .with("gap_to_direct_handoff", (p50 / floor).into());
-            }
+                .floor(gap_floor)
+                // Null where not measured (a Cluster, Sentinel, an ACL refusing them), as
+                // `floor` is. On the plain mutex's row the direct hand-off floor is only
+                // for comparison: it hands nothing on.
+                .with(
+                    "floor_ping_p50_ms",
+                    notified.as_ref().map(|f| f.ping_p50_ms).into(),
+                )
+                .with("floor_direct_handoff_p50_ms", handed.into())
+                .with(
+                    "gap_to_direct_handoff",
+                    handed.map(|floor| p50 / floor).into(),
+                );
         }
         rows.push(row.with("per_worker", h.per_worker.into()));
         progress.inc(1);
