@@ -70,3 +70,44 @@ fn inspect_columns_fit_clock_floor_fences_and_say_what_is_queued() {
     let help = crate::common::flat(&String::from_utf8_lossy(&help.stdout));
     assert!(help.contains("not its readers"), "{help}");
 }
+
+/// `inspect` with neither names nor `--match` says how to see every lock; and `--watch`
+/// into a pipe or a file writes plain frames: the clear-screen codes are for a terminal.
+#[test]
+fn inspect_without_names_says_match_and_a_watch_into_a_pipe_is_plain_text() {
+    let server = RedisServer::start();
+    let out = output(dlock(&server).arg("inspect"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--match '*'"), "{stderr}");
+
+    assert_eq!(code(dlock(&server).args(["acquire", "shown"])), 0);
+    let mut child = dlock(&server)
+        .args(["inspect", "--watch", "100ms", "shown"])
+        .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Two frames: read until the second header, then stop reading (the watch ends).
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while String::from_utf8_lossy(&seen)
+        .matches("dlock inspect —")
+        .count()
+        < 2
+    {
+        let n = std::io::Read::read(&mut stdout, &mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "the watch ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    drop(stdout);
+    let _ = child.wait();
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.contains("shown"), "{text}");
+    assert!(!text.contains('\x1b'), "escape codes into a pipe: {text:?}");
+}

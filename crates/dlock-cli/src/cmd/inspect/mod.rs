@@ -12,8 +12,8 @@ use crate::{duration, exit};
 
 #[derive(Args, Debug, Clone)]
 pub struct InspectArgs {
-    /// Lock names
-    #[arg(required_unless_present = "pattern", conflicts_with = "pattern")]
+    /// Lock names (or --match PATTERN, e.g. --match '*' for every lock)
+    #[arg(conflicts_with = "pattern")]
     names: Vec<String>,
     /// Every lock whose name matches this glob (Redis MATCH syntax: *, ?, [..]); found
     /// with SCAN, never KEYS
@@ -39,6 +39,12 @@ pub struct InspectArgs {
 
 impl InspectArgs {
     pub fn check(&self, prefix: &str) -> dlock::Result<()> {
+        if self.names.is_empty() && self.pattern.is_none() {
+            return Err(dlock::Error::InvalidArgument(
+                "name the locks to inspect, or give --match PATTERN (--match '*' for every lock)"
+                    .into(),
+            ));
+        }
         for name in &self.names {
             dlock::check_name(prefix, name)?;
         }
@@ -274,10 +280,14 @@ fn json_lines(objects: Vec<serde_json::Value>, watching: bool) -> String {
     }
 }
 
-/// A live view's top: clear the screen, go home, say when.
+/// A live view's top: clear the screen and go home (on a terminal only: a file or a pipe
+/// gets plain frames, one after another, as `top -b` writes them), say when.
 fn watch_header(out: &mut String) {
     use std::fmt::Write;
-    let _ = write!(out, "\x1b[2J\x1b[H");
+    // SAFETY: isatty only queries the descriptor.
+    if unsafe { libc::isatty(1) } == 1 {
+        let _ = write!(out, "\x1b[2J\x1b[H");
+    }
     let _ = writeln!(
         out,
         "dlock inspect — {} (Ctrl-C to quit)\n",
