@@ -327,7 +327,11 @@ fn a_key_of_another_type_is_named_in_words() {
         ),
         (
             &["acquire", "azset", "--read"],
-            "holds a Redis sorted set, not the read holds of a dlock read-write lock",
+            "holds a Redis sorted set, not a dlock read-write lock",
+        ),
+        (
+            &["acquire", "alist", "--write"],
+            "holds a Redis list, not a dlock read-write lock",
         ),
     ] {
         let out = output(dlock(&server).args(args));
