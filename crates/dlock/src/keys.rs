@@ -23,8 +23,8 @@ use crate::error::{Error, Result};
 pub const MAX_NAME_LEN: usize = 512;
 
 /// Checks a lock name (with the prefix it will get) the way every lock constructor does,
-/// without a client: not empty, at most [`MAX_NAME_LEN`] bytes, no control characters, no
-/// `}` outside a hash tag.
+/// without a client: not empty, at most [`MAX_NAME_LEN`] bytes, no control characters (in
+/// the prefix neither), no `}` outside a hash tag.
 pub fn check_name(prefix: &str, name: &str) -> Result<()> {
     LockKeys::new(prefix, name).map(drop)
 }
@@ -48,6 +48,12 @@ impl LockKeys {
     /// The keys of the lock `name` under `prefix`; refused names are refused here.
     pub fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_name(name)?;
+        // The prefix is part of every key, as the name is: held to the same characters.
+        if prefix.chars().any(|c| c.is_control()) {
+            return Err(Error::InvalidArgument(
+                "key prefix contains control characters; use printable characters only".into(),
+            ));
+        }
         let key = format!("{prefix}{name}");
         if !has_hash_tag(&key) && key.contains('}') {
             return Err(Error::InvalidArgument(format!(
@@ -278,6 +284,18 @@ pub(crate) fn hash_slot(key: &str) -> u16 {
 mod tests {
     use super::hash_slot as slot;
     use super::*;
+
+    /// A prefix is part of every key, as the name is: no control characters in either.
+    #[test]
+    fn control_characters_are_refused_in_the_prefix_as_in_the_name() {
+        assert!(LockKeys::new("app:", "job").is_ok());
+        for (prefix, name) in [("a\nb:", "job"), ("app:", "jo\tb"), ("\u{7f}", "job")] {
+            assert!(
+                matches!(LockKeys::new(prefix, name), Err(Error::InvalidArgument(_))),
+                "{prefix:?} {name:?}"
+            );
+        }
+    }
 
     /// A name whose key would be another lock's companion (its fence, queue or data) is
     /// refused: the two would overwrite each other. Untagged names cannot collide.

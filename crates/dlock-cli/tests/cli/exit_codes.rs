@@ -21,6 +21,16 @@ fn exit_codes_for_bad_input_and_bad_state() {
         64
     );
     assert_eq!(code(dlock(&server).args(["acquire", ""])), 64);
+    // The prefix is part of the key: no control characters there either.
+    assert_eq!(
+        code(dlock(&server).args(["--prefix", "a\nb:", "run", "job", "--", "true"])),
+        64
+    );
+    assert_eq!(
+        server.cmd::<i64>(&["DBSIZE"]),
+        0,
+        "nothing taken under that prefix"
+    );
     assert_eq!(code(dlock(&server).args(["run", "job"])), 64, "no command");
     assert_eq!(code(dlock(&server).args(["frobnicate"])), 64);
     assert_eq!(
