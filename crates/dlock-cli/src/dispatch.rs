@@ -147,7 +147,14 @@ async fn dispatch(locks: &Locks, cli: &Cli) -> dlock::Result<i32> {
         Command::Run(args) => {
             let mut args = args.clone();
             args.schedule.quiet = cli.quiet;
-            run::run(locks, args, replication, None).await
+            run::run(
+                locks,
+                args,
+                replication,
+                None,
+                &crate::report::redis_at(cli),
+            )
+            .await
         }
         Command::Elect(args) => {
             // Refused with several masters before connecting (see cli::redlock_usage).
@@ -163,7 +170,14 @@ async fn dispatch(locks: &Locks, cli: &Cli) -> dlock::Result<i32> {
             };
             let mut run_args = args.run_args();
             run_args.schedule.quiet = cli.quiet;
-            run::run(locks, run_args, replication, Some(leading)).await
+            run::run(
+                locks,
+                run_args,
+                replication,
+                Some(leading),
+                &crate::report::redis_at(cli),
+            )
+            .await
         }
         Command::Leader(args) => match client {
             Some(client) => elect::leader(client, args).await,

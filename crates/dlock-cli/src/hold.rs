@@ -248,8 +248,13 @@ async fn take_checked(
             },
         ) => {
             for name in names {
-                if let Some(not_a_lock) = not_a_lock(locks, name).await? {
-                    return Err(not_a_lock);
+                match not_a_lock(locks, name).await {
+                    Ok(Some(not_a_lock)) => return Err(not_a_lock),
+                    Ok(None) => {}
+                    // The look only helps: one that met a transient error leaves the busy
+                    // answer, or the wait and its retries, to stand.
+                    Err(err) if err.is_transient() => {}
+                    Err(err) => return Err(err),
                 }
             }
             if options.wait == Wait::NoWait {
@@ -315,7 +320,8 @@ async fn settle(
     outcome: dlock::Result<()>,
 ) -> dlock::Result<Settled> {
     if matches!(outcome, Err(dlock::Error::Lost { .. })) {
-        if let Some(not_a_lock) = not_a_lock(locks, name).await? {
+        // Only a look that answered changes the outcome: a failed one leaves the hold lost.
+        if let Ok(Some(not_a_lock)) = not_a_lock(locks, name).await {
             return Ok(Settled::Done(Err(not_a_lock)));
         }
     }

@@ -23,29 +23,13 @@ pub fn report(err: &dlock::Error, cli: &Cli) -> i32 {
 /// unreachable deployment was tried at (passwords hidden), the permits of a full
 /// semaphore.
 fn describe(err: &dlock::Error, cli: &Cli) -> String {
-    let list = |urls: &[String]| {
-        urls.iter()
-            .map(|url| dlock::redact_url(url))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let permits = cli
         .command
         .kind()
         .and_then(|kind| Some((kind.permits?, kind.weight.take.unwrap_or(1))));
     match (err, permits) {
         (dlock::Error::Connection(why), _) => {
-            let at = match cli.topology {
-                // bench --spawn's private server is not the one --redis names.
-                _ if matches!(&cli.command, Command::Bench(args) if args.spawn) => String::new(),
-                Topology::SingleNode => {
-                    format!(" at {}", list(&cli.redis[..cli.redis.len().min(1)]))
-                }
-                Topology::Redlock => format!(" at the masters {}", list(&cli.redis)),
-                Topology::Cluster => format!(" through the cluster nodes {}", list(&cli.cluster)),
-                Topology::Sentinel => format!(" through the sentinels {}", list(&cli.sentinel)),
-            };
-            format!("cannot reach Redis{at}: {why}")
+            format!("cannot reach Redis{}: {why}", redis_at(cli))
         }
         (dlock::Error::Busy { name, .. }, Some(permits)) => {
             format!("semaphore {name:?} is busy: {}", all_held(permits))
@@ -56,6 +40,26 @@ fn describe(err: &dlock::Error, cli: &Cli) -> String {
             all_held(permits)
         ),
         _ => err.to_string(),
+    }
+}
+
+/// Where the command line points dlock, for a message about Redis: " at URL", " at the
+/// masters ...", " through the cluster nodes ..." or " through the sentinels ..."
+/// (passwords hidden); nothing for `bench --spawn`, whose private server is not the one
+/// --redis names.
+pub fn redis_at(cli: &Cli) -> String {
+    let list = |urls: &[String]| {
+        urls.iter()
+            .map(|url| dlock::redact_url(url))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match cli.topology {
+        _ if matches!(&cli.command, Command::Bench(args) if args.spawn) => String::new(),
+        Topology::SingleNode => format!(" at {}", list(&cli.redis[..cli.redis.len().min(1)])),
+        Topology::Redlock => format!(" at the masters {}", list(&cli.redis)),
+        Topology::Cluster => format!(" through the cluster nodes {}", list(&cli.cluster)),
+        Topology::Sentinel => format!(" through the sentinels {}", list(&cli.sentinel)),
     }
 }
 

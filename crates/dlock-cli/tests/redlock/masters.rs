@@ -316,6 +316,10 @@ fn renewals_that_cannot_reach_a_majority_stop_the_command_with_70() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("\"job\" at the masters redis://"),
+        "{stderr}"
+    );
     assert!(stderr.contains("kept failing"), "{stderr}");
     assert!(
         wait_until_dead(pid, Duration::from_secs(2)),

@@ -225,5 +225,11 @@ fn when_renewals_fail_the_command_is_killed_before_the_lease_can_pass_on() {
     );
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(70));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("kept failing"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // It says which Redis kept failing.
+    let at = format!(
+        "\"job\" at redis://127.0.0.1:{} kept failing",
+        server.port()
+    );
+    assert!(stderr.contains(&at), "{stderr}");
 }

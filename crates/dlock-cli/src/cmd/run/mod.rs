@@ -210,11 +210,14 @@ pub struct Leading<'a> {
     pub value: &'a str,
 }
 
+/// Runs the command under the lock; `redis_at` says where Redis is, for the message of a
+/// renewal that kept failing.
 pub async fn run(
     locks: &Locks,
     args: RunArgs,
     replication: Option<Replication>,
     leading: Option<Leading<'_>>,
+    redis_at: &str,
 ) -> dlock::Result<i32> {
     let kill_after = kill_after(&args)?;
     let mut signals = Forwarded::install().map_err(|e| {
@@ -409,7 +412,7 @@ pub async fn run(
                     args.name
                 ),
                 Why::RenewalFailing => eprintln!(
-                    "dlock: renewing the lock {:?} kept failing; the command was stopped before its lease could pass to another holder\n  hint: check Redis availability, or use a longer --ttl{}",
+                    "dlock: renewing the lock {:?}{redis_at} kept failing; the command was stopped before its lease could pass to another holder\n  hint: check Redis availability, or use a longer --ttl{}",
                     args.name,
                     if replication.is_some() {
                         "; with --replicas, a renewal fails too when too few replicas acknowledge it: check the replicas, or raise --replica-timeout"
