@@ -6,6 +6,7 @@ use crate::cmd::{bench, elect, inspect, release, run};
 use crate::connect::{connect, connect_redlock, redlock_builder};
 use crate::exit;
 use crate::hold::Locks;
+use crate::report;
 
 /// Everything that can be checked without Redis.
 pub fn check(cli: &Cli) -> dlock::Result<()> {
@@ -147,14 +148,7 @@ async fn dispatch(locks: &Locks, cli: &Cli) -> dlock::Result<i32> {
         Command::Run(args) => {
             let mut args = args.clone();
             args.schedule.quiet = cli.quiet;
-            run::run(
-                locks,
-                args,
-                replication,
-                None,
-                &crate::report::redis_at(cli),
-            )
-            .await
+            run::run(locks, args, replication, None, &report::redis_at(cli)).await
         }
         Command::Elect(args) => {
             // Refused with several masters before connecting (see cli::redlock_usage).
@@ -170,14 +164,8 @@ async fn dispatch(locks: &Locks, cli: &Cli) -> dlock::Result<i32> {
             };
             let mut run_args = args.run_args();
             run_args.schedule.quiet = cli.quiet;
-            run::run(
-                locks,
-                run_args,
-                replication,
-                Some(leading),
-                &crate::report::redis_at(cli),
-            )
-            .await
+            let redis_at = report::redis_at(cli);
+            run::run(locks, run_args, replication, Some(leading), &redis_at).await
         }
         Command::Leader(args) => match client {
             Some(client) => elect::leader(client, args).await,

@@ -16,8 +16,8 @@ use crate::{duration, exit};
 use topology::split_urls;
 pub use topology::Topology;
 
-/// The heading of the options every subcommand that talks to Redis takes: its `--help` lists its
-/// own options first, then these, instead of interleaving them.
+/// The heading of the options every subcommand that talks to Redis takes: its `--help`
+/// lists its own options first, then these, instead of interleaving them.
 const GLOBAL: &str = "Global options (before or after the subcommand)";
 
 #[derive(Parser, Debug)]

@@ -284,8 +284,8 @@ fn json_lines(objects: Vec<serde_json::Value>, watching: bool) -> String {
 /// gets plain frames, one after another, as `top -b` writes them), say when.
 fn watch_header(out: &mut String) {
     use std::fmt::Write;
-    // SAFETY: isatty only queries the descriptor.
-    if unsafe { libc::isatty(1) } == 1 {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
         let _ = write!(out, "\x1b[2J\x1b[H");
     }
     let _ = writeln!(
