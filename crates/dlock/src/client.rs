@@ -489,7 +489,12 @@ pub async fn probe(
         include_str!("lua/fencing.lua"),
         include_str!("lua/prelude.lua")
     );
-    let script = LuaScript::new("probe", &[], libraries, source, false);
+    let form = crate::script::Form {
+        grants: false,
+        wrapped: true,
+        fence_alone: false,
+    };
+    let script = LuaScript::new("probe", &[], libraries, source, form);
     let mut call = script.call();
     for key in keys {
         call = call.key(*key);

@@ -210,10 +210,12 @@ impl Error {
             (Some(code), None) => code,
             (None, _) => err.to_string(),
         };
-        // Redis appends where in a script an error was raised; it says nothing to users.
-        let reason = match reason.find(" script: ") {
-            Some(at) => reason[..at].to_string(),
-            None => reason,
+        // Redis appends where in a script an error was raised (` script: <sha>, on
+        // @user_script:12.`); it says nothing to users. Only that last part goes: Valkey's
+        // own words for an ACL refusal in a script say `ACL failure in script: User ...`.
+        let reason = match reason.rfind(" script: ") {
+            Some(at) if reason[at..].contains(" on @") => reason[..at].to_string(),
+            _ => reason,
         };
         Error::Refused {
             command: command.to_string(),

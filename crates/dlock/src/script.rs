@@ -21,6 +21,10 @@ pub(crate) struct LuaScript {
     /// with `LockOptions::replicas`, it is sent together with a `WAIT` (see
     /// [`Call::run`]).
     grants: bool,
+    /// Its body runs under `answer` (see [`LuaScript::new`]).
+    wrapped: bool,
+    /// A positive number it answers is a grant ([`Form::fence_alone`]).
+    fence_alone: bool,
 }
 
 /// One of the library's scripts as it sends it (to a server without sharded pub/sub), for
@@ -37,6 +41,9 @@ pub struct LibraryScript {
     pub code: String,
     /// It grants or extends holds (sent with a `WAIT` when replicas must acknowledge).
     pub grants: bool,
+    /// Its body runs under `answer` (`lua/answer.lua`); an unwrapped one answers its
+    /// refusals itself.
+    pub wrapped: bool,
 }
 
 impl LibraryScript {
@@ -51,32 +58,46 @@ impl LibraryScript {
 /// every file but the last is a library of helpers, the last is the script's body. `bare`
 /// leaves the shared libraries but `answer.lua` out (a bare script that draws fences names
 /// `fencing.lua` itself). Only the helpers the body uses are sent, and the body runs under
-/// `answer` (see [`LuaScript::new`]).
+/// `answer` (see [`LuaScript::new`]), but for `unwrapped`: a bare script whose body words
+/// its own refusals (`worded` of `answer.lua`) and raises nothing a server can refuse. A
+/// `grant unwrapped` script (the mutex's acquire) may also answer a grant as its bare
+/// fence, a positive number, instead of `{1, fence}` (see [`Form::fence_alone`]).
 macro_rules! lua_script {
+    (grant unwrapped $name:literal, $($file:literal),+ $(,)?) => {
+        $crate::script::lua_script!(@split (true, false, true), $name, ["lua/answer.lua"], $($file),+)
+    };
+    (unwrapped $name:literal, $($file:literal),+ $(,)?) => {
+        $crate::script::lua_script!(@split (false, false, false), $name, ["lua/answer.lua"], $($file),+)
+    };
     (grant bare $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split true, $name, ["lua/answer.lua"], $($file),+)
+        $crate::script::lua_script!(@split (true, true, false), $name, ["lua/answer.lua"], $($file),+)
     };
     (grant $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split true, $name, ["lua/answer.lua", "lua/fencing.lua", "lua/prelude.lua"], $($file),+)
+        $crate::script::lua_script!(@split (true, true, false), $name, ["lua/answer.lua", "lua/fencing.lua", "lua/prelude.lua"], $($file),+)
     };
     (bare $name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split false, $name, ["lua/answer.lua"], $($file),+)
+        $crate::script::lua_script!(@split (false, true, false), $name, ["lua/answer.lua"], $($file),+)
     };
     ($name:literal, $($file:literal),+ $(,)?) => {
-        $crate::script::lua_script!(@split false, $name, ["lua/answer.lua", "lua/fencing.lua", "lua/prelude.lua"], $($file),+)
+        $crate::script::lua_script!(@split (false, true, false), $name, ["lua/answer.lua", "lua/fencing.lua", "lua/prelude.lua"], $($file),+)
     };
-    // Moves files to the libraries until one is left: the body.
-    (@split $grants:literal, $name:literal, [$($library:literal),*], $next:literal, $($rest:literal),+) => {
-        $crate::script::lua_script!(@split $grants, $name, [$($library,)* $next], $($rest),+)
+    // Moves files to the libraries until one is left: the body. The form is (grants,
+    // wrapped, fence_alone).
+    (@split $form:tt, $name:literal, [$($library:literal),*], $next:literal, $($rest:literal),+) => {
+        $crate::script::lua_script!(@split $form, $name, [$($library,)* $next], $($rest),+)
     };
-    (@split $grants:literal, $name:literal, [$($library:literal),*], $body:literal) => {
+    (@split ($grants:literal, $wrapped:literal, $fence_alone:literal), $name:literal, [$($library:literal),*], $body:literal) => {
         std::sync::LazyLock::new(|| {
             $crate::script::LuaScript::new(
                 $name,
                 &[$($library,)* $body],
                 concat!("" $(, $crate::script::lua_script!(@src $library))*),
                 $crate::script::lua_script!(@src $body),
-                $grants,
+                $crate::script::Form {
+                    grants: $grants,
+                    wrapped: $wrapped,
+                    fence_alone: $fence_alone,
+                },
             )
         })
     };
@@ -86,9 +107,22 @@ macro_rules! lua_script {
 }
 pub(crate) use lua_script;
 
+/// How a script is made and what its replies mean.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Form {
+    /// It grants or extends holds (`lua_script!(grant ..)`), answering `{1, ...}` when it
+    /// did.
+    pub grants: bool,
+    /// Its body runs under `answer` (all but `lua_script!(unwrapped ..)`).
+    pub wrapped: bool,
+    /// A positive number it answers is a grant too, with that fence
+    /// (`lua_script!(grant unwrapped ..)`: a reply table costs the server about a tenth of
+    /// a fenced grant; docs/decisions.md).
+    pub fence_alone: bool,
+}
+
 impl LuaScript {
-    /// A script of `body` after the helpers of `libraries` it uses (`grants`: the script
-    /// grants or extends holds, `lua_script!(grant ...)`).
+    /// A script of `body` after the helpers of `libraries` it uses, made as `form` says.
     ///
     /// Redis runs a script's whole text on every call, and each `local function` it
     /// passes costs a closure: the shared libraries' fifty helpers cost about 2 µs of the
@@ -96,17 +130,21 @@ impl LuaScript {
     /// helpers the body names are sent, with the helpers they name in turn
     /// ([`used_helpers`]).
     ///
-    /// The body runs as a function under `answer` (`lua/answer.lua`, among `libraries`):
-    /// what it raises is returned as the script's error reply, in the same words on every
-    /// server (Redis 6.2 cannot send a raised error table).
+    /// A wrapped body runs as a function under `answer` (`lua/answer.lua`, among
+    /// `libraries`): what it raises is returned as the script's error reply, in the same
+    /// words on every server (Redis 6.2 cannot send a raised error table). An unwrapped
+    /// one is sent as it is, and answers its refusals itself.
     pub fn new(
         name: &'static str,
         files: &'static [&'static str],
         libraries: &str,
         body: &str,
-        grants: bool,
+        form: Form,
     ) -> LuaScript {
-        let body = under_answer(body);
+        let body = match form.wrapped {
+            true => under_answer(body),
+            false => body.to_string(),
+        };
         let code = used_helpers(libraries, &body) + &body;
         let code = code.as_str();
         LuaScript {
@@ -116,7 +154,9 @@ impl LuaScript {
             plain: redis::Script::new(code),
             // Every announcement in the scripts is written `'PUBLISH'`.
             sharded: redis::Script::new(&code.replace("'PUBLISH'", "'SPUBLISH'")),
-            grants,
+            grants: form.grants,
+            wrapped: form.wrapped,
+            fence_alone: form.fence_alone,
         }
     }
 
@@ -143,6 +183,7 @@ impl LuaScript {
             files: self.files,
             code: self.code.clone(),
             grants: self.grants,
+            wrapped: self.wrapped,
         }
     }
 
@@ -394,7 +435,11 @@ impl Call<'_> {
             resent_once(self.script.name, None, || self.with_wait(backend, replicas))
                 .await
                 .map_err(|err| script_error(self.script.name, err))?;
-        let granted = matches!(&reply, redis::Value::Array(items) if matches!(items.first(), Some(redis::Value::Int(1))));
+        let granted = match &reply {
+            redis::Value::Array(items) => matches!(items.first(), Some(redis::Value::Int(1))),
+            redis::Value::Int(fence) => self.script.fence_alone && *fence > 0,
+            _ => false,
+        };
         if granted && acknowledged < replicas.count {
             let key = self
                 .keys

@@ -648,7 +648,7 @@ async fn a_fence_drawn_at_grant_costs_no_read_and_a_resend_keeps_it() {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let acquire = common::script(&["mutex/bare.lua", "mutex/acquire.lua"]);
     let mut conn = common::raw_conn(&server).await;
-    let resent: Vec<i64> = acquire
+    let resent: dlock::__scripts::AcquireReply = acquire
         .key("job")
         .key("{job}:fence")
         .arg(guard.token())
@@ -657,7 +657,7 @@ async fn a_fence_drawn_at_grant_costs_no_read_and_a_resend_keeps_it() {
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(resent, vec![1, fence as i64]);
+    assert_eq!(resent[..], [1, fence as i64]);
     let pttl: i64 = server.cmd(&["PTTL", "job"]);
     assert!(pttl > 9_000, "the resend restarted the lease ({pttl} ms)");
     let counter: u64 = server.cmd(&["GET", "{job}:fence"]);
@@ -671,4 +671,82 @@ async fn a_fence_drawn_at_grant_costs_no_read_and_a_resend_keeps_it() {
     ));
     let held: Option<String> = server.cmd(&["GET", "job"]);
     assert_eq!(held, None);
+}
+
+/// The mutex's acquire and release run unwrapped (not under `answer`: they run once per
+/// hold), so they catch every refusal themselves: each comes back as `Refused`, and a grant
+/// refused after its `SET NX` took the key gives the key back. Three users, each denied
+/// one thing the scripts need; each control shows the user may take the lock at all, so
+/// the key found free afterwards was given back, not never taken.
+#[tokio::test]
+async fn refusals_inside_the_unwrapped_mutex_scripts_lose_nothing() {
+    let server = RedisServer::start();
+    let user = |name: &str, rules: &[&str]| {
+        let mut command = vec!["ACL", "SETUSER", name, "on", ">pw", "&*", "+@all"];
+        command.extend_from_slice(rules);
+        let _: () = server.cmd(&command);
+        format!("redis://{name}:pw@127.0.0.1:{}", server.port())
+    };
+    // A denied key reads NOPERM; a denied command inside a script reads 'ERR The user
+    // executing the script can't run this command' on Redis 6.2 and 7.0, 'ERR ACL failure
+    // in script: User .. has no permissions to run ..' on Valkey 9 (whose words were cut
+    // at their 'script: ' before, as if Redis's note of where it was raised).
+    let refused = |outcome: dlock::Result<()>, what: &str| match outcome {
+        Err(Error::Refused { reason, .. }) => assert!(
+            reason.starts_with("NOPERM")
+                || reason.contains("can't run this command")
+                || reason.contains("has no permissions to run"),
+            "{what}: {reason}"
+        ),
+        other => panic!("{what}: {other:?}"),
+    };
+    let held = |name: &str| -> Option<String> { server.cmd(&["GET", name]) };
+
+    // May write the lock key, not its fencing counter: the fence draw is refused after
+    // the key was taken.
+    let url = user("nofence", &["~job"]);
+    let client = Client::connect(&url).await.unwrap();
+    let eager = client
+        .mutex_with("job", opts(10_000, Wait::NoWait).fence_at_grant())
+        .unwrap();
+    refused(eager.try_lock().await.map(drop), "a refused fence write");
+    assert_eq!(held("job"), None, "the key taken before the fence was kept");
+    let lazy = client
+        .mutex_with("job", opts(10_000, Wait::NoWait))
+        .unwrap();
+    let control = lazy.try_lock().await.expect("the lock key may be written");
+    control.unlock().await.unwrap();
+
+    // May not read the clock: the same, one command earlier.
+    let url = user("noclock", &["~*", "-time"]);
+    let client = Client::connect(&url).await.unwrap();
+    let eager = client
+        .mutex_with("clock", opts(10_000, Wait::NoWait).fence_at_grant())
+        .unwrap();
+    refused(eager.try_lock().await.map(drop), "a refused TIME");
+    assert_eq!(held("clock"), None, "the key taken before TIME was kept");
+    let lazy = client
+        .mutex_with("clock", opts(10_000, Wait::NoWait))
+        .unwrap();
+    let control = lazy.try_lock().await.expect("the lock key may be written");
+    // The lazy fence draw (a script under `answer`) is refused alike, the hold kept.
+    refused(control.fence().await.map(drop), "a refused lazy fence");
+    assert_eq!(held("clock").as_deref(), Some(control.token()));
+    control.unlock().await.unwrap();
+
+    // May not delete: the release is refused, and the hold stays the holder's until its
+    // lease ends (nothing lost, nobody else let in).
+    let url = user("nodelete", &["~*", "-del"]);
+    let client = Client::connect(&url).await.unwrap();
+    let mutex = client
+        .mutex_with("del", opts(10_000, Wait::NoWait))
+        .unwrap();
+    let guard = mutex.try_lock().await.expect("the lock key may be written");
+    let token = guard.token().to_string();
+    refused(guard.unlock().await, "a refused DEL");
+    assert_eq!(
+        held("del"),
+        Some(token),
+        "the refused release left the hold"
+    );
 }

@@ -3,7 +3,7 @@
 //! round.
 
 use dlock::__scripts::{
-    HoldKind, LibraryCall, LockKeys, MutexAcquire, MutexRelease, Renew, Renewal,
+    AcquireReply, HoldKind, LibraryCall, LockKeys, MutexAcquire, MutexRelease, Renew, Renewal,
 };
 use dlock::{Client, Error};
 use dlock_testkit::RedisServer;
@@ -27,9 +27,10 @@ async fn a_hold_taken_through_the_door_is_the_librarys_hold() {
     }
     .composed();
     assert_eq!(acquire.name, "mutex acquire");
-    let granted: Vec<i64> = acquire.run_blocking(&mut conn).unwrap();
+    // A grant with its fence answers the bare fence, read as [1, fence].
+    let granted: AcquireReply = acquire.run_blocking(&mut conn).unwrap();
     assert!(
-        matches!(granted.as_slice(), [1, fence] if *fence > 0),
+        matches!(granted[..], [1, fence] if fence > 0),
         "{granted:?}"
     );
     assert!(matches!(mutex.try_lock().await, Err(Error::Busy { .. })));

@@ -10,8 +10,8 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use dlock::__scripts::{
-    FairAcquire, FairRelease, LockKeys, MutexAcquire, MutexRelease, QueueKeys, ReadAcquire,
-    ReadRelease, ReentrantAcquire, ReentrantRelease, WriteAcquire, WriteRelease,
+    AcquireReply, FairAcquire, FairRelease, LockKeys, MutexAcquire, MutexRelease, QueueKeys,
+    ReadAcquire, ReadRelease, ReentrantAcquire, ReentrantRelease, WriteAcquire, WriteRelease,
 };
 
 use super::fair::{fair_scripts_for, FairScripts};
@@ -233,7 +233,7 @@ impl<'a> Run<'a> {
                 let (expected, reply): (Grant, Vec<i64>) = match self.kind {
                     Kind::Mutex => (
                         self.model.mutex_acquire(token, now, TTL, true, m),
-                        send(
+                        send::<AcquireReply>(
                             &MutexAcquire {
                                 keys: &ks.mutex.keys,
                                 token: &text,
@@ -242,7 +242,8 @@ impl<'a> Run<'a> {
                                 tell_clock: false,
                             },
                             self.conn,
-                        ),
+                        )
+                        .0,
                     ),
                     Kind::Fair => (
                         self.model

@@ -7,7 +7,7 @@
 //! fencing counter (in the fences' order) and live waiters in line are compared.
 
 use dlock::__scripts::{
-    FairAcquire, FairRelease, LockKeys, MultiAcquire, MultiRelease, MutexAcquire,
+    AcquireReply, FairAcquire, FairRelease, LockKeys, MultiAcquire, MultiRelease, MutexAcquire,
 };
 use dlock_model::multi::{multi_acquire, multi_release, MultiGrant};
 use dlock_model::mutant::Mutant;
@@ -222,7 +222,7 @@ fn run_multi(
                     eager: true,
                     tell_clock: false,
                 };
-                let reply: Vec<i64> = send(&acquire, conn);
+                let reply = send::<AcquireReply>(&acquire, conn).0;
                 match (reply.as_slice(), expected) {
                     ([1, fence], Grant::Granted(Some(modelled))) => {
                         fences[n].check(*fence as u64, modelled, &context)?

@@ -7,7 +7,7 @@ use dlock_model::mutant::Mutant;
 use dlock_model::scripts::{Grant, Server, Token};
 use rand::{Rng, SeedableRng};
 
-use dlock::__scripts::{DrawFence, HoldKind, LockKeys, MutexAcquire, MutexRelease};
+use dlock::__scripts::{AcquireReply, DrawFence, HoldKind, LockKeys, MutexAcquire, MutexRelease};
 
 use super::harness::{renew, same, tick_keys, token_text, Bench, Fences, TICK_MS, TTL};
 use super::library::{lock_keys, named_key, send};
@@ -236,7 +236,7 @@ pub fn acquire(
         eager,
         tell_clock: false,
     };
-    send(&acquire, conn)
+    send::<AcquireReply>(&acquire, conn).0
 }
 
 /// The mutex's release by `token`: 1 when it held.

@@ -14,12 +14,27 @@ local FENCE_LIMIT = 9007199254740992
 -- The server's clock in microseconds, read once per script (every command costs the
 -- server's one thread; a script runs at one instant anyway: nothing else runs meanwhile).
 local clock_read = nil
-local function clock_us()
+
+-- The clock (see above), or nil and the server's refusal of TIME (an ACL that denies it):
+-- for the scripts that must not raise (lua_script!(unwrapped ..)).
+local function clock_or_refusal()
   if not clock_read then
-    local t = redis.call('TIME')
+    local t = redis.pcall('TIME')
+    if t.err then
+      return nil, t
+    end
     clock_read = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   return clock_read
+end
+
+-- The clock; a refusal of TIME is raised (for the scripts under `answer`).
+local function clock_us()
+  local clock, refusal = clock_or_refusal()
+  if not clock then
+    error(refusal)
+  end
+  return clock
 end
 
 -- The counter at `key` as a number: 0 when it does not exist; nil and 'counter' when it is
@@ -47,14 +62,20 @@ local function fence_counter(key)
 end
 
 -- Draws the next fence at `key`: returns it and whether it is the clock (not the counter
--- + 1), or nil and the reason (see fence_counter). One command in the common case: the
--- clock is written while the old counter is read (`SET .. GET`), and since the clock moves
--- faster than grants come, it is nearly always the fence. Like every write of a counter
+-- + 1), or nil and the reason (see fence_counter; a refused TIME is returned too). One
+-- command in the common case: the clock is written while the old counter is read
+-- (`SET .. GET`), and since the clock moves faster than grants come, it is nearly always
+-- the fence. Like every write of a counter
 -- it clears an expiry someone put on it: a counter never expires. A value that cannot
 -- count is written back at once, so only the expiry someone gave it is lost (and a
--- `WATCH`, keyspace events and replicas see two writes).
+-- `WATCH`, keyspace events and replicas see two writes). Only its first write can be
+-- refused (the others write the key it just wrote, so no ACL or memory check stops them):
+-- an unwrapped script may call it.
 local function draw_fence(key)
-  local clock = clock_us()
+  local clock, no_clock = clock_or_refusal()
+  if not clock then
+    return nil, no_clock
+  end
   local last = redis.pcall('SET', key, string.format('%.0f', clock), 'GET')
   if type(last) == 'table' and last.err then
     if string.sub(last.err, 1, 9) == 'WRONGTYPE' then

@@ -195,7 +195,7 @@ impl RawMutex {
         }
         .run(&self.core.client)
         .await?;
-        match reply.as_slice() {
+        match &reply[..] {
             [-1] => Err(self
                 .core
                 .client

@@ -491,6 +491,7 @@ async fn acquire_on(client: Client, keys: &LockKeys, token: &str, ttl_ms: u64) -
     }
     .run(&client)
     .await
+    .map(|reply| reply.0)
 }
 
 /// The plain mutex's release on one node: true released, false not held there.

@@ -1,13 +1,14 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-/// One of dlock's scripts as the library builds it: the shared prelude (`lua/fencing.lua`,
-/// `lua/prelude.lua`), then `files`
-/// (paths relative to `src/`), read from the source tree so the test runs exactly what
-/// the library sends.
+/// One of dlock's scripts as the library builds it: the shared libraries
+/// (`lua/answer.lua`, `lua/fencing.lua`, `lua/prelude.lua`), then `files` (paths relative
+/// to `src/`), read from the source tree so the test runs the library's text (its body
+/// not under `answer`, and every helper sent).
 pub fn script(files: &[&str]) -> redis::Script {
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
-    let mut code = std::fs::read_to_string(format!("{src}lua/fencing.lua")).unwrap();
+    let mut code = std::fs::read_to_string(format!("{src}lua/answer.lua")).unwrap();
+    code += &std::fs::read_to_string(format!("{src}lua/fencing.lua")).unwrap();
     code += &std::fs::read_to_string(format!("{src}lua/prelude.lua")).unwrap();
     for file in files {
         code += &std::fs::read_to_string(format!("{src}{file}")).unwrap();
