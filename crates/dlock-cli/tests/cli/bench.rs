@@ -62,6 +62,17 @@ fn bench_reports_every_scenario_with_its_baseline() {
     // par's floor is its raw baseline itself; the hand-offs carry the raw PING and the
     // direct hand-off floor beside.
     assert_eq!(report["par"]["floor"], report["par"]["baseline"]);
+    // par and par_fenced carry their floor with a release that wakes waiters too.
+    for scenario in ["par", "par_fenced"] {
+        let row = &report[scenario];
+        for field in [
+            "notifying_floor",
+            "ratio_to_notifying_floor",
+            "notifying_floor_server_us_per_cycle",
+        ] {
+            assert!(row[field].as_f64().unwrap_or(0.0) > 0.0, "{field}: {row}");
+        }
+    }
     for field in [
         "floor_ping_p50_ms",
         "floor_direct_handoff_p50_ms",
@@ -336,6 +347,16 @@ mod floor_scripts {
     const READ_HOLD: &str = include_str!("../../src/cmd/bench/floor_read_hold.lua");
     const READ_RELEASE: &str = include_str!("../../src/cmd/bench/floor_read_release.lua");
     const DIRECT_HANDOFF: &str = include_str!("../../src/cmd/bench/floor_direct_handoff.lua");
+    const NOTIFYING_RELEASE: &str = include_str!("../../src/cmd/bench/floor_notifying_release.lua");
+
+    /// A connection to listen on, that gives up after 5 s of silence.
+    fn listener(server: &RedisServer) -> redis::Connection {
+        let listener = server.connection();
+        listener
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        listener
+    }
 
     /// The server's clock in microseconds.
     fn server_clock_us(server: &RedisServer) -> i64 {
@@ -391,6 +412,31 @@ mod floor_scripts {
     }
 
     #[test]
+    fn the_notifying_release_floor_deletes_only_its_own_hold_and_tells_the_channel() {
+        let server = RedisServer::start();
+        let mut conn = server.connection();
+        let mut listener = listener(&server);
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe("{job}:released").unwrap();
+        let script = redis::Script::new(NOTIFYING_RELEASE);
+        let release = |conn: &mut redis::Connection, token: &str| -> i64 {
+            script.key("{job}").arg(token).invoke(conn).unwrap()
+        };
+        let _: () = server.cmd(&["SET", "{job}", "mine", "PX", "10000"]);
+        // Another token's release touches nothing and tells nobody.
+        assert_eq!(release(&mut conn, "theirs"), 0);
+        assert_eq!(server.cmd::<String>(&["GET", "{job}"]), "mine");
+        // The holder's deletes the key, and its message is the next one heard.
+        assert_eq!(release(&mut conn, "mine"), 1);
+        assert_eq!(server.cmd::<i64>(&["EXISTS", "{job}"]), 0);
+        let _: i64 = server.cmd(&["PUBLISH", "{job}:released", "control"]);
+        let heard: Vec<String> = (0..2)
+            .map(|_| pubsub.get_message().unwrap().get_payload().unwrap())
+            .collect();
+        assert_eq!(heard, ["one", "control"], "one message, from the release");
+    }
+
+    #[test]
     fn the_read_hold_floor_records_a_leased_hold_and_refuses_while_a_writer_holds() {
         let server = RedisServer::start();
         let mut conn = server.connection();
@@ -442,10 +488,7 @@ mod floor_scripts {
     fn the_direct_hand_off_floor_hands_a_fenced_lock_to_the_next_in_line_and_tells_it() {
         let server = RedisServer::start();
         let mut conn = server.connection();
-        let mut listener = server.connection();
-        listener
-            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
+        let mut listener = listener(&server);
         let mut pubsub = listener.as_pubsub();
         pubsub.subscribe("waiters").unwrap();
         let script = redis::Script::new(DIRECT_HANDOFF);

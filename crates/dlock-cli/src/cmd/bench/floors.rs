@@ -13,6 +13,9 @@ pub(super) const FENCED_GRANT: &str = include_str!("floor_fenced_grant.lua");
 pub(super) const READ_HOLD: &str = include_str!("floor_read_hold.lua");
 /// The read-hold floor's release: the hold's field removed.
 pub(super) const READ_RELEASE: &str = include_str!("floor_read_release.lua");
+/// The notifying release floor: the raw compare-and-delete and one message on the lock's
+/// channel (what a release that wakes waiters adds to the raw pair).
+pub(super) const NOTIFYING_RELEASE: &str = include_str!("floor_notifying_release.lua");
 /// The direct hand-off floor's release: the lock written to the next in line with a fence,
 /// and one message to it.
 pub(super) const DIRECT_HANDOFF: &str = include_str!("floor_direct_handoff.lua");
@@ -34,6 +37,35 @@ pub(super) async fn fenced_grant_cycles(
     };
     let grant = RawGrant::Script(FENCED_GRANT);
     grant_release_cycles(raw, keys, tasks, duration, grant, RAW_RELEASE).await
+}
+
+/// A notifying floor in par's shape (`fenced`: par_fenced's): `tasks` tasks on distinct
+/// keys, each cycle the raw pair's `SET NX PX` (the fenced-grant floor's grant) and the
+/// notifying release. `sharded`: the deployment is a cluster, where the message goes by
+/// `SPUBLISH`, as dlock's scripts send it there.
+pub(super) async fn notifying_cycles(
+    raw: &Raw,
+    prefix: &str,
+    tasks: usize,
+    duration: Duration,
+    fenced: bool,
+    sharded: bool,
+) -> dlock::Result<u64> {
+    // Hash-tagged, so the channel named after the key is in the key's slot.
+    let keys = |task| {
+        let key = format!("{prefix}{{notifying-floor:{fenced}:{task}}}");
+        let fence = format!("{key}:fence");
+        vec![key, fence]
+    };
+    let grant = match fenced {
+        true => RawGrant::Script(FENCED_GRANT),
+        false => RawGrant::SetNx,
+    };
+    let release = match sharded {
+        true => NOTIFYING_RELEASE.replace("'PUBLISH'", "'SPUBLISH'"),
+        false => NOTIFYING_RELEASE.to_string(),
+    };
+    grant_release_cycles(raw, keys, tasks, duration, grant, &release).await
 }
 
 /// The read-hold floor in rwlock_read's shape: `tasks` tasks reading the one lock `key`,

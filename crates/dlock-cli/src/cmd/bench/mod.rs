@@ -61,7 +61,8 @@
 //! `floor_kind`, `floor_of`, `ratio_to_floor`; docs/benchmarks.md says what each is). The
 //! hand-off rows also carry the direct hand-off floor (`floor_direct_handoff_p50_ms`,
 //! `gap_to_direct_handoff`): the least script that hands a fenced lock on, release to the
-//! next holder's ear.
+//! next holder's ear; par and par_fenced, their floor with a release that wakes waiters
+//! (`notifying_floor`, `ratio_to_notifying_floor`): the raw release and one message.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -132,6 +132,8 @@ pub(super) async fn one_deployment(
     // floor for par_fenced, the read-hold floor (one lock, a hold per task) for
     // rwlock_read.
     step("par, par_fenced, rwlock_read and their floors");
+    // A cluster's releases announce by SPUBLISH (dlock's and the notifying floors').
+    let sharded = matches!(target, Target::Cluster(_));
     let rw_name = format!("{prefix}rw-read");
     let read_floor_key = format!("{raw_prefix}rw-read-floor");
     let par = interleaved(
@@ -172,6 +174,32 @@ pub(super) async fn one_deployment(
                 SCRIPT_ONLY,
                 Box::new(|slice| Box::pin(read_hold_cycles(&raw, &read_floor_key, 64, slice))),
             ),
+            (
+                SET_AND_SCRIPT,
+                Box::new(|slice| {
+                    Box::pin(notifying_cycles(
+                        &raw,
+                        &raw_prefix,
+                        64,
+                        slice,
+                        false,
+                        sharded,
+                    ))
+                }),
+            ),
+            (
+                SCRIPT_ONLY,
+                Box::new(|slice| {
+                    Box::pin(notifying_cycles(
+                        &raw,
+                        &raw_prefix,
+                        64,
+                        slice,
+                        true,
+                        sharded,
+                    ))
+                }),
+            ),
         ],
     )
     .await?;
@@ -182,8 +210,26 @@ pub(super) async fn one_deployment(
             of: None,
         })
     };
-    rows.push(throughput_row("par", &par[1], &par[0]).floor(rate_floor("raw_pair", &par[0])));
-    rows.push(
+    // Beside each floor, the same floor with a release that wakes waiters (one message
+    // on the lock's channel), as dlock's releases do: what is left between the two rows
+    // is the notification.
+    let notifying = |row: Row, dlock: &Rate, floor: &Rate| {
+        row.with("notifying_floor", floor.per_second.into())
+            .with(
+                "ratio_to_notifying_floor",
+                (dlock.per_second / floor.per_second.max(f64::MIN_POSITIVE)).into(),
+            )
+            .with(
+                "notifying_floor_server_us_per_cycle",
+                floor.server_us_per_cycle.into(),
+            )
+    };
+    rows.push(notifying(
+        throughput_row("par", &par[1], &par[0]).floor(rate_floor("raw_pair", &par[0])),
+        &par[1],
+        &par[6],
+    ));
+    rows.push(notifying(
         Row::new("par_fenced", par[2].per_second, "cycles/s")
             .baseline(par[0].per_second)
             .floor(rate_floor("fenced_grant", &par[4]))
@@ -193,7 +239,9 @@ pub(super) async fn one_deployment(
                 "floor_server_us_per_cycle",
                 par[4].server_us_per_cycle.into(),
             ),
-    );
+        &par[2],
+        &par[7],
+    ));
     let rwlock_read = Row::new("rwlock_read", par[3].per_second, "cycles/s")
         .baseline(par[0].per_second)
         .floor(rate_floor("read_hold", &par[5]))
