@@ -166,6 +166,67 @@ async fn a_lost_acquire_reply_never_leaves_a_guard_on_a_free_lock() {
     }
 }
 
+/// The mutex with its fence drawn at grant answers a grant as the bare fence (a clock-floor
+/// fence: sixteen digits): a lost one is resent and recognised (the same fence, the lease
+/// restarted), and a single attempt whose every grant reply is lost gives the key back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_fenced_grant_reply_is_recognised_or_given_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let is_fence = |reply: &[u8]| reply.starts_with(b":") && reply.len() > 12;
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(20))
+        .fence_at_grant();
+    for lost in [1, 2] {
+        let name = format!("lost-fenced-{lost}");
+        let mutex = client
+            .mutex_with(&name, options.wait(Wait::Timeout(Duration::from_secs(10))))
+            .unwrap();
+        mutex.try_lock().await.unwrap().unlock().await.unwrap();
+        let before = proxy.dropped();
+        proxy.drop_next_replies_where(lost, is_fence);
+        let guard = mutex.lock().await.unwrap();
+        assert_eq!(
+            proxy.dropped() - before,
+            lost,
+            "the grant replies were lost"
+        );
+        let counter: u64 = server.cmd(&["GET", &format!("{{{name}}}:fence")]);
+        assert_eq!(
+            guard.drawn_fence(),
+            Some(counter),
+            "{lost} lost: one fence drawn"
+        );
+        assert!(
+            guard.is_held().await.unwrap(),
+            "{lost} lost: the lock is free"
+        );
+        let pttl: i64 = server.cmd(&["PTTL", &name]);
+        assert!(
+            pttl > 19_000,
+            "{lost} lost: the lease restarted ({pttl} ms left)"
+        );
+        guard.unlock().await.unwrap();
+        proxy.drop_next_replies(0);
+    }
+    let name = "lost-fenced-all";
+    let mutex = client.mutex_with(name, options.wait(Wait::NoWait)).unwrap();
+    mutex.try_lock().await.unwrap().unlock().await.unwrap();
+    proxy.drop_next_replies_where(10, is_fence);
+    let result = mutex.try_lock().await;
+    assert!(matches!(result, Err(Error::Connection(_))), "{result:?}");
+    proxy.drop_next_replies(0);
+    assert!(
+        all_gone(&server, &[name.to_string()], Duration::from_secs(5)).await,
+        "the possibly granted fenced lock was not given back"
+    );
+}
+
 /// The reply of an acquire script that granted: `{1, fence}` or `{1, fence, holds}`.
 fn is_grant(reply: &[u8]) -> bool {
     reply.starts_with(b"*2\r\n:1\r\n:")

@@ -674,10 +674,11 @@ async fn a_fence_drawn_at_grant_costs_no_read_and_a_resend_keeps_it() {
 }
 
 /// The mutex's acquire and release run unwrapped (not under `answer`: they run once per
-/// hold), so they catch every refusal themselves: each comes back as `Refused`, and a grant
-/// refused after its `SET NX` took the key gives the key back. Three users, each denied
-/// one thing the scripts need; each control shows the user may take the lock at all, so
-/// the key found free afterwards was given back, not never taken.
+/// hold), so they catch every refusal themselves: each comes back as a typed error, and a
+/// fenced grant that fails after its `SET NX` took the key gives the key back, by `DEL` or,
+/// where an ACL refuses that, by ending the hold at once. (A key the user may not touch at
+/// all is refused before the script runs: core.rs.) Each control shows the user may take
+/// the lock, so the key found free afterwards was given back, not never taken.
 #[tokio::test]
 async fn refusals_inside_the_unwrapped_mutex_scripts_lose_nothing() {
     let server = RedisServer::start();
@@ -702,22 +703,8 @@ async fn refusals_inside_the_unwrapped_mutex_scripts_lose_nothing() {
     };
     let held = |name: &str| -> Option<String> { server.cmd(&["GET", name]) };
 
-    // May write the lock key, not its fencing counter: the fence draw is refused after
-    // the key was taken.
-    let url = user("nofence", &["~job"]);
-    let client = Client::connect(&url).await.unwrap();
-    let eager = client
-        .mutex_with("job", opts(10_000, Wait::NoWait).fence_at_grant())
-        .unwrap();
-    refused(eager.try_lock().await.map(drop), "a refused fence write");
-    assert_eq!(held("job"), None, "the key taken before the fence was kept");
-    let lazy = client
-        .mutex_with("job", opts(10_000, Wait::NoWait))
-        .unwrap();
-    let control = lazy.try_lock().await.expect("the lock key may be written");
-    control.unlock().await.unwrap();
-
-    // May not read the clock: the same, one command earlier.
+    // May not read the clock: the fence draw is refused after the key was taken, which
+    // gives it back.
     let url = user("noclock", &["~*", "-time"]);
     let client = Client::connect(&url).await.unwrap();
     let eager = client
@@ -734,10 +721,27 @@ async fn refusals_inside_the_unwrapped_mutex_scripts_lose_nothing() {
     assert_eq!(held("clock").as_deref(), Some(control.token()));
     control.unlock().await.unwrap();
 
-    // May not delete: the release is refused, and the hold stays the holder's until its
-    // lease ends (nothing lost, nobody else let in).
+    // May not delete, and the counter cannot count: the grant cannot be given back by
+    // DEL, and ends at once instead; the error names the counter.
     let url = user("nodelete", &["~*", "-del"]);
     let client = Client::connect(&url).await.unwrap();
+    let _: () = server.cmd(&["SET", "{count}:fence", "not-a-number"]);
+    let eager = client
+        .mutex_with("count", opts(10_000, Wait::NoWait).fence_at_grant())
+        .unwrap();
+    match eager.try_lock().await {
+        Err(Error::WrongType { key, .. }) => assert_eq!(key, "{count}:fence"),
+        other => panic!("a counter that cannot count: {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(held("count"), None, "the grant without a fence was kept");
+    let _: () = server.cmd(&["DEL", "{count}:fence"]);
+    let control = eager.try_lock().await.expect("the lock key may be written");
+    assert_eq!(held("count").as_deref(), Some(control.token()));
+    drop(control);
+
+    // May not delete: the release is refused, and the hold stays the holder's until its
+    // lease ends (nothing lost, nobody else let in).
     let mutex = client
         .mutex_with("del", opts(10_000, Wait::NoWait))
         .unwrap();

@@ -39,11 +39,15 @@ if eager then
       end
       return fence
     end
+    -- Given back. When an ACL refuses the DEL, the SET that just took the key cannot be
+    -- refused (same command, same key, after the script's first write): it ends the hold
+    -- within a millisecond instead, so an error never leaves the key held.
     local undone = redis.pcall('DEL', KEYS[1])
+    if type(undone) == 'table' then
+      redis.pcall('SET', KEYS[1], ARGV[1], 'XX', 'PX', 1)
+    end
     if refused(outcome) then
       return worded(outcome.err)
-    elseif refused(undone) then
-      return worded(undone.err)
     end
     return {-2}
   end
@@ -79,9 +83,12 @@ if current then
     return worded(pttl.err)
   end
   return {0, pttl}
+elseif eager then
+  -- Cannot happen (the SET NX above found the key, and nothing ran since); never a grant
+  -- without its fence: busy, try again at once.
+  return {0, 0}
 end
--- Free again (only without a fence: the fast path's SET NX found it taken, and its hold
--- has lapsed since).
+-- Free again (the fast path's SET NX found it taken, and its hold has lapsed since).
 local set = redis.pcall('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if refused(set) then
   return worded(set.err)
