@@ -97,7 +97,7 @@ pub fn classify(err: &Error) -> (i32, &'static str) {
         ),
         Error::Refused { .. } => (
             REDIS_REFUSED,
-            "the reason is the server's own: check the Redis user's permissions (ACL), maxmemory, and that the server is a writable primary",
+            "the reason is the server's own: check the Redis user's permissions (redis-cli ACL LOG names a denied command or key; docs/operations.md, \"Least privilege\", lists the commands dlock needs), maxmemory, and that the server is a writable primary",
         ),
         // A listing of keys holds nothing: no lock was taken or changed by it.
         Error::UnexpectedReply { command, .. } if command == "SCAN" => (
