@@ -28,6 +28,16 @@ fn exists(server: &RedisServer, keys: &[String]) -> i64 {
     server.cmd(&args)
 }
 
+/// A client through `proxy` that gives up on a reply after 2 s (a lost reply is then a
+/// timeout, not a hang).
+async fn proxied_client(proxy: &Proxy) -> Client {
+    Client::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap()
+}
+
 /// Waits until none of `keys` exists; false if some still do after `within`.
 async fn all_gone(server: &RedisServer, keys: &[String], within: Duration) -> bool {
     let deadline = Instant::now() + within;
@@ -110,11 +120,7 @@ async fn a_wait_cancelled_while_redis_is_paused_leaves_nothing_behind() {
 async fn a_lost_acquire_reply_never_leaves_a_guard_on_a_free_lock() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let client = Client::builder(&proxy.url())
-        .response_timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
+    let client = proxied_client(&proxy).await;
     for kind in KINDS {
         // 4: for the plain mutex, whose attempt resends its `SET NX` and then its slow
         // path, the first attempt fails and the wait's retry with the same token wins.
@@ -173,11 +179,7 @@ async fn a_lost_acquire_reply_never_leaves_a_guard_on_a_free_lock() {
 async fn a_lost_fenced_grant_reply_is_recognised_or_given_back() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let client = Client::builder(&proxy.url())
-        .response_timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
+    let client = proxied_client(&proxy).await;
     let is_fence = |reply: &[u8]| reply.starts_with(b":") && reply.len() > 12;
     let options = LockOptions::default()
         .ttl(Duration::from_secs(20))
@@ -779,11 +781,7 @@ async fn a_tls_handshake_against_a_plain_port_fails_fast_and_says_tls() {
 async fn a_lost_release_one_reply_gives_back_one_hold_only() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let client = Client::builder(&proxy.url())
-        .response_timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
+    let client = proxied_client(&proxy).await;
     let mutex = client
         .reentrant_mutex_with("twice", waiting(Duration::from_secs(1)))
         .unwrap();

@@ -413,7 +413,7 @@ pub(super) async fn server_usec(raws: &[Raw], commands: &[&str]) -> dlock::Resul
 
 /// One contender of an [`interleaved`] run: runs its cycles for the given slice of time
 /// and returns how many it made.
-type Contender<'a> =
+pub(super) type Contender<'a> =
     Box<dyn FnMut(Duration) -> Pin<Box<dyn Future<Output = dlock::Result<u64>> + 'a>> + 'a>;
 
 /// A contender's result: cycles per second, and the server's time per cycle.

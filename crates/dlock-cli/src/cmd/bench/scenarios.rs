@@ -134,6 +134,20 @@ pub(super) async fn one_deployment(
     step("par, par_fenced, rwlock_read and their floors");
     // A cluster's releases announce by SPUBLISH (dlock's and the notifying floors').
     let sharded = matches!(target, Target::Cluster(_));
+    // The notifying floors: par's (`SET NX PX`) and par_fenced's (the fenced-grant floor).
+    let (raw_ref, raw_prefix_ref) = (&raw, raw_prefix.as_str());
+    let notifying = |fenced| -> Contender<'_> {
+        Box::new(move |slice| {
+            Box::pin(notifying_cycles(
+                raw_ref,
+                raw_prefix_ref,
+                64,
+                slice,
+                fenced,
+                sharded,
+            ))
+        })
+    };
     let rw_name = format!("{prefix}rw-read");
     let read_floor_key = format!("{raw_prefix}rw-read-floor");
     let par = interleaved(
@@ -174,32 +188,8 @@ pub(super) async fn one_deployment(
                 SCRIPT_ONLY,
                 Box::new(|slice| Box::pin(read_hold_cycles(&raw, &read_floor_key, 64, slice))),
             ),
-            (
-                SET_AND_SCRIPT,
-                Box::new(|slice| {
-                    Box::pin(notifying_cycles(
-                        &raw,
-                        &raw_prefix,
-                        64,
-                        slice,
-                        false,
-                        sharded,
-                    ))
-                }),
-            ),
-            (
-                SCRIPT_ONLY,
-                Box::new(|slice| {
-                    Box::pin(notifying_cycles(
-                        &raw,
-                        &raw_prefix,
-                        64,
-                        slice,
-                        true,
-                        sharded,
-                    ))
-                }),
-            ),
+            (SET_AND_SCRIPT, notifying(false)),
+            (SCRIPT_ONLY, notifying(true)),
         ],
     )
     .await?;
