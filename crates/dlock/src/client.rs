@@ -365,12 +365,21 @@ impl Client {
     }
 
     /// [`Error::WrongType`] for `key`, saying what it holds (one more request).
-    pub(crate) async fn wrong_type(&self, key: &str, wanted: &str) -> Error {
-        let found = DescribeKey { key, wanted }.run(self).await.ok();
-        Error::WrongType {
-            key: key.to_string(),
-            what: found_not_wanted(found.as_deref(), wanted),
-        }
+    pub(crate) fn wrong_type<'a>(
+        &'a self,
+        key: &'a str,
+        wanted: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Error> + Send + 'a>> {
+        // Boxed: only a key of the wrong type comes here, and inline this future would
+        // be part of every request's that may find one (every acquire and release), and
+        // so of the bytes copied on every call.
+        Box::pin(async move {
+            let found = DescribeKey { key, wanted }.run(self).await.ok();
+            Error::WrongType {
+                key: key.to_string(),
+                what: found_not_wanted(found.as_deref(), wanted),
+            }
+        })
     }
 
     /// A request handle of the client's backend, for commands the locks need.

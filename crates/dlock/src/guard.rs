@@ -57,15 +57,15 @@ pub struct Guard<R: RawLock> {
 }
 
 impl<R: RawLock> Guard<R> {
-    /// Starts holding what an attempt sent at `sent` granted to `token`; `None` when the
-    /// client was shut down meanwhile (the caller gives the grant back).
+    /// Starts holding what an attempt sent at `sent` granted to `token`; the token back
+    /// when the client was shut down meanwhile (the caller gives the grant back).
     pub(crate) fn start(
         raw: R,
         token: String,
         fence: Option<u64>,
         holds: u32,
         sent: Instant,
-    ) -> Option<Guard<R>> {
+    ) -> Result<Guard<R>, String> {
         let options = raw.options();
         let cell = signal::new_cell(
             lease::valid_until(sent, options.ttl),
@@ -76,9 +76,11 @@ impl<R: RawLock> Guard<R> {
         );
         let keep_until =
             (options.hold_at_least).and_then(|least| Instant::now().checked_add(least));
-        let hold_id = track_hold(&raw, &token, &cell, keep_until)?;
+        let Some(hold_id) = track_hold(&raw, &cell, keep_until) else {
+            return Err(token);
+        };
         let held = Held::start(&raw, &token, sent, cell);
-        Some(Guard {
+        Ok(Guard {
             raw,
             token,
             fence: tokio::sync::OnceCell::new_with(fence),
@@ -268,7 +270,14 @@ impl<R: RawLock> Guard<R> {
     /// until then and frees by itself). Fails with [`Error::Lost`] when the lease had
     /// already ended or another owner holds the lock now (which is left untouched), or
     /// when [`Client::shutdown`](crate::Client::shutdown) already released it.
-    pub async fn unlock(mut self) -> Result<()> {
+    pub fn unlock(self) -> impl std::future::Future<Output = Result<()>> {
+        // Not an `async fn`: one keeps its guard argument twice in its state, and the
+        // future of every release is built and copied on every call.
+        let mut guard = self;
+        async move { guard.unlock_in_place().await }
+    }
+
+    async fn unlock_in_place(&mut self) -> Result<()> {
         self.held.stop_renewal().await;
         // Past its validity the hold may still be in Redis (a lock-delay, the drift
         // allowance), and is given back; but it was not held to the end.
@@ -484,11 +493,16 @@ async fn give_back<R: RawLock>(
         .filter(|_| !lapsed)
         .and_then(|until| until.checked_duration_since(now));
     match rest {
+        // Boxed: only a hold kept for `hold_at_least` lingers, and inline its future would
+        // more than double the size of every release's (copied on every call).
         Some(rest) if !rest.is_zero() => {
-            // A renewal sent after the linger would restart the whole lease (at
-            // shutdown, the lost signal has just taken the hold out of renewal).
-            raw.renewer().settled().await;
-            raw.linger(token, rest).await
+            Box::pin(async {
+                // A renewal sent after the linger would restart the whole lease (at
+                // shutdown, the lost signal has just taken the hold out of renewal).
+                raw.renewer().settled().await;
+                raw.linger(token, rest).await
+            })
+            .await
         }
         _ => raw.release(token).await,
     }
@@ -496,23 +510,20 @@ async fn give_back<R: RawLock>(
 
 /// Records a live hold in its client's session, which gives it back at shutdown; returns
 /// its id, or `None` once shutdown began.
-fn track_hold<R: RawLock>(
-    raw: &R,
-    token: &str,
-    cell: &LeaseCell,
-    keep_until: Option<Instant>,
-) -> Option<u64> {
-    let (raw, token, lease) = (raw.clone(), token.to_string(), cell.clone());
+fn track_hold<R: RawLock>(raw: &R, cell: &LeaseCell, keep_until: Option<Instant>) -> Option<u64> {
+    let (raw, lease) = (raw.clone(), cell.clone());
     let session = raw.session().clone();
     session.track_hold(
         cell,
         Box::new(move || {
             Box::pin(async move {
-                let mut given_back = give_back(&raw, &token, keep_until, &lease).await;
+                // The hold's token, as its lease cell keeps it.
+                let token = &lease.token;
+                let mut given_back = give_back(&raw, token, keep_until, &lease).await;
                 // Once more after a timeout or a dropped connection: every script is safe
                 // to resend, and nobody else will give this hold back before its lease ends.
                 if given_back.as_ref().is_err_and(Error::is_transient) {
-                    given_back = give_back(&raw, &token, keep_until, &lease).await;
+                    given_back = give_back(&raw, token, keep_until, &lease).await;
                 }
                 if let Err(err) = &given_back {
                     // Counted and reported once by the session, not once per lock.

@@ -191,8 +191,9 @@ impl LuaScript {
     pub fn call(&self) -> Call<'_> {
         Call {
             script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+            // Most calls have a few of each: room for them without regrowing.
+            keys: Vec::with_capacity(4),
+            args: Vec::with_capacity(4),
             resend_before: None,
         }
     }
@@ -349,15 +350,23 @@ impl Call<'_> {
     /// `EVALSHA` (or, `by_hash` false, `EVAL` with the source, which also loads it) of
     /// `backend`'s form of the script with this call's keys and arguments.
     fn eval(&self, backend: &Backend, by_hash: bool) -> redis::Cmd {
+        // Sized up front: built for every request, a command grown argument by argument
+        // reallocated its buffer several times.
+        let parts = self.keys.iter().chain(&self.args);
+        let (count, bytes) = parts.fold((3, 64), |(count, bytes), part| {
+            (count + 1, bytes + part.len())
+        });
         let mut eval = match by_hash {
             true => {
-                let mut eval = redis::cmd("EVALSHA");
-                eval.arg(self.script.for_backend(backend).get_hash());
+                let mut eval = redis::Cmd::with_capacity(count, bytes);
+                eval.arg("EVALSHA")
+                    .arg(self.script.for_backend(backend).get_hash());
                 eval
             }
             false => {
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(self.script.code(backend));
+                let code = self.script.code(backend);
+                let mut eval = redis::Cmd::with_capacity(count, bytes + code.len());
+                eval.arg("EVAL").arg(code);
                 eval
             }
         };
@@ -374,14 +383,23 @@ impl Call<'_> {
     ) -> redis::RedisResult<T> {
         let reply = Self::send_once(conn, &request).await;
         if reply.is_ok() && resend_check::enabled() {
-            // As a resend after a lost reply would: the same request again, which must
-            // change nothing.
-            let once = resend_check::snapshot(conn, &self.keys).await;
-            let _ = Self::send_once::<redis::Value, R>(conn, &request).await;
-            let twice = resend_check::snapshot(conn, &self.keys).await;
-            resend_check::compare(self.script.name, &once, &twice);
+            // Boxed: the test suite's check would otherwise grow every call's future.
+            Box::pin(self.check_resend(conn, &request)).await;
         }
         reply.map_err(one_server_error)
+    }
+
+    /// As a resend after a lost reply would: the same request again, which must change
+    /// nothing (the suite's resend check, see [`resend_check`]).
+    async fn check_resend<R: Request>(
+        &self,
+        conn: &mut crate::backend::Connection,
+        request: &impl Fn(bool) -> R,
+    ) {
+        let once = resend_check::snapshot(conn, &self.keys).await;
+        let _ = Self::send_once::<redis::Value, R>(conn, request).await;
+        let twice = resend_check::snapshot(conn, &self.keys).await;
+        resend_check::compare(self.script.name, &once, &twice);
     }
 
     async fn send_once<T: redis::FromRedisValue, R: Request>(
@@ -431,10 +449,13 @@ impl Call<'_> {
         // A script with a resend deadline grants nothing (a guarded batch), so it never
         // comes here.
         debug_assert!(self.resend_before.is_none());
-        let (reply, acknowledged) =
-            resent_once(self.script.name, None, || self.with_wait(backend, replicas))
-                .await
-                .map_err(|err| script_error(self.script.name, err))?;
+        // Boxed: only grants and extends with replica acknowledgement come here, and
+        // inline this branch would grow every call's future.
+        let (reply, acknowledged) = Box::pin(resent_once(self.script.name, None, || {
+            self.with_wait(backend, replicas)
+        }))
+        .await
+        .map_err(|err| script_error(self.script.name, err))?;
         let granted = match &reply {
             redis::Value::Array(items) => matches!(items.first(), Some(redis::Value::Int(1))),
             redis::Value::Int(fence) => self.script.fence_alone && *fence > 0,
@@ -486,21 +507,23 @@ trait Request {
     ) -> impl std::future::Future<Output = redis::RedisResult<T>>;
 }
 
+// The redis crate's futures as they are: an `async fn` around each would be a layer more
+// of future to build and copy on every call.
 impl Request for redis::Cmd {
-    async fn query<T: redis::FromRedisValue>(
+    fn query<T: redis::FromRedisValue>(
         &self,
         conn: &mut crate::backend::Connection,
-    ) -> redis::RedisResult<T> {
-        self.query_async(conn).await
+    ) -> impl std::future::Future<Output = redis::RedisResult<T>> {
+        self.query_async(conn)
     }
 }
 
 impl Request for redis::Pipeline {
-    async fn query<T: redis::FromRedisValue>(
+    fn query<T: redis::FromRedisValue>(
         &self,
         conn: &mut crate::backend::Connection,
-    ) -> redis::RedisResult<T> {
-        self.query_async(conn).await
+    ) -> impl std::future::Future<Output = redis::RedisResult<T>> {
+        self.query_async(conn)
     }
 }
 

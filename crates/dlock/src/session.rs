@@ -183,11 +183,20 @@ impl Session {
     /// is one. The tag lets a release address a queued waiter on a channel its client
     /// shares (see [`client_tag_of`]).
     pub(crate) fn new_token(&self) -> String {
-        let tag = &self.inner.tag;
-        match &self.inner.holder_label {
-            Some(label) => format!("{label}/{tag}.{}", random_token()),
-            None => format!("{tag}.{}", random_token()),
+        // Built in one allocation, with room for the suffix some kinds add (`~<ttl>~<N>`):
+        // a token is made for every acquire.
+        let label = self.inner.holder_label.as_deref();
+        let mut token = String::with_capacity(
+            label.map_or(0, |label| label.len() + 1) + self.inner.tag.len() + 1 + 32 + 24,
+        );
+        if let Some(label) = label {
+            token.push_str(label);
+            token.push('/');
         }
+        token.push_str(&self.inner.tag);
+        token.push('.');
+        push_hex(&mut token, rand::random::<u128>());
+        token
     }
 
     /// Records a live hold for shutdown; returns its id, or `None` once shutdown began
@@ -535,7 +544,18 @@ pub(crate) fn client_tag_of(token: &str) -> Option<&str> {
 
 /// A fresh 128-bit random token, as 32 hex digits.
 pub(crate) fn random_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    let mut token = String::with_capacity(32);
+    push_hex(&mut token, rand::random::<u128>());
+    token
+}
+
+/// Appends `value` as 32 lowercase hex digits (what `{:032x}` writes, without the
+/// formatter's cost on the acquire path).
+fn push_hex(to: &mut String, value: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for shift in (0..32).rev() {
+        to.push(DIGITS[((value >> (shift * 4)) & 0xf) as usize] as char);
+    }
 }
 
 /// The holds of a [`Session`] that may have been lost, in the order they were found. Made
@@ -638,6 +658,15 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn hex_digits_are_the_formatters() {
+        for value in [0, 1, 0xabc, u128::MAX, u128::MAX / 3, 1 << 127] {
+            let mut written = String::new();
+            super::push_hex(&mut written, value);
+            assert_eq!(written, format!("{value:032x}"));
+        }
     }
 
     #[test]

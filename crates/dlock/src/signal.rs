@@ -76,7 +76,8 @@ pub(crate) struct LeaseShared {
     changed: tokio::sync::Notify,
     /// Which hold this is, for logs, metrics and the session's report.
     keys: Arc<LockKeys>,
-    token: String,
+    /// The hold's token (also what the session's shutdown gives back).
+    pub token: String,
     sink: LostSink,
     /// Whether the session was told of this hold's loss (once per loss: a deadline that a
     /// late extend moves on again clears it).

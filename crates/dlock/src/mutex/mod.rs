@@ -150,8 +150,11 @@ impl RawMutex {
         if self.core.options.fence_at_grant || self.core.options.replicas.is_some() {
             return self.acquire_script(token, ttl_ms, true).await;
         }
-        let mut set = redis::cmd("SET");
-        set.arg(&self.core.keys.key)
+        let key = &self.core.keys.key;
+        // Sized up front, as `Call::eval` sizes a script's: this is every free grant.
+        let mut set = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
+        set.arg("SET")
+            .arg(key)
             .arg(token)
             .arg("NX")
             .arg("PX")
@@ -244,8 +247,10 @@ impl KindProtocol for RawMutex {
         Attempt::from_reply(&reply)
     }
 
-    async fn release(&self, token: &str) -> Result<()> {
-        self.release_hold(token).await
+    // The release's own future, not an `async fn` around it: every layer of future is
+    // built and copied on every release.
+    fn release(&self, token: &str) -> impl std::future::Future<Output = Result<()>> + Send {
+        self.release_hold(token)
     }
 }
 

@@ -202,7 +202,11 @@ impl Registration {
     /// Stops renewal and waits until no renewal of this lease can be on the wire.
     pub(crate) async fn cancel(self) {
         self.shared.entries.lock().unwrap().remove(&self.id);
-        drop(self.shared.in_flight.lock().await);
+        // Usually no round is on the wire: taken at once, without a waiter's future (this
+        // is every unlock).
+        if self.shared.in_flight.try_lock().is_err() {
+            drop(self.shared.in_flight.lock().await);
+        }
     }
 }
 

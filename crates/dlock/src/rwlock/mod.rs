@@ -322,8 +322,8 @@ impl KindProtocol for Reading {
         Attempt::from_reply(&reply)
     }
 
-    async fn release(&self, token: &str) -> Result<()> {
-        self.lock.release_read(token).await
+    fn release(&self, token: &str) -> impl std::future::Future<Output = Result<()>> + Send {
+        self.lock.release_read(token)
     }
 }
 
@@ -351,8 +351,8 @@ impl KindProtocol for Writing {
         Attempt::from_reply(&reply)
     }
 
-    async fn release(&self, token: &str) -> Result<()> {
-        self.lock.release_write(token).await
+    fn release(&self, token: &str) -> impl std::future::Future<Output = Result<()>> + Send {
+        self.lock.release_write(token)
     }
 }
 

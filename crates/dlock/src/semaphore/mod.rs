@@ -220,8 +220,8 @@ impl KindProtocol for RawSemaphore {
         Attempt::from_reply(&reply)
     }
 
-    async fn release(&self, token: &str) -> Result<()> {
-        self.release_permit(token).await
+    fn release(&self, token: &str) -> impl std::future::Future<Output = Result<()>> + Send {
+        self.release_permit(token)
     }
 }
 

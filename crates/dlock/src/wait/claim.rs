@@ -100,12 +100,15 @@ impl<R: RawLock> Claim<R> {
         holds: u32,
         sent: Instant,
     ) -> Option<Guard<R>> {
-        match Guard::start(self.raw.clone(), self.token.clone(), fence, holds, sent) {
-            Some(guard) => {
+        // The token moves to the guard, and comes back if no guard could start.
+        let token = std::mem::take(&mut self.token);
+        match Guard::start(self.raw.clone(), token, fence, holds, sent) {
+            Ok(guard) => {
                 self.armed = false;
                 Some(guard)
             }
-            None => {
+            Err(token) => {
+                self.token = token;
                 self.unknown = true;
                 None
             }
@@ -161,10 +164,19 @@ impl<R: RawLock> Claim<R> {
     }
 
     /// The wait ended without a guard: give back what may be ours before returning.
-    pub async fn give_back(mut self) {
-        if let Some(cleanup) = self.cleanup() {
-            let done = self.raw.session().spawn_background(cleanup);
-            let _ = done.await;
+    ///
+    /// Not an `async fn`: one would keep the clean-up's future in its own state, making
+    /// the future of every acquire (which awaits this on its way out) four times larger,
+    /// and so the bytes copied on every call. The clean-up is spawned here; the future
+    /// only awaits its end.
+    pub fn give_back(mut self) -> impl std::future::Future<Output = ()> + Send {
+        let done = self
+            .cleanup()
+            .map(|cleanup| self.raw.session().spawn_background(cleanup));
+        async move {
+            if let Some(done) = done {
+                let _ = done.await;
+            }
         }
     }
 }
