@@ -270,7 +270,7 @@ impl<R: RawLock> Guard<R> {
     /// until then and frees by itself). Fails with [`Error::Lost`] when the lease had
     /// already ended or another owner holds the lock now (which is left untouched), or
     /// when [`Client::shutdown`](crate::Client::shutdown) already released it.
-    pub fn unlock(self) -> impl std::future::Future<Output = Result<()>> {
+    pub fn unlock(self) -> impl std::future::Future<Output = Result<()>> + Send {
         // Not an `async fn`: one keeps its guard argument twice in its state, and the
         // future of every release is built and copied on every call.
         let mut guard = self;

@@ -53,20 +53,28 @@ impl QueueKeys {
     /// `waiter_wants` in `queue.lua`): the queue then stores nothing else per waiter. A
     /// semaphore waiter taking k > 1 permits ends in `~w<k>` (`permit_weight`): the permit
     /// it is granted is stored under this token, so every client reads its weight there.
-    pub fn waiter_token(&self, token: String, ttl: Duration) -> String {
+    pub fn waiter_token(&self, mut token: String, ttl: Duration) -> String {
+        use std::fmt::Write;
+        // Appended in place: the session's tokens leave room for it.
         let ttl = ttl.as_millis();
-        match (self.limit, self.weight) {
-            (Some(n), 1) => format!("{token}~{ttl}~{n}"),
-            (Some(n), k) => format!("{token}~{ttl}~{n}~w{k}"),
-            (None, _) => format!("{token}~{ttl}"),
-        }
+        let _ = match (self.limit, self.weight) {
+            (Some(n), 1) => write!(token, "~{ttl}~{n}"),
+            (Some(n), k) => write!(token, "~{ttl}~{n}~w{k}"),
+            (None, _) => write!(token, "~{ttl}"),
+        };
+        token
     }
 
     /// The token of a single attempt, which does not queue: `token` as it is, but for a
     /// semaphore attempt taking k > 1 permits, which ends in `~w<k>` like its waiter's.
     pub fn attempt_token(&self, token: String) -> String {
         match (self.limit, self.weight) {
-            (Some(_), k) if k > 1 => format!("{token}~w{k}"),
+            (Some(_), k) if k > 1 => {
+                use std::fmt::Write;
+                let mut token = token;
+                let _ = write!(token, "~w{k}");
+                token
+            }
             _ => token,
         }
     }
