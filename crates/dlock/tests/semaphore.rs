@@ -264,3 +264,83 @@ async fn after_a_crash_the_next_in_line_gets_the_permit_when_the_lease_ends() {
     );
     permit.unlock().await.unwrap();
 }
+
+/// The last permit handed to the next in line stays in the one hash (its release keeps
+/// the emptied hash for the grant rather than delete and re-create it): the new holder's
+/// entry, its kind, its index, and an expiry that follows the new lease even when it
+/// ends before the old one did. When nobody is handed it, hash and index go.
+#[tokio::test]
+async fn the_last_permit_handed_on_keeps_a_whole_hash_and_an_unhanded_one_leaves_none() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let with = |ttl: Duration, wait| {
+        LockOptions::default()
+            .ttl(ttl)
+            .wait(wait)
+            .waiter_lease(Duration::from_secs(60))
+    };
+    let semaphore = client
+        .semaphore_with("pool", 1, with(Duration::from_secs(60), Wait::NoWait))
+        .unwrap();
+    let held = semaphore.try_lock().await.unwrap();
+    let waiter = client
+        .semaphore_with(
+            "pool",
+            1,
+            with(Duration::from_secs(5), Wait::Timeout(Duration::from_secs(8))),
+        )
+        .unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock().await });
+    queued(&server, "pool", 1).await;
+    let first_fence = held.fence().await.unwrap();
+    held.unlock().await.unwrap();
+    let permit = waiting.await.unwrap().unwrap();
+    assert!(permit.fence().await.unwrap() > first_fence);
+
+    let field = format!("h:{}", permit.token());
+    let mut fields: Vec<String> = server.cmd(&["HKEYS", "pool"]);
+    fields.sort();
+    let mut expected = vec![field, "~ends".into(), "~kind".into()];
+    expected.sort();
+    assert_eq!(fields, expected);
+    assert_eq!(server.cmd::<String>(&["HGET", "pool", "~kind"]), "semaphore");
+    let index: Vec<String> = server.cmd(&["ZRANGE", "{pool}:expiry", "0", "-1"]);
+    assert_eq!(index, [permit.token().to_string()]);
+    // The 60 s hold it replaced no longer sets when the keys expire: the 5 s lease does.
+    for key in ["pool", "{pool}:expiry"] {
+        let pttl: i64 = server.cmd(&["PTTL", key]);
+        assert!((1..=5_000).contains(&pttl), "{key} expires in {pttl} ms");
+    }
+    assert_eq!(semaphore.held().await.unwrap(), 1);
+
+    permit.unlock().await.unwrap();
+    for key in ["pool", "{pool}:expiry", "{pool}:queue"] {
+        assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0, "{key} is left");
+    }
+}
+
+/// A release that cannot draw the next in line's fence (the counter is not a number)
+/// wakes that waiter instead of handing it the permit, and the hash it emptied is gone,
+/// not kept for a grant that did not happen. The waiter is written into the queue by
+/// hand and listens nowhere, so no attempt of its own cleans up after the release.
+#[tokio::test]
+async fn an_emptied_hash_whose_hand_off_failed_is_deleted() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let options = LockOptions::default().ttl(Duration::from_secs(60));
+    let semaphore = client.semaphore_with("pool", 1, options).unwrap();
+    let held = semaphore.try_lock().await.unwrap();
+    let time: Vec<String> = server.cmd(&["TIME"]);
+    let now_ms: i64 = time[0].parse::<i64>().unwrap() * 1000;
+    let lease_end = (now_ms + 60_000).to_string();
+    // A waiter asking for a 5 s permit (the `~<ttl ms>` of a queued token).
+    let _: i64 = server.cmd(&["ZADD", "{pool}:queue", "1", "ghost~5000"]);
+    let _: i64 = server.cmd(&["ZADD", "{pool}:queue-leases", &lease_end, "ghost~5000"]);
+    let _: () = server.cmd(&["SET", "{pool}:fence", "not a number"]);
+    held.unlock().await.unwrap();
+    for key in ["pool", "{pool}:expiry"] {
+        assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0, "{key} is left");
+    }
+    let queue: Vec<String> = server.cmd(&["ZRANGE", "{pool}:queue", "0", "-1"]);
+    assert_eq!(queue, ["ghost~5000"], "the woken waiter keeps its place");
+}

@@ -128,13 +128,19 @@ end
 -- (entries were removed, or the index rebuilt). `indexed`: the caller has just removed an
 -- entry from this very index (entry_remove said so), so the index exists and is whole
 -- (every dlock that writes an entry writes its index too, and a lost index is rebuilt
--- whole): found empty, no entry is left, and the hash is deleted without reading it.
-local function entries_purge(key, index, now, forget, indexed)
+-- whole): found empty, no entry is left, and the hash is deleted without reading it, or,
+-- with `keep_emptied`, kept for the caller, who then owns deleting it (a release about to
+-- put the next holder's entry in it: that spares a DEL and the kind's write); the fourth
+-- value says it was kept.
+local function entries_purge(key, index, now, forget, indexed, keep_emptied)
   local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
   if first[1] and tonumber(first[2]) > now then
     return true, tonumber(first[2]), false
   end
   if not first[1] and indexed then
+    if keep_emptied then
+      return false, nil, true, true
+    end
     redis.call('DEL', key, index)
     return false, nil, true
   end

@@ -22,15 +22,17 @@ local function permits_add_extra(key, extra, delta)
 end
 
 -- entries_purge for permits, '~extra' (read as `extra`) kept equal to the weight of the
--- entries left (`indexed` as for entries_purge). Returns whether any is left, the soonest
--- lease end among them, whether values read before are stale, and '~extra' now.
-local function permits_purge(key, index, now, extra, indexed)
+-- entries left (`indexed`, `keep_emptied` as for entries_purge). Returns whether any is
+-- left, the soonest lease end among them, whether values read before are stale, '~extra'
+-- now, and whether an emptied hash was kept (its '~extra' is gone: the caller's removal
+-- wrote the weight left, none).
+local function permits_purge(key, index, now, extra, indexed, keep_emptied)
   local gone = 0
-  local live, soonest, stale = entries_purge(key, index, now, function(_, token)
+  local live, soonest, stale, kept = entries_purge(key, index, now, function(_, token)
     gone = gone + permit_weight(token) - 1
-  end, indexed)
+  end, indexed, keep_emptied)
   if not live then
-    return false, nil, true, 0 -- hash and index deleted, '~extra' with them
+    return false, nil, true, 0, kept -- deleted unless kept, '~extra' with them
   end
   return true, soonest, stale, permits_add_extra(key, extra, -gone)
 end
@@ -63,10 +65,14 @@ end
 -- soonest lease ('watch <ms>'), and sleeps until then unless a release hands it permits
 -- first: an attempt of its own would only learn that nothing is free. A token of a dlock
 -- that names no ttl (waiter_wants) is always told to look. `limit`: N for a next waiter
--- whose token names none.
-local function permits_granted(queue, leases, prefix, waiter, fence, held, limit, soonest, now)
+-- whose token names none. `next_waiter`: who is next once `waiter` left, when the caller
+-- read it already (false: nobody); nil to read it here.
+local function permits_granted(queue, leases, prefix, waiter, fence, held, limit, soonest, now,
+                               next_waiter)
   queue_leave(queue, leases, waiter)
-  local next_waiter = queue_head(queue)
+  if next_waiter == nil then
+    next_waiter = queue_head(queue)
+  end
   local watch_ms = nil
   if next_waiter then
     local ttl, its_limit = waiter_wants(next_waiter)

@@ -15,8 +15,9 @@ local now = now_ms()
 local ended, indexed = entry_remove(KEYS[1], KEYS[4], ARGV[1], got[1])
 local extra = permits_add_extra(KEYS[1], tonumber(got[3]) or 0, 1 - permit_weight(ARGV[1]))
 local held, latest = 0, false
-local live, soonest, stale
-live, soonest, stale, extra = permits_purge(KEYS[1], KEYS[4], now, extra, indexed)
+-- An emptied hash is kept until it is known whether a waiter is handed a permit in it.
+local live, soonest, stale, kept
+live, soonest, stale, extra, kept = permits_purge(KEYS[1], KEYS[4], now, extra, indexed, true)
 if live then
   latest = got[2]
   if stale then
@@ -27,20 +28,27 @@ if live then
 end
 local head, lease, limit, after = queue_next_grant(KEYS[2], KEYS[3], now)
 local weight = head and permit_weight(head)
+local handed = false
 if head and held + weight <= (limit or tonumber(ARGV[3])) then
   local fence = lease and hand_off_fence(KEYS[5])
   if fence then
-    -- None left (no latest lease): the purge deleted hash and index, so the grant
-    -- begins a new hash with no stale index to clear.
-    local more = not latest and {KIND, 'semaphore'} or nil
+    -- None left (no latest lease): the grant's entry goes into the emptied hash kept
+    -- above (its kind still recorded, its index gone with its last member), or begins a
+    -- new hash where the purge deleted both; either way with no stale index to clear, and
+    -- its lease sets when both expire.
+    local more = not latest and not kept and {KIND, 'semaphore'} or nil
     entry_put(KEYS[1], KEYS[4], head, now + lease, fence, latest, more)
     permits_add_extra(KEYS[1], extra, weight - 1)
     -- Told so; the next in line takes permits still free, or watches the soonest lease.
     permits_granted(KEYS[2], KEYS[3], ARGV[2], head, fence, held + weight,
-      tonumber(ARGV[3]), math.min(soonest or (now + lease), now + lease), now)
+      tonumber(ARGV[3]), math.min(soonest or (now + lease), now + lease), now, after)
+    handed = true
   else
     wake(ARGV[2], head)
   end
+end
+if kept and not handed then
+  redis.call('DEL', KEYS[1], KEYS[4])
 end
 if ended <= now then
   return 0 -- its lease had ended: it was no longer ours to give back
