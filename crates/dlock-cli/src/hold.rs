@@ -66,6 +66,12 @@ pub struct TakeArgs {
 }
 
 impl KindArgs {
+    /// Whether a kind flag was given (none: the plain mutex, or for `release` and `extend`
+    /// the kind the key holds).
+    pub fn names_a_kind(&self) -> bool {
+        self.fair || self.read || self.write || self.permits.is_some()
+    }
+
     /// Refuses a permit count out of range (before any connection).
     pub fn check(&self) -> dlock::Result<()> {
         match (self.weight.take, self.permits) {
@@ -328,7 +334,7 @@ async fn settle(
     let Locks::Client(client) = locks else {
         return Ok(Settled::Done(outcome));
     };
-    let flagged = kind.fair || kind.read || kind.write || kind.permits.is_some();
+    let flagged = kind.names_a_kind();
     match &outcome {
         Err(dlock::Error::WrongType { .. }) if !flagged => {
             let held = match client.inspect(name).await?.kind {

@@ -30,6 +30,20 @@ use cli::{parse_from, Cli, Command, Usage};
 use report::report;
 
 fn main() -> ExitCode {
+    if std::env::args_os().len() <= 1 {
+        // Nothing on the command line: the help on stderr and a usage error, as clap
+        // answers when no DLOCK_* variable is set (one that is counts as an argument to
+        // clap, which would then name a missing subcommand instead).
+        use std::io::IsTerminal as _;
+        let help = cli::command().render_help();
+        if std::io::stderr().is_terminal() {
+            eprint!("{}", help.ansi());
+        } else {
+            eprint!("{help}");
+        }
+        eprintln!("  hint: {}", cli::USAGE_HINT);
+        return ExitCode::from(exit::USAGE as u8);
+    }
     let cli = match parse_from(std::env::args_os()) {
         Ok(cli) => cli,
         Err(Usage { error, hint }) => {

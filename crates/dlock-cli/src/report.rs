@@ -4,6 +4,7 @@
 use crate::cli::{Cli, Command, Topology};
 use crate::cmd::release;
 use crate::exit;
+use crate::hold::KindArgs;
 
 /// Prints an error with what to do about it, and returns its exit code.
 pub fn report(err: &dlock::Error, cli: &Cli) -> i32 {
@@ -92,7 +93,9 @@ pub fn diagnose(err: &dlock::Error, cli: &Cli) -> (i32, &'static str) {
         hint = match cli.command {
             // `guarded` does not look up the kind the key holds.
             Command::Guarded(_) => "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)",
-            _ => "the name holds another kind of lock than the flag says: pass the kind flag the token was acquired with, or none (release and extend find the kind the key holds)",
+            // Without a kind flag they looked the kind up: the key holds no dlock lock.
+            _ if !cli.command.kind().is_some_and(KindArgs::names_a_kind) => "the name holds data that is not a dlock lock (what, above): check the name and --prefix / DLOCK_PREFIX; `dlock inspect NAME` shows what a lock name holds; nothing was changed",
+            _ => "the name holds another kind of lock than the flag says, or data that is not a lock: pass the kind flag the token was acquired with, or none (release and extend find the kind the key holds)",
         };
     }
     // A command that only reads holds nothing that could be lost.

@@ -287,7 +287,10 @@ async fn the_last_permit_handed_on_keeps_a_whole_hash_and_an_unhanded_one_leaves
         .semaphore_with(
             "pool",
             1,
-            with(Duration::from_secs(5), Wait::Timeout(Duration::from_secs(8))),
+            with(
+                Duration::from_secs(5),
+                Wait::Timeout(Duration::from_secs(8)),
+            ),
         )
         .unwrap();
     let waiting = tokio::spawn(async move { waiter.lock().await });
@@ -303,7 +306,10 @@ async fn the_last_permit_handed_on_keeps_a_whole_hash_and_an_unhanded_one_leaves
     let mut expected = vec![field, "~ends".into(), "~kind".into()];
     expected.sort();
     assert_eq!(fields, expected);
-    assert_eq!(server.cmd::<String>(&["HGET", "pool", "~kind"]), "semaphore");
+    assert_eq!(
+        server.cmd::<String>(&["HGET", "pool", "~kind"]),
+        "semaphore"
+    );
     let index: Vec<String> = server.cmd(&["ZRANGE", "{pool}:expiry", "0", "-1"]);
     assert_eq!(index, [permit.token().to_string()]);
     // The 60 s hold it replaced no longer sets when the keys expire: the 5 s lease does.

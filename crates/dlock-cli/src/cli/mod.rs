@@ -254,6 +254,10 @@ pub fn command() -> clap::Command {
     })
 }
 
+/// The hint of a usage error clap found.
+pub const USAGE_HINT: &str =
+    "fix the arguments; `dlock --help` and `dlock <COMMAND> --help` list them";
+
 /// A usage error found after clap parsed the arguments, with its hint.
 pub struct Usage {
     /// clap's error, printed as clap prints it.
@@ -266,9 +270,26 @@ impl From<clap::Error> for Usage {
     fn from(error: clap::Error) -> Usage {
         Usage {
             error,
-            hint: "fix the arguments; `dlock --help` and `dlock <COMMAND> --help` list them",
+            hint: USAGE_HINT,
         }
     }
+}
+
+/// clap's error for a missing subcommand, naming only the subcommands `--help` lists
+/// (clap's own list names the hidden watchdog's too).
+fn missing_subcommand(error: clap::Error) -> clap::Error {
+    use clap::error::ErrorKind;
+    if error.kind() != ErrorKind::MissingSubcommand {
+        return error;
+    }
+    let mut cli = command();
+    let visible: Vec<String> = cli
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .map(|sub| sub.get_name().to_string())
+        .collect();
+    let message = format!("a subcommand is required: {}", visible.join(", "));
+    cli.error(ErrorKind::MissingSubcommand, message)
 }
 
 /// Parses the arguments and settles which deployment they name. A flag on the command
@@ -282,7 +303,9 @@ where
 {
     use clap::parser::ValueSource;
     use clap::FromArgMatches;
-    let matches = command().try_get_matches_from(args)?;
+    let matches = command()
+        .try_get_matches_from(args)
+        .map_err(missing_subcommand)?;
     let mut cli = Cli::from_arg_matches(&matches)?;
     cli.redis = split_urls(&cli.redis);
     let usage = |message: String, hint: &'static str| Usage {

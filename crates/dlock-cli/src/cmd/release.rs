@@ -29,7 +29,7 @@ impl ReleaseArgs {
         let kind = &self.kind;
         dlock::check_name(prefix, &self.name)?;
         hold::check_token(self.token.as_deref())?;
-        if self.force && (kind.fair || kind.read || kind.write || kind.permits.is_some()) {
+        if self.force && kind.names_a_kind() {
             return Err(dlock::Error::InvalidArgument(
                 "--force releases whatever holds the name; give no kind flag with it".into(),
             ));

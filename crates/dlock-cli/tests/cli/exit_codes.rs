@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dlock_testkit::RedisServer;
 
-use crate::common::{code, dlock, output};
+use crate::common::{code, dlock, flat, output};
 
 #[test]
 fn exit_codes_for_bad_input_and_bad_state() {
@@ -73,6 +73,76 @@ fn exit_codes_for_bad_input_and_bad_state() {
     for code in ["64", "65", "69", "70", "75", "77"] {
         assert!(text.contains(code), "--help lists exit code {code}");
     }
+}
+
+/// `release` and `extend` without a kind flag look the kind up: a wrong type then means
+/// data that is no lock, and the hint says so rather than advise a kind flag; with a flag
+/// the hint names both readings. Nothing of the data is touched either way.
+#[test]
+fn a_release_on_data_that_is_no_lock_says_so_and_changes_nothing() {
+    let server = RedisServer::start();
+    let _: i64 = server.cmd(&["LPUSH", "listkey", "x"]);
+    let _: () = server.cmd(&["SET", "textkey", "x"]);
+    for args in [
+        &["release", "listkey", "tok"][..],
+        &["release", "textkey", "tok"],
+        &["extend", "listkey", "tok", "--ttl", "10s"],
+    ] {
+        let out = output(dlock(&server).args(args));
+        let stderr = flat(&String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(65), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("hint: the name holds data that is not a dlock lock"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("kind flag"), "{args:?}: {stderr}");
+    }
+    let out = output(dlock(&server).args(["release", "--fair", "listkey", "tok"]));
+    let stderr = flat(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(65), "{stderr}");
+    assert!(
+        stderr.contains("another kind of lock than the flag says, or data that is not a lock"),
+        "{stderr}"
+    );
+    assert_eq!(
+        server.cmd::<Vec<String>>(&["LRANGE", "listkey", "0", "-1"]),
+        ["x"]
+    );
+    assert_eq!(server.cmd::<String>(&["GET", "textkey"]), "x");
+}
+
+/// No subcommand: with nothing on the command line the help, exit 64, whether or not a
+/// DLOCK_* variable is set (clap counts one as an argument); with options but no
+/// subcommand an error naming only the subcommands `--help` lists, never the hidden
+/// watchdog's.
+#[test]
+fn a_missing_subcommand_reads_the_same_whatever_the_environment() {
+    let server = RedisServer::start();
+    let bare_with_env = output(&mut dlock(&server));
+    let bare_without = output(Command::new(env!("CARGO_BIN_EXE_dlock")).env_remove("DLOCK_REDIS"));
+    for out in [&bare_with_env, &bare_without] {
+        assert_eq!(out.status.code(), Some(64));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("Usage: dlock [OPTIONS] <COMMAND>"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("Exit codes") || stderr.contains("exit codes") || stderr.contains("77"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("__watch-group"), "{stderr}");
+    }
+    assert_eq!(bare_with_env.stderr, bare_without.stderr);
+    let out = output(dlock(&server).args(["--prefix", "x:"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("a subcommand is required: run, acquire"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint:"), "{stderr}");
+    assert!(!stderr.contains("__watch-group"), "{stderr}");
 }
 
 #[test]
