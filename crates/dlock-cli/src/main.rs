@@ -34,13 +34,15 @@ fn main() -> ExitCode {
         // Nothing on the command line: the help on stderr and a usage error, as clap
         // answers when no DLOCK_* variable is set (one that is counts as an argument to
         // clap, which would then name a missing subcommand instead).
-        use std::io::IsTerminal as _;
+        // Written as `eprintln!` writes (a broken stderr changes no exit code).
+        use std::io::{IsTerminal as _, Write as _};
         let help = cli::command().render_help();
-        if std::io::stderr().is_terminal() {
-            eprint!("{}", help.ansi());
+        let text = if std::io::stderr().is_terminal() {
+            help.ansi().to_string()
         } else {
-            eprint!("{help}");
-        }
+            help.to_string()
+        };
+        let _ = write!(std::io::stderr(), "{text}");
         eprintln!("  hint: {}", cli::USAGE_HINT);
         return ExitCode::from(exit::USAGE as u8);
     }

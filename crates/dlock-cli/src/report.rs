@@ -93,8 +93,10 @@ pub fn diagnose(err: &dlock::Error, cli: &Cli) -> (i32, &'static str) {
         hint = match cli.command {
             // `guarded` does not look up the kind the key holds.
             Command::Guarded(_) => "the name holds another kind of lock: pass the kind flag the token was acquired with (--fair, --read, --write or --permits N)",
-            // Without a kind flag they looked the kind up: the key holds no dlock lock.
-            _ if !cli.command.kind().is_some_and(KindArgs::names_a_kind) => "the name holds data that is not a dlock lock (what, above): check the name and --prefix / DLOCK_PREFIX; `dlock inspect NAME` shows what a lock name holds; nothing was changed",
+            // Without a kind flag they act on every kind they can look up by token: what
+            // is left is data of another tool, or a reentrant mutex (or, over several
+            // masters, anything but a plain mutex, the one kind Redlock has).
+            _ if !cli.command.kind().is_some_and(KindArgs::names_a_kind) => "the name holds what release and extend cannot act on by token (shown above): data that is not a dlock lock (check the name and --prefix / DLOCK_PREFIX; `dlock inspect NAME` shows what it holds) or a reentrant mutex, which its owner gives back through the library; nothing was changed",
             _ => "the name holds another kind of lock than the flag says, or data that is not a lock: pass the kind flag the token was acquired with, or none (release and extend find the kind the key holds)",
         };
     }

@@ -268,7 +268,8 @@ async fn after_a_crash_the_next_in_line_gets_the_permit_when_the_lease_ends() {
 /// The last permit handed to the next in line stays in the one hash (its release keeps
 /// the emptied hash for the grant rather than delete and re-create it): the new holder's
 /// entry, its kind, its index, and an expiry that follows the new lease even when it
-/// ends before the old one did. When nobody is handed it, hash and index go.
+/// ends before the old one did, in a release that deletes nothing and reads the queue
+/// once. When nobody is handed it, hash and index go.
 #[tokio::test]
 async fn the_last_permit_handed_on_keeps_a_whole_hash_and_an_unhanded_one_leaves_none() {
     let server = RedisServer::start();
@@ -288,7 +289,7 @@ async fn the_last_permit_handed_on_keeps_a_whole_hash_and_an_unhanded_one_leaves
             "pool",
             1,
             with(
-                Duration::from_secs(5),
+                Duration::from_secs(20),
                 Wait::Timeout(Duration::from_secs(8)),
             ),
         )
@@ -296,8 +297,23 @@ async fn the_last_permit_handed_on_keeps_a_whole_hash_and_an_unhanded_one_leaves
     let waiting = tokio::spawn(async move { waiter.lock().await });
     queued(&server, "pool", 1).await;
     let first_fence = held.fence().await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     held.unlock().await.unwrap();
     let permit = waiting.await.unwrap().unwrap();
+    // The release's commands (a script's own included): no DEL of the emptied hash, one
+    // HSET (the grant's entry), and two ZRANGEs (the index's head, the first two in line).
+    let stats: String = server.cmd(&["INFO", "commandstats"]);
+    let calls = |command: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    };
+    assert_eq!(
+        (calls("del"), calls("hset"), calls("zrange")),
+        (0, 1, 2),
+        "{stats}"
+    );
     assert!(permit.fence().await.unwrap() > first_fence);
 
     let field = format!("h:{}", permit.token());
@@ -312,10 +328,10 @@ async fn the_last_permit_handed_on_keeps_a_whole_hash_and_an_unhanded_one_leaves
     );
     let index: Vec<String> = server.cmd(&["ZRANGE", "{pool}:expiry", "0", "-1"]);
     assert_eq!(index, [permit.token().to_string()]);
-    // The 60 s hold it replaced no longer sets when the keys expire: the 5 s lease does.
+    // The 60 s hold it replaced no longer sets when the keys expire: the 20 s lease does.
     for key in ["pool", "{pool}:expiry"] {
         let pttl: i64 = server.cmd(&["PTTL", key]);
-        assert!((1..=5_000).contains(&pttl), "{key} expires in {pttl} ms");
+        assert!((1..=20_000).contains(&pttl), "{key} expires in {pttl} ms");
     }
     assert_eq!(semaphore.held().await.unwrap(), 1);
 

@@ -313,6 +313,8 @@ fn usage_errors_to_a_broken_stderr_exit_64_quietly() {
         &["acquire", "--bogus"][..],
         &["acquire", "x", "--ttl", "0s"],
         &["acquire", ""],
+        // Nothing at all: the help, on stderr.
+        &[],
     ] {
         let status = Command::new(env!("CARGO_BIN_EXE_dlock"))
             .env("DLOCK_REDIS", "redis://127.0.0.1:1")

@@ -123,15 +123,15 @@ local function entries_reindex(key, index)
 end
 
 -- Removes the entries whose lease ended (calling forget(data, token) for each), reading only
--- those; deletes hash and index when none is left. Returns whether any live entry is
--- left, the soonest end among them, and whether values the caller read before are stale
--- (entries were removed, or the index rebuilt). `indexed`: the caller has just removed an
--- entry from this very index (entry_remove said so), so the index exists and is whole
--- (every dlock that writes an entry writes its index too, and a lost index is rebuilt
--- whole): found empty, no entry is left, and the hash is deleted without reading it, or,
--- with `keep_emptied`, kept for the caller, who then owns deleting it (a release about to
--- put the next holder's entry in it: that spares a DEL and the kind's write); the fourth
--- value says it was kept.
+-- those; deletes hash and index when none is left (unless `keep_emptied`, below). Returns
+-- whether any live entry is left, the soonest end among them, and whether values the
+-- caller read before are stale (entries were removed, or the index rebuilt). `indexed`:
+-- the caller has just removed an entry from this very index (entry_remove said so), so
+-- the index exists and is whole (every dlock that writes an entry writes its index too,
+-- and a lost index is rebuilt whole): found empty, no entry is left, and the hash is
+-- deleted without reading it, or, with `keep_emptied`, kept for the caller, who then owns
+-- deleting it (a release about to put the next holder's entry in it: that spares a DEL
+-- and the kind's write); the fourth value says it was kept.
 local function entries_purge(key, index, now, forget, indexed, keep_emptied)
   local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
   if first[1] and tonumber(first[2]) > now then

@@ -15,9 +15,12 @@ local now = now_ms()
 local ended, indexed = entry_remove(KEYS[1], KEYS[4], ARGV[1], got[1])
 local extra = permits_add_extra(KEYS[1], tonumber(got[3]) or 0, 1 - permit_weight(ARGV[1]))
 local held, latest = 0, false
--- An emptied hash is kept until it is known whether a waiter is handed a permit in it.
+-- An emptied hash is kept until it is known whether a waiter is handed a permit in it,
+-- unless its '~extra' still counts weight (the field disagrees with the entries: only the
+-- delete clears it).
 local live, soonest, stale, kept
-live, soonest, stale, extra, kept = permits_purge(KEYS[1], KEYS[4], now, extra, indexed, true)
+live, soonest, stale, extra, kept = permits_purge(KEYS[1], KEYS[4], now, extra, indexed,
+  extra <= 0)
 if live then
   latest = got[2]
   if stale then
