@@ -276,16 +276,14 @@ impl From<clap::Error> for Usage {
 }
 
 /// clap's error for a missing subcommand, naming only the subcommands `--help` lists
-/// (clap's own list names the hidden watchdog's too).
+/// (clap's own list names the hidden watchdog's too; `help` goes without saying).
 fn missing_subcommand(error: clap::Error) -> clap::Error {
     use clap::error::ErrorKind;
     if error.kind() != ErrorKind::MissingSubcommand {
         return error;
     }
     let mut cli = command();
-    let visible: Vec<String> = cli
-        .get_subcommands()
-        .filter(|sub| !sub.is_hide_set())
+    let visible: Vec<String> = docs::visible_subcommands(&cli)
         .map(|sub| sub.get_name().to_string())
         .collect();
     let message = format!("a subcommand is required: {}", visible.join(", "));

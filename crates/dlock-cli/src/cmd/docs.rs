@@ -26,14 +26,15 @@ impl CompletionsArgs {
 /// `command` without its hidden subcommands (the watchdog's `__watch-group`): the shells'
 /// generators offer every subcommand they are given, hidden or not.
 fn without_hidden_subcommands(command: clap::Command) -> clap::Command {
-    let visible: Vec<clap::Command> = command
-        .get_subcommands()
-        .filter(|sub| !sub.is_hide_set())
-        .cloned()
-        .collect();
+    let visible: Vec<clap::Command> = visible_subcommands(&command).cloned().collect();
     clap::Command::new(command.get_name().to_string())
         .args(command.get_arguments().cloned())
         .subcommands(visible)
+}
+
+/// The subcommands `--help` lists (clap's `help` aside, which it adds when it builds).
+pub fn visible_subcommands(command: &clap::Command) -> impl Iterator<Item = &clap::Command> {
+    command.get_subcommands().filter(|sub| !sub.is_hide_set())
 }
 
 /// The arguments of `dlock man`.
