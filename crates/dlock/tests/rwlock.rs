@@ -231,6 +231,60 @@ async fn readers_reenter_even_while_a_writer_waits() {
     writer.unlock().await.unwrap();
 }
 
+/// How many times `command` ran since the last `CONFIG RESETSTAT` (scripts' own included).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn an_owners_last_hold_leaves_with_its_count_and_fence_in_one_write() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
+    let (me, other) = (Owner::new(), Owner::new());
+    let others = lock.for_owner(&other).try_read().await.unwrap();
+    let first = lock.for_owner(&me).try_read().await.unwrap();
+    let second = lock.for_owner(&me).try_read().await.unwrap();
+    let fields = |server: &RedisServer| {
+        let mut fields: Vec<String> = server.cmd(&["HKEYS", "config"]);
+        fields.retain(|f| f.starts_with("o:") || f.starts_with("f:"));
+        fields.sort();
+        fields
+    };
+    let mut both = vec![
+        format!("o:{}", me.id()),
+        format!("f:{}", me.id()),
+        format!("o:{}", other.id()),
+        format!("f:{}", other.id()),
+    ];
+    both.sort();
+    assert_eq!(fields(&server), both);
+
+    // A hold of an owner that holds another counts down, and keeps the owner's fields.
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    second.unlock().await.unwrap();
+    assert_eq!((calls(&server, "hincrby"), calls(&server, "hdel")), (1, 1));
+    let count: i64 = server.cmd(&["HGET", "config", &format!("o:{}", me.id())]);
+    assert_eq!(count, 1);
+    assert_eq!(fields(&server), both);
+
+    // The owner's last hold takes count and fence with it in its one HDEL: nothing counts
+    // down (the release read the count with the hold).
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    first.unlock().await.unwrap();
+    assert_eq!((calls(&server, "hincrby"), calls(&server, "hdel")), (0, 1));
+    let mut left = vec![format!("o:{}", other.id()), format!("f:{}", other.id())];
+    left.sort();
+    assert_eq!(fields(&server), left);
+    assert_eq!(lock.readers().await.unwrap(), 1);
+    others.unlock().await.unwrap();
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "config"]), 0);
+}
+
 #[tokio::test]
 async fn a_writer_downgrades_without_a_gap() {
     let server = RedisServer::start();

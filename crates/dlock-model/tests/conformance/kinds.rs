@@ -359,6 +359,7 @@ impl<'a> Run<'a> {
                             &ReadRelease {
                                 lock: ks.rw.lock(),
                                 token: &text,
+                                owner: &text,
                             },
                             self.conn,
                         ),

@@ -248,6 +248,7 @@ pub fn run_rw(
                     let release = ReadRelease {
                         lock: scripts.lock(),
                         token: &token_text(latest),
+                        owner: &owner_text,
                     };
                     let released: i64 = send(&release, conn);
                     same(released == 1, expected.0, &context)?;

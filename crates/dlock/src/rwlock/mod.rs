@@ -164,11 +164,15 @@ impl Shared {
         }
     }
 
-    async fn release_read(&self, hold: &str) -> Result<()> {
+    async fn release_read(&self, hold: &str, owner: &str) -> Result<()> {
         let lock = self.rw_keys();
-        let released = ReadRelease { lock, token: hold }
-            .run(&self.core.client)
-            .await?;
+        let released = ReadRelease {
+            lock,
+            token: hold,
+            owner,
+        }
+        .run(&self.core.client)
+        .await?;
         self.released(released)
     }
 
@@ -323,7 +327,7 @@ impl KindProtocol for Reading {
     }
 
     fn release(&self, token: &str) -> impl std::future::Future<Output = Result<()>> + Send {
-        self.lock.release_read(token)
+        self.lock.release_read(token, self.owner.id())
     }
 }
 

@@ -171,6 +171,9 @@ pub struct ReadRelease<'a> {
     pub lock: RwKeys<'a>,
     /// The hold's token.
     pub token: &'a str,
+    /// The reading owner's id: its hold count is read with the hold, so an owner's last
+    /// hold leaves with its count and fence in one write.
+    pub owner: &'a str,
 }
 
 impl ScriptCall for ReadRelease<'_> {
@@ -185,6 +188,7 @@ impl ScriptCall for ReadRelease<'_> {
             .compose(call)
             .arg(self.token)
             .arg(&self.lock.writers.wake_prefix)
+            .arg(self.owner)
     }
 }
 
