@@ -231,13 +231,28 @@ async fn readers_reenter_even_while_a_writer_waits() {
     writer.unlock().await.unwrap();
 }
 
-/// How many times `command` ran since the last `CONFIG RESETSTAT` (scripts' own included).
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats: String = server.cmd(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+/// Calls of `HINCRBY` and `HDEL` since the last `CONFIG RESETSTAT` (scripts' own included).
+fn counts_and_deletes(server: &RedisServer) -> (u64, u64) {
+    let calls = server.command_calls();
+    let of = |command: &str| calls.get(command).copied().unwrap_or(0);
+    (of("hincrby"), of("hdel"))
+}
+
+/// The owners' count and fence fields of the read hash at `key`, sorted.
+fn owner_fields(server: &RedisServer, key: &str) -> Vec<String> {
+    let mut fields: Vec<String> = server.cmd(&["HKEYS", key]);
+    fields.retain(|f| f.starts_with("o:") || f.starts_with("f:"));
+    fields.sort();
+    fields
+}
+
+fn fields_of(owners: &[&Owner]) -> Vec<String> {
+    let mut fields: Vec<String> = owners
+        .iter()
+        .flat_map(|owner| [format!("o:{}", owner.id()), format!("f:{}", owner.id())])
+        .collect();
+    fields.sort();
+    fields
 }
 
 #[tokio::test]
@@ -249,39 +264,58 @@ async fn an_owners_last_hold_leaves_with_its_count_and_fence_in_one_write() {
     let others = lock.for_owner(&other).try_read().await.unwrap();
     let first = lock.for_owner(&me).try_read().await.unwrap();
     let second = lock.for_owner(&me).try_read().await.unwrap();
-    let fields = |server: &RedisServer| {
-        let mut fields: Vec<String> = server.cmd(&["HKEYS", "config"]);
-        fields.retain(|f| f.starts_with("o:") || f.starts_with("f:"));
-        fields.sort();
-        fields
-    };
-    let mut both = vec![
-        format!("o:{}", me.id()),
-        format!("f:{}", me.id()),
-        format!("o:{}", other.id()),
-        format!("f:{}", other.id()),
-    ];
-    both.sort();
-    assert_eq!(fields(&server), both);
+    let both = fields_of(&[&me, &other]);
+    assert_eq!(owner_fields(&server, "config"), both);
 
     // A hold of an owner that holds another counts down, and keeps the owner's fields.
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     second.unlock().await.unwrap();
-    assert_eq!((calls(&server, "hincrby"), calls(&server, "hdel")), (1, 1));
+    let stats = server.command_calls();
+    assert_eq!(counts_and_deletes(&server), (1, 1), "{stats:?}");
     let count: i64 = server.cmd(&["HGET", "config", &format!("o:{}", me.id())]);
     assert_eq!(count, 1);
-    assert_eq!(fields(&server), both);
+    assert_eq!(owner_fields(&server, "config"), both);
 
     // The owner's last hold takes count and fence with it in its one HDEL: nothing counts
     // down (the release read the count with the hold).
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     first.unlock().await.unwrap();
-    assert_eq!((calls(&server, "hincrby"), calls(&server, "hdel")), (0, 1));
-    let mut left = vec![format!("o:{}", other.id()), format!("f:{}", other.id())];
-    left.sort();
-    assert_eq!(fields(&server), left);
+    let stats = server.command_calls();
+    assert_eq!(counts_and_deletes(&server), (0, 1), "{stats:?}");
+    assert_eq!(owner_fields(&server, "config"), fields_of(&[&other]));
     assert_eq!(lock.readers().await.unwrap(), 1);
     others.unlock().await.unwrap();
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "config"]), 0);
+}
+
+#[tokio::test]
+async fn a_hold_given_back_through_another_owners_handle_counts_its_own_owner_down() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
+    let (me, other) = (Owner::new(), Owner::new());
+    let first = lock.for_owner(&me).try_read().await.unwrap();
+    let second = lock.for_owner(&me).try_read().await.unwrap();
+    let theirs = lock.for_owner(&other).try_read().await.unwrap();
+    // By token, through a handle of the other owner, whose count is 1: the release names
+    // that owner, but the hold's entry names mine, and mine counts down (2 -> 1), keeping
+    // my count and fence for the hold I still have.
+    lock.for_owner(&other)
+        .reader()
+        .release_token(second.token())
+        .await
+        .unwrap();
+    let count: i64 = server.cmd(&["HGET", "config", &format!("o:{}", me.id())]);
+    assert_eq!(count, 1, "my one hold left is counted");
+    assert_eq!(owner_fields(&server, "config"), fields_of(&[&me, &other]));
+    // My hold left still re-enters as mine: the same fence, a count of 2 again.
+    let again = lock.for_owner(&me).try_read().await.unwrap();
+    assert_eq!(again.holds_at_grant(), 2);
+    assert_eq!(again.fence().await.unwrap(), first.fence().await.unwrap());
+    drop(second); // its hold is gone already: nothing to give back
+    for guard in [again, first, theirs] {
+        guard.unlock().await.unwrap();
+    }
     assert_eq!(server.cmd::<i64>(&["EXISTS", "config"]), 0);
 }
 

@@ -12,9 +12,9 @@ local released, ended, indexed = 0, nil, nil
 if got[1] then
   local _, owner = entry_parse(got[1])
   ended, indexed = entry_remove(KEYS[1], KEYS[5], ARGV[1], got[1], function()
-    -- The owner's last hold takes its count and fence with it, in the same HDEL: its
-    -- count, read above, says 1 (one command fewer than counting down); anything else
-    -- counts down as before.
+    -- The owner's last hold takes its count and fence with it, in the same HDEL, when
+    -- the hold's entry names the owner the caller named and its count, read above, says 1
+    -- (one command fewer than counting down); anything else counts down as before.
     if owner == ARGV[3] and got[3] == '1'
         or redis.call('HINCRBY', KEYS[1], 'o:' .. owner, -1) <= 0 then
       return {'o:' .. owner, 'f:' .. owner}

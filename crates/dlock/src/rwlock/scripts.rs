@@ -172,7 +172,9 @@ pub struct ReadRelease<'a> {
     /// The hold's token.
     pub token: &'a str,
     /// The reading owner's id: its hold count is read with the hold, so an owner's last
-    /// hold leaves with its count and fence in one write.
+    /// hold leaves with its count and fence in the hold's one `HDEL`. Any id is safe: the
+    /// hold's own entry names its owner and decides (another id costs the count-down
+    /// command only).
     pub owner: &'a str,
 }
 
