@@ -231,21 +231,47 @@ async fn readers_reenter_even_while_a_writer_waits() {
     writer.unlock().await.unwrap();
 }
 
-/// Calls of `HINCRBY` and `HDEL` since the last `CONFIG RESETSTAT` (scripts' own included).
-fn counts_and_deletes(server: &RedisServer) -> (u64, u64) {
-    let calls = server.command_calls();
-    let of = |command: &str| calls.get(command).copied().unwrap_or(0);
-    (of("hincrby"), of("hdel"))
+/// The read lock `config` on a server of its own, two owners (`me`, `other`), and what
+/// they hold of it: `me` two read holds, `other` one.
+async fn two_owners() -> (
+    RedisServer,
+    dlock::RwLock,
+    [Owner; 2],
+    [dlock::ReadGuard; 2],
+    dlock::ReadGuard,
+) {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
+    let (me, other) = (Owner::new(), Owner::new());
+    let theirs = lock.for_owner(&other).try_read().await.unwrap();
+    let first = lock.for_owner(&me).try_read().await.unwrap();
+    let second = lock.for_owner(&me).try_read().await.unwrap();
+    (server, lock, [me, other], [first, second], theirs)
 }
 
-/// The owners' count and fence fields of the read hash at `key`, sorted.
-fn owner_fields(server: &RedisServer, key: &str) -> Vec<String> {
-    let mut fields: Vec<String> = server.cmd(&["HKEYS", key]);
+/// Calls of `HINCRBY` and `HDEL` since the last `CONFIG RESETSTAT` (scripts' own
+/// included), and every count for the failure's message.
+fn counts_and_deletes(server: &RedisServer) -> ((u64, u64), String) {
+    let calls = server.command_calls();
+    let of = |command: &str| calls.get(command).copied().unwrap_or(0);
+    ((of("hincrby"), of("hdel")), format!("{calls:?}"))
+}
+
+/// The hold count the read hash `config` keeps for `owner`.
+fn count_of(server: &RedisServer, owner: &Owner) -> i64 {
+    server.cmd(&["HGET", "config", &format!("o:{}", owner.id())])
+}
+
+/// The owners' count and fence fields of the read hash `config`, sorted.
+fn owner_fields(server: &RedisServer) -> Vec<String> {
+    let mut fields: Vec<String> = server.cmd(&["HKEYS", "config"]);
     fields.retain(|f| f.starts_with("o:") || f.starts_with("f:"));
     fields.sort();
     fields
 }
 
+/// What `owner_fields` holds for `owners`.
 fn fields_of(owners: &[&Owner]) -> Vec<String> {
     let mut fields: Vec<String> = owners
         .iter()
@@ -257,32 +283,25 @@ fn fields_of(owners: &[&Owner]) -> Vec<String> {
 
 #[tokio::test]
 async fn an_owners_last_hold_leaves_with_its_count_and_fence_in_one_write() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
-    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
-    let (me, other) = (Owner::new(), Owner::new());
-    let others = lock.for_owner(&other).try_read().await.unwrap();
-    let first = lock.for_owner(&me).try_read().await.unwrap();
-    let second = lock.for_owner(&me).try_read().await.unwrap();
+    let (server, lock, [me, other], [first, second], others) = two_owners().await;
     let both = fields_of(&[&me, &other]);
-    assert_eq!(owner_fields(&server, "config"), both);
+    assert_eq!(owner_fields(&server), both);
 
     // A hold of an owner that holds another counts down, and keeps the owner's fields.
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     second.unlock().await.unwrap();
-    let stats = server.command_calls();
-    assert_eq!(counts_and_deletes(&server), (1, 1), "{stats:?}");
-    let count: i64 = server.cmd(&["HGET", "config", &format!("o:{}", me.id())]);
-    assert_eq!(count, 1);
-    assert_eq!(owner_fields(&server, "config"), both);
+    let (counted, stats) = counts_and_deletes(&server);
+    assert_eq!(counted, (1, 1), "{stats}");
+    assert_eq!(count_of(&server, &me), 1);
+    assert_eq!(owner_fields(&server), both);
 
     // The owner's last hold takes count and fence with it in its one HDEL: nothing counts
     // down (the release read the count with the hold).
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     first.unlock().await.unwrap();
-    let stats = server.command_calls();
-    assert_eq!(counts_and_deletes(&server), (0, 1), "{stats:?}");
-    assert_eq!(owner_fields(&server, "config"), fields_of(&[&other]));
+    let (counted, stats) = counts_and_deletes(&server);
+    assert_eq!(counted, (0, 1), "{stats}");
+    assert_eq!(owner_fields(&server), fields_of(&[&other]));
     assert_eq!(lock.readers().await.unwrap(), 1);
     others.unlock().await.unwrap();
     assert_eq!(server.cmd::<i64>(&["EXISTS", "config"]), 0);
@@ -290,13 +309,7 @@ async fn an_owners_last_hold_leaves_with_its_count_and_fence_in_one_write() {
 
 #[tokio::test]
 async fn a_hold_given_back_through_another_owners_handle_counts_its_own_owner_down() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
-    let lock = client.rwlock_with("config", options(Wait::NoWait)).unwrap();
-    let (me, other) = (Owner::new(), Owner::new());
-    let first = lock.for_owner(&me).try_read().await.unwrap();
-    let second = lock.for_owner(&me).try_read().await.unwrap();
-    let theirs = lock.for_owner(&other).try_read().await.unwrap();
+    let (server, lock, [me, other], [first, second], theirs) = two_owners().await;
     // By token, through a handle of the other owner, whose count is 1: the release names
     // that owner, but the hold's entry names mine, and mine counts down (2 -> 1), keeping
     // my count and fence for the hold I still have.
@@ -305,9 +318,8 @@ async fn a_hold_given_back_through_another_owners_handle_counts_its_own_owner_do
         .release_token(second.token())
         .await
         .unwrap();
-    let count: i64 = server.cmd(&["HGET", "config", &format!("o:{}", me.id())]);
-    assert_eq!(count, 1, "my one hold left is counted");
-    assert_eq!(owner_fields(&server, "config"), fields_of(&[&me, &other]));
+    assert_eq!(count_of(&server, &me), 1, "my one hold left is counted");
+    assert_eq!(owner_fields(&server), fields_of(&[&me, &other]));
     // My hold left still re-enters as mine: the same fence, a count of 2 again.
     let again = lock.for_owner(&me).try_read().await.unwrap();
     assert_eq!(again.holds_at_grant(), 2);

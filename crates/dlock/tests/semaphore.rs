@@ -302,17 +302,12 @@ async fn the_last_permit_handed_on_keeps_a_whole_hash_and_an_unhanded_one_leaves
     let permit = waiting.await.unwrap().unwrap();
     // The release's commands (a script's own included): no DEL of the emptied hash, one
     // HSET (the grant's entry), and two ZRANGEs (the index's head, the first two in line).
-    let stats: String = server.cmd(&["INFO", "commandstats"]);
-    let calls = |command: &str| -> u64 {
-        stats
-            .lines()
-            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
-            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-    };
+    let stats = server.command_calls();
+    let calls = |command: &str| stats.get(command).copied().unwrap_or(0);
     assert_eq!(
         (calls("del"), calls("hset"), calls("zrange")),
         (0, 1, 2),
-        "{stats}"
+        "{stats:?}"
     );
     assert!(permit.fence().await.unwrap() > first_fence);
 
